@@ -1,0 +1,32 @@
+# `make demo` and `make test` work from a fresh clone: they create .venv if absent and install.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# The CPU build of torch. On the project's machines this version lies on local disk.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.ttball-installed
+
+.PHONY: install demo test test-fast check web clean
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[serve,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/ttball track demo/rally.mp4 --device cpu --out out/demo --overlay
+
+test: install
+	$(PY) -m pytest -q
+
+check: install
+	$(PY) -m ruff check ttball tests
+
+clean:
+	rm -rf out build *.egg-info

@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny-input checkpoint and synthetic clips drawn by the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from ttball.model import BlurBall, randomize_batchnorm, save_checkpoint
+from ttball.model.config import WeightsConfig
+
+SMALL = (72, 128)  # (height, width): the network is fully convolutional; 16x fewer FLOPs
+
+
+def draw_clip(
+    path: Path, frames: int = 12, size: tuple[int, int] = (320, 180), fps: float = 30.0,
+    codec: str = "mp4v",
+) -> list[tuple[float, float]]:
+    """Write a clip of a white ball moving across a green table; returns its centres."""
+    w, h = size
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), fps, (w, h))
+    centres = []
+    for i in range(frames):
+        img = np.full((h, w, 3), (40, 90, 30), np.uint8)
+        cx, cy = 20 + i * (w - 40) / max(frames - 1, 1), h / 2 + 20 * np.sin(i / 3)
+        cv2.circle(img, (round(cx), round(cy)), 4, (255, 255, 255), -1)
+        writer.write(img)
+        centres.append((cx, cy))
+    writer.release()
+    return centres
+
+
+@pytest.fixture(scope="session")
+def small_config() -> WeightsConfig:
+    return WeightsConfig(name="test-small", input_height=SMALL[0], input_width=SMALL[1])
+
+
+@pytest.fixture(scope="session")
+def small_model(small_config: WeightsConfig) -> BlurBall:
+    torch.manual_seed(0)
+    model = randomize_batchnorm(BlurBall()).eval()
+    model.config = small_config
+    return model
+
+
+@pytest.fixture(scope="session")
+def small_weights(tmp_path_factory: pytest.TempPathFactory, small_model: BlurBall) -> Path:
+    path = tmp_path_factory.mktemp("weights") / "small.safetensors"
+    save_checkpoint(path, small_model, small_model.config)
+    return path
+
+
+@pytest.fixture()
+def clip(tmp_path: Path) -> Path:
+    path = tmp_path / "clip.mp4"
+    draw_clip(path)
+    return path

@@ -1,0 +1,117 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from ttball.errors import CheckpointError
+from ttball.model import BlurBall, load_checkpoint, load_model, save_checkpoint
+
+
+def _outputs(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(x)[0]
+
+
+@pytest.fixture(scope="module")
+def x() -> torch.Tensor:
+    return torch.randn(1, 9, 72, 128, generator=torch.Generator().manual_seed(1))
+
+
+def test_published_format_round_trips_with_identical_outputs(tmp_path, small_model, x) -> None:
+    path = tmp_path / "blurball_best.pth.tar"
+    state = {f"module.{k}": v for k, v in small_model.state_dict().items()}
+    torch.save({"epoch": 30, "model_state_dict": state, "optimizer_state_dict": {}}, path)
+    loaded = load_model(path)
+    assert torch.equal(_outputs(loaded, x), _outputs(small_model, x))
+
+
+def test_bare_state_dict_without_bn_counters_loads(tmp_path, small_model, x) -> None:
+    path = tmp_path / "bare.pt"
+    state = {k: v for k, v in small_model.state_dict().items() if "num_batches" not in k}
+    torch.save(state, path)
+    assert torch.equal(_outputs(load_model(path), x), _outputs(small_model, x))
+
+
+def test_safetensors_keeps_config_and_hash(small_weights: Path, small_model, x) -> None:
+    model = load_model(small_weights)
+    assert model.config.name == "test-small"
+    assert model.config.input_size == (72, 128)
+    assert len(model.config.sha256) == 64
+    assert torch.equal(_outputs(model, x), _outputs(small_model, x))
+    _, config = load_checkpoint(small_weights)
+    assert config.sha256 == model.config.sha256
+
+
+def test_save_is_deterministic_hash(tmp_path, small_model) -> None:
+    a = save_checkpoint(tmp_path / "a.safetensors", small_model)
+    b = save_checkpoint(tmp_path / "b.safetensors", small_model)
+    assert a.sha256 == b.sha256
+
+
+def _broken(tmp_path: Path, mutate) -> Path:
+    state = BlurBall().state_dict()
+    mutate(state)
+    path = tmp_path / "broken.pt"
+    torch.save({"model_state_dict": state}, path)
+    return path
+
+
+def test_missing_tensor_is_named(tmp_path) -> None:
+    path = _broken(tmp_path, lambda s: s.pop("stage3.0.branches.2.1.conv2.weight"))
+    with pytest.raises(CheckpointError, match=r"1 missing \(stage3\.0\.branches\.2\.1\.conv2\.weight\)"):
+        load_model(path)
+
+
+def test_unexpected_tensor_is_named(tmp_path) -> None:
+    path = _broken(tmp_path, lambda s: s.update({"head.extra.weight": torch.zeros(3)}))
+    with pytest.raises(CheckpointError, match=r"1 unexpected \(head\.extra\.weight\)"):
+        load_model(path)
+
+
+def test_misshaped_tensor_is_named(tmp_path) -> None:
+    path = _broken(tmp_path, lambda s: s.update({"conv1.weight": torch.zeros(64, 3, 3, 3)}))
+    with pytest.raises(CheckpointError, match=r"mis-shaped \(conv1\.weight \(64, 3, 3, 3\) != \(64, 9, 3, 3\)\)"):
+        load_model(path)
+
+
+def test_many_missing_are_summarised(tmp_path) -> None:
+    path = _broken(tmp_path, lambda s: [s.pop(k) for k in list(s) if k.startswith("stage4")])
+    with pytest.raises(CheckpointError, match=r"missing \(.*and \d+ more\)"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"not a checkpoint at all", "cannot read checkpoint"), (b"", "cannot read checkpoint")],
+)
+def test_garbage_files_get_one_clear_error(tmp_path, content, message) -> None:
+    path = tmp_path / "junk.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        load_model(path)
+
+
+def test_garbage_safetensors(tmp_path) -> None:
+    path = tmp_path / "junk.safetensors"
+    path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{nonsense")
+    with pytest.raises(CheckpointError, match="cannot read safetensors"):
+        load_model(path)
+
+
+def test_pickled_objects_are_refused(tmp_path) -> None:
+    path = tmp_path / "evil.pt"
+    torch.save({"model_state_dict": BlurBall().state_dict(), "hook": object()}, path)
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_model(path)
+
+
+def test_not_a_state_dict(tmp_path) -> None:
+    path = tmp_path / "list.pt"
+    torch.save([1, 2, 3], path)
+    with pytest.raises(CheckpointError, match="holds no state dict"):
+        load_model(path)
+
+
+def test_missing_file(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_model(tmp_path / "nope.safetensors")

@@ -1,0 +1,112 @@
+"""FrameStream: windows, ordering, duplicates and padding, with a fake network."""
+
+import numpy as np
+import pytest
+
+from ttball.frames import Frame
+from ttball.model.config import WeightsConfig
+from ttball.stream import FrameStream, StreamOptions
+
+CFG = WeightsConfig(input_height=16, input_width=32)
+
+
+def frame(i: int, value: int | None = None) -> Frame:
+    """A 32x16 frame whose pixels all equal ``value`` (default: the index), so content is known."""
+    v = i if value is None else value
+    return Frame(i, i / 30, np.full((16, 32, 3), v % 256, np.uint8))
+
+
+def fake_probs(stream: FrameStream, window) -> np.ndarray:
+    """Heatmap k gets one bright pixel at x = its frame's pixel value (identifies the frame)."""
+    probs = np.zeros((3, 16, 32), np.float32)
+    for k in range(3):
+        value = int(window.pixels[3 * k, 0, 0])
+        probs[k, 8, value % 32] = 0.9
+    return probs
+
+
+def run(stream: FrameStream, frames, interleave=True) -> list:
+    rows, pending = [], []
+    for f in frames:
+        pending.extend(stream.push(f))
+        if interleave:
+            for w in pending:
+                rows.extend(stream.complete(w, fake_probs(stream, w)))
+            pending = []
+    pending.extend(stream.finish())
+    for w in pending:
+        rows.extend(stream.complete(w, fake_probs(stream, w)))
+    return rows + stream.drain()
+
+
+@pytest.mark.parametrize("step", [1, 3])
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 9, 10, 11])
+@pytest.mark.parametrize("interleave", [True, False])
+def test_every_frame_once_in_order_with_its_own_detection(step, count, interleave) -> None:
+    stream = FrameStream(CFG, StreamOptions(step=step))
+    rows = run(stream, [frame(i) for i in range(count)], interleave)
+    assert [r.frame for r in rows] == list(range(count))
+    assert all(r.visible for r in rows)
+    assert [round(r.x) for r in rows] == list(range(count))  # each frame found its own ball
+
+
+def test_window_counts() -> None:
+    s1 = FrameStream(CFG, StreamOptions(step=1))
+    run(s1, [frame(i) for i in range(10)])
+    s3 = FrameStream(CFG, StreamOptions(step=3))
+    run(s3, [frame(i) for i in range(10)])
+    assert s1.windows_out == 8  # sliding: n - 2
+    assert s3.windows_out == 4  # 3 full + 1 trailing
+
+
+def test_step1_gathers_candidates_from_three_windows() -> None:
+    stream = FrameStream(CFG, StreamOptions(step=1))
+    seen = {}
+    original = stream.complete
+
+    def spy(window, probs):
+        for s in set(window.slots):
+            seen[s] = seen.get(s, 0) + 1
+        return original(window, probs)
+
+    stream.complete = spy  # type: ignore[method-assign]
+    run(stream, [frame(i) for i in range(7)])
+    assert [seen[s] for s in range(7)] == [1, 2, 3, 3, 3, 2, 1]
+
+
+def test_duplicates_get_their_twins_result_and_are_not_windowed() -> None:
+    stream = FrameStream(CFG, StreamOptions(step=3))
+    frames = [frame(0), frame(1), frame(2, value=1), frame(3, value=1), frame(4), frame(5), frame(6)]
+    rows = run(stream, frames)
+    assert [r.frame for r in rows] == list(range(7))
+    assert stream.duplicates == 2
+    assert rows[2].x == rows[1].x == rows[3].x
+    assert rows[2].time_s == pytest.approx(2 / 30)
+    assert stream.windows_out == 2  # five distinct frames: one full window + one trailing
+
+
+def test_results_wait_for_possible_duplicates() -> None:
+    stream = FrameStream(CFG, StreamOptions(step=3))
+    out = []
+    for i in range(3):
+        for w in stream.push(frame(i)):
+            out.extend(stream.complete(w, fake_probs(stream, w)))
+    # Frame 2 might still get a twin: it is held back until the next distinct frame.
+    assert [r.frame for r in out] == [0, 1]
+    assert stream.push(frame(3, value=2)) == []
+    assert stream.push(frame(4)) == []
+    assert [r.frame for r in stream.drain()] == [2, 3]
+
+
+def test_frame_size_change_is_refused() -> None:
+    stream = FrameStream(CFG)
+    stream.push(frame(0))
+    with pytest.raises(ValueError, match="the stream's frames are 32x16"):
+        stream.push(Frame(1, 0.1, np.zeros((20, 32, 3), np.uint8)))
+
+
+def test_bad_options() -> None:
+    with pytest.raises(ValueError, match="step must be 1 or 3"):
+        StreamOptions(step=2)
+    with pytest.raises(ValueError, match="threshold"):
+        StreamOptions(threshold=1.5)

@@ -1,0 +1,189 @@
+"""The backend protocol and the one registry that ``track``, ``serve``, ``bench`` and ``verify`` share.
+
+A backend wraps the one :class:`~ttball.model.BlurBall` definition and runs it some way (eager,
+folded, compiled, ONNX Runtime, ...). It takes a normalised batch ``(B, 9, H, W)`` float32 on
+any device and returns logits ``(B, 3, H, W)`` float32 on its own device.
+
+Registering::
+
+    @register("eager-fp32", description="PyTorch eager, FP32")
+    def _eager_fp32(model, device, **options):
+        return EagerBackend(model, device)
+
+A backend that can't run here is listed with the reason (``requires`` returns a string).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from ttball.errors import BackendUnavailable, UserError
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend offers. ``warmed`` holds the batch sizes it has already run."""
+
+    name: str
+    device: torch.device
+    warmed: set[int]
+
+    def __call__(self, batch: Tensor) -> Tensor:
+        """``(B, 9, H, W)`` float32 → logits ``(B, 3, H, W)`` float32 on ``self.device``."""
+        ...
+
+    def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
+        """Run each batch size once (compiling where the backend compiles); seconds per size."""
+        ...
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class BackendBase:
+    """Shared plumbing: moving the batch in, warm-up bookkeeping. Subclasses implement ``run``."""
+
+    name = "base"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.warmed: set[int] = set()
+
+    def run(self, batch: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def __call__(self, batch: Tensor) -> Tensor:
+        if batch.dim() != 4 or batch.shape[1] != 9:
+            raise UserError(f"{self.name}: expected a (B, 9, H, W) batch, got {tuple(batch.shape)}")
+        out = self.run(batch.to(self.device, non_blocking=True))
+        self.warmed.add(batch.shape[0])
+        return out.float()
+
+    def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
+        seconds = {}
+        for b in batch_sizes:
+            x = torch.randn(b, 9, height, width, device=self.device)
+            start = time.perf_counter()
+            self(x)
+            synchronize(self.device)
+            seconds[b] = time.perf_counter() - start
+        return seconds
+
+
+Factory = Callable[..., Backend]
+Requirement = Callable[[torch.device], "str | None"]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A registry entry. ``requires(device)`` returns why it can't run there, or None."""
+
+    name: str
+    factory: Factory
+    description: str
+    requires: Requirement
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+
+_REGISTRY: dict[str, BackendSpec] = {}
+
+
+def _always(device: torch.device) -> str | None:
+    return None
+
+
+def register(
+    name: str,
+    *,
+    description: str,
+    requires: Requirement = _always,
+    tags: Iterable[str] = (),
+) -> Callable[[Factory], Factory]:
+    """Add a backend factory under ``name``; a second registration of a name is an error."""
+
+    def wrap(factory: Factory) -> Factory:
+        if name in _REGISTRY:
+            raise ValueError(f"backend {name!r} is already registered")
+        _REGISTRY[name] = BackendSpec(name, factory, description, requires, frozenset(tags))
+        return factory
+
+    return wrap
+
+
+def _load_all() -> None:
+    from ttball import backends  # noqa: F401  (importing the package registers every backend)
+
+
+def names() -> list[str]:
+    _load_all()
+    return list(_REGISTRY)
+
+
+def spec(name: str) -> BackendSpec:
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UserError(
+            f"unknown backend {name!r}; known: {', '.join(_REGISTRY)}"
+        ) from None
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``auto`` → CUDA when present, else CPU. An explicit ``cuda`` without a GPU is an error."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda requested but no CUDA GPU is available on this machine")
+    return dev
+
+
+def unavailable_reason(name: str, device: str | torch.device) -> str | None:
+    return spec(name).requires(torch.device(device))
+
+
+def create(
+    name: str, model: torch.nn.Module, device: str | torch.device = "cpu", **options: Any
+) -> Backend:
+    """Build backend ``name`` around ``model`` on ``device``; explains why if it can't run here."""
+    entry = spec(name)
+    dev = resolve_device(device)
+    reason = entry.requires(dev)
+    if reason:
+        raise BackendUnavailable(f"backend {name} is unavailable on {dev}: {reason}")
+    backend = entry.factory(model, dev, **options)
+    backend.name = name
+    return backend
+
+
+def describe(device: str | torch.device) -> list[dict[str, Any]]:
+    """Every registered backend with whether it can run on ``device`` and, if not, why."""
+    dev = torch.device(device)
+    rows = []
+    for name in names():
+        entry = _REGISTRY[name]
+        reason = entry.requires(dev)
+        rows.append(
+            {"name": name, "description": entry.description, "available": reason is None,
+             "reason": reason or "", "tags": sorted(entry.tags)}
+        )
+    return rows
+
+
+def needs_cuda(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "needs a CUDA device"
+    return None

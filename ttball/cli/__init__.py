@@ -1,0 +1,56 @@
+"""The ``ttball`` command line. Each subcommand lives in its own module of this package with
+``add_arguments(parser)`` and ``run(args) -> int``; this module only dispatches.
+
+Errors a user can act on are raised as :class:`ttball.errors.UserError` and printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ttball.errors import UserError
+
+# name -> (module, one-line help). Modules are imported when the parser is built; they must
+# keep heavy imports (torch, cv2) inside their run() so that `ttball --help` stays fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "track": ("ttball.cli.track", "track the ball in a video or a folder of images"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ttball", description="Fast, verified BlurBall inference.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        mod.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from ttball import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except UserError as exc:
+        print(f"ttball {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"ttball {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from ttball.cli import entry
+
+entry()

@@ -1,0 +1,93 @@
+"""``ttball track VIDEO``: the ball in every frame → track.csv, track.json, optional overlay."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ttball.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("video", help="a video file OpenCV can read, or a folder of images")
+    p.add_argument("--weights", help="checkpoint (.safetensors, .pt/.pth/.tar); default: shipped weights")
+    p.add_argument("--backend", default="eager-fp32", help="backend name (ttball bench --list shows them)")
+    p.add_argument("--step", type=int, choices=(1, 3), default=3,
+                   help="3: non-overlapping windows (fast); 1: sliding window")
+    p.add_argument("--threshold", type=float, help="score threshold (default: the weights' own, 0.5)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--batch", type=int, default=1, help="windows per network call")
+    p.add_argument("--out", default=None, help="output folder (default: out/<video name>)")
+    p.add_argument("--overlay", action="store_true", help="also write overlay.mp4 with the ball drawn")
+    p.add_argument("--csv-format", choices=("ttball", "blurball"), default="ttball",
+                   help="blurball: the published tool's columns Frame,X,Y,Visibility,L,Theta")
+    p.add_argument("--dedup-ssim", type=float, default=None,
+                   help="also drop near-duplicate frames with SSIM at or above this (e.g. 0.99)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+
+def _prepare_out(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output folder {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"output folder {path} is not writable")
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ttball.frames import FrameSource
+    from ttball.model import load_model
+    from ttball.pipeline import track
+    from ttball.results import write_blurball_csv, write_json, write_track_csv
+
+    if args.batch < 1:
+        raise UserError(f"--batch must be at least 1, got {args.batch}")
+    if args.threshold is not None and not 0 < args.threshold < 1:
+        raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
+    out = _prepare_out(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
+    model = load_model(args.weights)
+    if model.config.name == "random-init":
+        print("warning: no trained weights found; running freshly initialised weights, "
+              "so the detections are meaningless", file=sys.stderr)
+    bar = tqdm(total=info.frame_count or None, unit="frame", disable=args.quiet,
+               desc="tracking", dynamic_ncols=True)
+    try:
+        result = track(args.video, model=model, backend=args.backend, device=args.device,
+                       step=args.step, threshold=args.threshold, batch=args.batch,
+                       dedup_ssim=args.dedup_ssim, on_frames=bar.update)
+    finally:
+        bar.close()
+    writer = write_blurball_csv if args.csv_format == "blurball" else write_track_csv
+    writer(out / "track.csv", result.rows)
+    payload = result.to_json()
+    payload["settings"]["csv_format"] = args.csv_format
+    if args.overlay:
+        from ttball.overlay import write_overlay
+
+        payload["overlay"] = str(write_overlay(args.video, result.rows, out / "overlay.mp4"))
+    write_json(out / "track.json", payload)
+    if not args.quiet:
+        _print_summary(result, out)
+    return 0
+
+
+def _print_summary(result, out: Path) -> None:  # type: ignore[no-untyped-def]
+    s = result.summary()
+    t = result.timing
+    lines = [
+        f"frames        {s['frames']} ({s['corrupt_frames']} corrupt skipped, "
+        f"{t['duplicates']} duplicates)",
+        f"ball visible  {s['visible_pct']} %",
+        f"speed         {s['frames_per_s']} frames/s ({t['windows']} windows; network "
+        f"{t['network_s']:.2f} s, decode {t['decode_s']:.2f} s, post {t['post_s']:.2f} s)",
+        f"device        {s['device']} ({s['backend']}, weights {result.weights.name})",
+        f"written       {out / 'track.csv'}, {out / 'track.json'}",
+    ]
+    print("\n".join(lines))

@@ -1,0 +1,189 @@
+"""Online frames → windows → ball results, one stream (a video, or a live session) at a time.
+
+:class:`FrameStream` is the state of one stream: the duplicate filter, the kept frames waiting
+for a window, the candidates gathered for each frame and the tracker. It never runs the network:
+``push`` hands out windows, somebody runs them (alone, or batched with other streams' windows),
+and ``complete`` takes their heatmaps back, in window order, and returns finished frames in
+frame order. ``ttball track`` and every server session use this same class, so they agree.
+
+Step 3: non-overlapping windows, each kept frame predicted once. Step 1: a sliding window; each
+frame gathers the candidates of the up to three windows that hold it. A trailing partial window
+(step 3) or a stream shorter than three kept frames is padded with the nearest kept frames.
+Duplicate frames are not windowed; they get their twin's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ttball.frames import DuplicateFilter, Frame, resize
+from ttball.model.config import WeightsConfig
+from ttball.postprocess import Detection, FrameGeometry, detect
+from ttball.results import FrameResult
+from ttball.tracker import DEFAULT_MAX_JUMP_PX, OnlineTracker
+
+
+@dataclass
+class Window:
+    """Three kept frames, oldest first: ``pixels (9, h, w) uint8`` and their slot numbers."""
+
+    stream_id: str
+    slots: tuple[int, int, int]
+    pixels: np.ndarray
+
+
+@dataclass
+class _Kept:
+    index: int
+    time_s: float
+    pixels: np.ndarray | None
+    twins: list[tuple[int, float]] = field(default_factory=list)
+    candidates: list[Detection] = field(default_factory=list)
+    open_windows: int = 0
+    covered: bool = False
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    step: int = 3
+    threshold: float | None = None  # None: the weights' own score threshold
+    dedup_ssim: float | None = None
+    max_jump_px: float = DEFAULT_MAX_JUMP_PX
+
+    def __post_init__(self) -> None:
+        if self.step not in (1, 3):
+            raise ValueError(f"step must be 1 or 3, got {self.step}")
+        if self.threshold is not None and not (0.0 < self.threshold < 1.0):
+            raise ValueError(f"threshold must be between 0 and 1, got {self.threshold}")
+
+
+class FrameStream:
+    """The per-stream state between decoded frames and finished :class:`FrameResult` rows."""
+
+    def __init__(
+        self, config: WeightsConfig, options: StreamOptions | None = None, stream_id: str = ""
+    ) -> None:
+        self.config = config
+        self.options = options or StreamOptions()
+        self.threshold = self.options.threshold or config.score_threshold
+        self.stream_id = stream_id
+        self.geometry: FrameGeometry | None = None
+        self._dedup = DuplicateFilter(self.options.dedup_ssim)
+        self._tracker = OnlineTracker(self.options.max_jump_px)
+        self._kept: list[_Kept] = []
+        self._next_emit = 0
+        self._finished = False
+        self.frames_in = 0
+        self.duplicates = 0
+        self.windows_out = 0
+
+    # -- frames in, windows out -------------------------------------------------------------
+    def push(self, frame: Frame) -> list[Window]:
+        """Add a decoded frame; returns the windows it completed (zero or one)."""
+        if self._finished:
+            raise RuntimeError("stream already finished")
+        h, w = frame.rgb.shape[:2]
+        if self.geometry is None:
+            self.geometry = FrameGeometry(w, h, self.config.input_width, self.config.input_height)
+        elif (w, h) != (self.geometry.source_width, self.geometry.source_height):
+            raise ValueError(
+                f"frame {frame.index} is {w}x{h}, the stream's frames are "
+                f"{self.geometry.source_width}x{self.geometry.source_height}"
+            )
+        self.frames_in += 1
+        if self._kept and self._dedup.is_duplicate(frame.rgb):
+            self._kept[-1].twins.append((frame.index, frame.time_s))
+            self.duplicates += 1
+            return []
+        if not self._kept:
+            self._dedup.is_duplicate(frame.rgb)  # remember the first frame
+        self._kept.append(_Kept(frame.index, frame.time_s, resize(frame.rgb, self.config)))
+        n = len(self._kept)
+        if n >= 3 and (self.options.step == 1 or n % 3 == 0):
+            return [self._window((n - 3, n - 2, n - 1))]
+        return []
+
+    def finish(self) -> list[Window]:
+        """No more frames: the windows that cover the frames no full window reached."""
+        self._finished = True
+        n = len(self._kept)
+        if n == 0:
+            return []
+        if n < 3:
+            return [self._window(tuple([0] * (3 - n) + list(range(n))))]  # type: ignore[arg-type]
+        if self.options.step == 3 and n % 3:
+            return [self._window((n - 3, n - 2, n - 1))]
+        return []
+
+    def _window(self, slots: tuple[int, int, int]) -> Window:
+        kept = [self._kept[s] for s in slots]
+        for s in set(slots):
+            self._kept[s].open_windows += 1
+        pixels = np.concatenate([k.pixels for k in kept], axis=0)  # type: ignore[misc]
+        self.windows_out += 1
+        return Window(self.stream_id, slots, pixels)
+
+    # -- heatmaps in, results out -----------------------------------------------------------
+    def complete(self, window: Window, probs: np.ndarray) -> list[FrameResult]:
+        """Take a window's probabilities ``(3, h, w)`` float32 back; return finished frames."""
+        assert self.geometry is not None
+        seen: set[int] = set()
+        for position, slot in enumerate(window.slots):
+            if slot in seen:
+                continue
+            seen.add(slot)
+            kept = self._kept[slot]
+            kept.open_windows -= 1
+            if self.options.step == 1 or not kept.covered:
+                kept.candidates.extend(detect(probs[position], self.geometry, self.threshold))
+            kept.covered = True
+        return self._emit()
+
+    def drain(self) -> list[FrameResult]:
+        """After :meth:`finish` and every window completed: whatever is left, in order."""
+        return self._emit()
+
+    def _final(self, slot: int) -> bool:
+        kept = self._kept[slot]
+        if kept.open_windows > 0 or not kept.covered:
+            return False
+        if self._finished:
+            return True
+        n = len(self._kept)
+        later_windows = self.options.step == 1 and slot >= n - 2
+        return slot + 1 < n and not later_windows
+
+    def _emit(self) -> list[FrameResult]:
+        out: list[FrameResult] = []
+        while self._next_emit < len(self._kept) and self._final(self._next_emit):
+            kept = self._kept[self._next_emit]
+            ball = self._tracker.update(kept.candidates)
+            out.append(_result(kept.index, kept.time_s, ball))
+            out.extend(_result(i, t, ball) for i, t in kept.twins)
+            kept.candidates = []
+            self._next_emit += 1
+        # A trailing window may still need the last three kept frames' pixels.
+        for kept in self._kept[max(0, self._next_emit - 6) : min(self._next_emit, len(self._kept) - 3)]:
+            kept.pixels = None
+        return out
+
+    @property
+    def pending_frames(self) -> int:
+        return len(self._kept) - self._next_emit
+
+
+def _result(index: int, time_s: float, ball: Detection | None) -> FrameResult:
+    if ball is None:
+        return FrameResult.invisible(index, time_s)
+    return FrameResult(
+        frame=index,
+        time_s=time_s,
+        visible=True,
+        x=ball.x,
+        y=ball.y,
+        blur_angle_deg=ball.blur_angle_deg,
+        blur_length_px=ball.blur_length_px,
+        score=ball.score,
+    )
