@@ -21,6 +21,7 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/ttball track demo/rally.mp4 --device cpu --out out/demo --overlay
+	$(VENV)/bin/ttball eval out/demo/track.csv demo/rally.csv
 
 test: install
 	$(PY) -m pytest -q

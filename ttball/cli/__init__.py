@@ -16,6 +16,9 @@ from ttball.errors import UserError
 # keep heavy imports (torch, cv2) inside their run() so that `ttball --help` stays fast.
 COMMANDS: dict[str, tuple[str, str]] = {
     "track": ("ttball.cli.track", "track the ball in a video or a folder of images"),
+    "synth": ("ttball.cli.synth", "render synthetic rally clips with exact ground truth"),
+    "train": ("ttball.cli.train", "train or fine-tune BlurBall on synthetic and labelled clips"),
+    "eval": ("ttball.cli.eval", "score predicted tracks against ground truth"),
 }
 
 

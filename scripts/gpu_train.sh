@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The run that made the default weights: train on the H200, then track 20 fresh synthetic clips
+# (seed 999, never used in training) and the real rally. Everything lands in $OUT/results.tar.gz.
+# Usage (on the GPU machine, repo root): OUT=/some/dir bash scripts/gpu_train.sh [MINUTES]
+set -uo pipefail
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+MINUTES="${1:-6.5}"
+LR="${LR:-2e-3}"
+INIT_ARGS=()
+[ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")  # fine-tune from earlier weights
+W="$(mktemp -d)"
+T0=$(date +%s)
+step() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
+tt() { python3 -m ttball.cli "$@"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, cv2; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cv2', cv2.__version__)"
+nproc
+
+step "train ($MINUTES min budget)"
+timeout 600 python3 -m ttball.cli train --out "$W/run" --steps 40000 --batch 32 --lr "$LR" "${INIT_ARGS[@]}" \
+  --workers 14 --windows-per-clip 64 --seed 0 --synth-seed 1 --max-minutes "$MINUTES" --checkpoint-every 1000 \
+  --device cuda --quiet
+python3 -c "import json,sys; d=json.load(open('$W/run/train.json')); d.pop('history'); print(d)"
+
+step "20 evaluation clips, seed 999"
+tt synth "$W/eval" --clips 20 --seed 999 --workers 14 | tail -1
+mkdir -p "$W/pred"
+for v in "$W"/eval/clip_*.mp4; do
+  n=$(basename "$v" .mp4)
+  tt track "$v" --weights "$W/run/weights.safetensors" --device cuda --batch 16 --quiet --out "$W/pred/$n"
+done
+if [ -f .gpu/real_rally_a.mp4 ]; then
+  step "real rally"
+  tt track .gpu/real_rally_a.mp4 --weights "$W/run/weights.safetensors" --device cuda --batch 16 \
+    --out "$W/real" --overlay
+  tt track .gpu/real_rally_a.mp4 --weights "$W/run/weights.safetensors" --device cuda --batch 16 \
+    --out "$W/real_step1" --step 1 --quiet
+fi
+if [ -n "${SMOKE:-}" ]; then
+  step "smoke: bench + fusion on cuda"
+  timeout 150 python3 -m ttball.cli bench --device cuda --quick --batch 1 \
+    --variants eager-fp32,eager-fp16,folded-fp16-cl,cudagraph-fp16,compile-reduce-overhead-fp16-folded-cl \
+    --out "$W/bench" 2>&1 | tail -25
+  timeout 90 python3 -m ttball.cli fusion --device cuda --out "$W/fusion" 2>&1 | tail -25
+fi
+step "pack"
+rm -f "$W"/eval/*.mp4 "$W/run/last.pt"
+tar -C "$W" -czf "$OUT/results.tar.gz" run eval pred real real_step1 $(cd "$W" && ls -d bench fusion 2>/dev/null) 2>/dev/null || tar -C "$W" -czf "$OUT/results.tar.gz" run eval pred
+ls -la "$OUT"
+step "done"

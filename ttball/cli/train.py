@@ -1,0 +1,63 @@
+"""``ttball train``: train or fine-tune BlurBall on synthetic rallies and/or labelled clips."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ttball.errors import UserError
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW, got {text!r}") from None
+    if h % 8 or w % 8 or h < 16 or w < 16:
+        raise argparse.ArgumentTypeError(f"{text}: both sides must be multiples of 8, at least 16")
+    return h, w
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="runs/train", help="run folder: weights.safetensors, last.pt")
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--crop", type=_size, default=(144, 256), help="training crop HxW")
+    p.add_argument("--full-frame-every", type=int, default=4,
+                   help="every Nth step trains on whole 288x512 frames (0: never)")
+    p.add_argument("--windows-per-clip", type=int, default=48)
+    p.add_argument("--clips", nargs="*", default=[], help="folders of labelled clips (VIDEO + CSV)")
+    p.add_argument("--no-synth", action="store_true", help="train on --clips only")
+    p.add_argument("--synth-seed", type=int, default=1, help="seed of the synthetic clip stream")
+    p.add_argument("--synth-frames", type=int, default=120)
+    p.add_argument("--workers", type=int, default=4, help="data-loader processes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-amp", action="store_true", help="no bf16 autocast on the GPU")
+    p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
+    p.add_argument("--checkpoint-every", type=int, default=500)
+    p.add_argument("--init", help="fine-tune from these weights")
+    p.add_argument("--quiet", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ttball.results import write_json
+    from ttball.train import TrainConfig, train
+
+    for name in ("steps", "batch", "windows_per_clip"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    cfg = TrainConfig(
+        out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, crop=args.crop,
+        full_frame_every=args.full_frame_every, windows_per_clip=args.windows_per_clip,
+        clips=tuple(args.clips), synth=not args.no_synth, synth_seed=args.synth_seed,
+        synth_frames=args.synth_frames, workers=args.workers, seed=args.seed,
+        amp=not args.no_amp, max_minutes=args.max_minutes,
+        checkpoint_every=args.checkpoint_every, init=args.init,
+    )
+    summary = train(cfg, device=args.device, progress=not args.quiet)
+    write_json(f"{args.out}/train.json", {"config": cfg.__dict__, **summary})
+    if not args.quiet:
+        print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=1))
+    return 0
