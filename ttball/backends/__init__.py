@@ -3,9 +3,15 @@
 Importing this package registers every backend module listed here.
 """
 
-from ttball.backends import eager  # noqa: F401  (registers)
+# Order of import = order of `names()` (and of bench rows): the reference first.
+from ttball.backends import eager  # noqa: F401, I001  (registers)
+from ttball.backends import folded  # noqa: F401
+from ttball.backends import compiled  # noqa: F401
+from ttball.backends import cudagraph  # noqa: F401
+from ttball.backends import tensorrt  # noqa: F401
+
 # ONNX Runtime backends (`onnxrt-*`) live in ttball/backends/onnxrt.py (another issue); the lead
-# adds `onnxrt` to the import above when it lands. Order of import = order of `names()`.
+# adds `from ttball.backends import onnxrt` here when it lands.
 from ttball.backends.base import (
     Backend,
     BackendBase,

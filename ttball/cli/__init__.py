@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("ttball.cli.synth", "render synthetic rally clips with exact ground truth"),
     "train": ("ttball.cli.train", "train or fine-tune BlurBall on synthetic and labelled clips"),
     "eval": ("ttball.cli.eval", "score predicted tracks against ground truth"),
+    "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
 }
 
 

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The GPU tables of `ttball bench` on one H200, in steps that fit one 10-minute device call.
+#
+# Usage (GPU machine, repo root):  OUT=/some/dir bash scripts/gpu_bench.sh [GROUP|STEP ...]
+#   default (no argument) = latency compile sweep autotune1        ~9 min: the first call
+#   more                  = compile_rest autotune64                ~9 min: a second call
+#   extra                 = autotune_nocg                          ~5 min: a third call
+# Each step writes $OUT/<step>/bench.{json,csv,md,png} and $OUT/<step>.log; bench.json/csv are
+# rewritten after every variant, so a step stopped by its time limit keeps what it measured.
+# Steps never stop the script: a failed or timed-out step is reported and the next one runs.
+# Wall-time control: the whole call stops starting steps after BUDGET_S seconds (default 530);
+# each step gets min(its share, what is left), passes `--time-budget` (no new variant after it)
+# and runs under `timeout` (hard stop). Elapsed time is printed per step.
+#
+# Estimates behind the shares (H200 baseline, 2026-11-30): eager calls 4-20 ms at batch 1-3;
+# torch.compile first call 9-25 s per batch size (default / reduce-overhead), max-autotune
+# 106-134 s per batch size, so max-autotune runs at batch 1 (default) and 64 (`more`) only.
+set -uo pipefail
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+OUT="${OUT:?set OUT to the output directory}"
+BUDGET_S="${BUDGET_S:-530}"
+mkdir -p "$OUT"
+T0=$(date +%s)
+CACHE="$(mktemp -d)"  # fresh compile caches: first calls are cold, second instances warm
+now() { echo $(( $(date +%s) - T0 )); }
+say() { echo "== [$(now)s] $*"; }
+
+# step NAME SHARE_S ARGS...: one `ttball bench` run under a time limit
+step() {
+  local name="$1" share="$2"; shift 2
+  local left=$(( BUDGET_S - $(now) - 5 ))
+  local limit=$(( share < left ? share : left ))
+  if [ "$limit" -lt 60 ]; then
+    say "$name: skipped, ${left}s left of ${BUDGET_S}s"
+    return 0
+  fi
+  local start=$(now)
+  say "$name: start (limit ${limit}s)"
+  timeout -k 10 "$limit" python3 -m ttball.cli bench --device cuda --out "$OUT/$name" \
+    --cache-dir "$CACHE/$name" --time-budget $(( limit - 45 )) "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  grep -v '^USDT' "$OUT/$name.log" | tail -n 60
+  say "$name: rc=$rc after $(( $(now) - start ))s$([ $rc -eq 124 ] && echo ' (time limit: partial results kept)')"
+  return 0
+}
+
+# Latency, batch 1-3, every variant that isn't torch.compile (eager, folded, CUDA graph,
+# TensorRT, ONNX Runtime ...): 10 warm-up calls, 5 groups of 20 (not the seed's 20 + 5x50,
+# to fit ~20 variants x 3 sizes in ~2.5 min; group means of 20 CUDA-event-timed calls).
+latency() {
+  step latency 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 \
+    --variants 'eager-*,folded-*,cudagraph-*,tensorrt-*,onnxrt-*'
+}
+
+# torch.compile, batch 1-3: the baseline's best recipe, then the seed's four rows.
+compile() {
+  step compile 190 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants \
+    compile-reduce-overhead-fp16-folded-cl,compile-reduce-overhead-fp16-autocast,compile-default-fp16-autocast,compile-reduce-overhead-fp32,compile-default-fp32
+}
+
+# Throughput, batch 8-64, for the main variants (fewer calls: batch 64 eager FP32 is ~220 ms).
+sweep() {
+  step sweep 100 --batch 8,16,32,64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
+    eager-fp32,folded-fp16-cl,cudagraph-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl
+}
+
+# max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
+autotune1() {
+  step autotune1 200 --batch 1 --warmup 10 --groups 5 --calls 20 \
+    --variants compile-max-autotune-fp16-folded-cl
+}
+
+# The other compile combinations, batch 1-3.
+compile_rest() {
+  step compile_rest 300 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants \
+    compile-default-fp16-folded-cl,compile-reduce-overhead-fp16,compile-reduce-overhead-fp16-folded-cl-cudnnbench,compile-default-fp16,compile-default-fp32-folded
+}
+
+# max-autotune at batch 64 (throughput end of the sweep).
+autotune64() {
+  step autotune64 220 --batch 64 --warmup 3 --groups 3 --calls 5 \
+    --variants compile-max-autotune-fp16-folded-cl
+}
+
+# max-autotune without CUDA graphs (the seed's row), batch 1.
+autotune_nocg() {
+  step autotune_nocg 300 --batch 1 --warmup 10 --groups 5 --calls 20 --no-warm --variants \
+    compile-max-autotune-no-cudagraphs-fp16-folded-cl,compile-max-autotune-no-cudagraphs-fp16-autocast
+}
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
+python3 -c "import tensorrt; print('tensorrt', tensorrt.__version__)" 2>/dev/null || echo "tensorrt: not installed"
+nproc
+python3 -m ttball.cli bench --list --device cuda 2>&1 | tail -n 50
+
+[ $# -eq 0 ] && set -- default
+for arg in "$@"; do
+  case "$arg" in
+    default) latency; compile; sweep; autotune1 ;;
+    more) compile_rest; autotune64 ;;
+    extra) autotune_nocg ;;
+    latency|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
+    *) say "unknown step $arg (steps: latency compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
+  esac
+done
+
+# One Markdown file with every step's table.
+for md in "$OUT"/*/bench.md; do
+  [ -f "$md" ] && { cat "$md"; echo; }
+done > "$OUT/gpu-bench.md"
+rm -rf "$CACHE"
+say "done: $OUT/gpu-bench.md"

@@ -1,0 +1,69 @@
+"""Latency the seed's way: warm-up calls, then groups of calls; the median of the group means.
+
+On CUDA each group is timed with a pair of CUDA events around its calls (one synchronisation per
+group, so launches pipeline as in a worker loop); on CPU with ``time.perf_counter``. The timed
+callable is the backend call on a batch already on the device: host→device copies of frames are
+excluded; the backend's input cast and FP32 output conversion are included.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+from ttball.backends.base import synchronize
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How many calls: ``warmup`` untimed, then ``groups`` groups of ``calls`` each."""
+
+    warmup: int = 20
+    groups: int = 5
+    calls: int = 50
+
+
+FULL = TimingPlan()  # the seed's section-5 method
+QUICK = TimingPlan(warmup=2, groups=3, calls=2)  # CI-sized: shape and plumbing, not numbers
+
+
+def first_call(fn: Callable[[], T], device: torch.device) -> tuple[float, T]:
+    """Wall time of one call including any compile it triggers (synchronised), and its result."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def _group_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / calls
+    begin = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - begin) * 1e3 / calls
+
+
+def time_calls(
+    fn: Callable[[], object], device: torch.device, plan: TimingPlan
+) -> dict[str, float]:
+    """``median_ms`` of the group means with their ``min_ms`` and ``max_ms``."""
+    for _ in range(plan.warmup):
+        fn()
+    synchronize(device)
+    means = [_group_ms(fn, device, plan.calls) for _ in range(plan.groups)]
+    return {"median_ms": statistics.median(means), "min_ms": min(means), "max_ms": max(means)}
