@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("ttball.cli.train", "train or fine-tune BlurBall on synthetic and labelled clips"),
     "eval": ("ttball.cli.eval", "score predicted tracks against ground truth"),
     "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
+    "verify": ("ttball.cli.verify", "prove an optimized backend finds the same ball as the reference"),
 }
 
 
