@@ -227,3 +227,23 @@ def test_unknown_variant_is_a_user_error(
 def test_bad_batch_is_a_user_error(bench_command: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--device", "cpu", "--batch", "1,two"]) == 2
     assert "--batch" in capsys.readouterr().err
+
+
+def test_verify_adds_ball_agreement_columns(tmp_path: Path, bench_command: None) -> None:
+    from ttball.model import load_model, save_checkpoint
+
+    small = load_model().config.evolve(name="shipped-72x128", input_height=72, input_width=128)
+    weights = tmp_path / "w.safetensors"
+    save_checkpoint(weights, load_model(), small)  # the trained weights, run at 72x128
+    out = tmp_path / "out"
+    argv = ["bench", "--quick", "--device", "cpu", "--size", "72x128", "--no-profile",
+            "--variants", "eager-fp32,folded-fp32", "--weights", str(weights), "--verify",
+            "--out", str(out)]
+    assert main(argv) == 0
+    rows = {r["variant"]: r for r in _rows(out)}
+    for name in ("eager-fp32", "folded-fp32"):
+        assert rows[name]["verify_flips"] == 0
+        assert rows[name]["verify_compared"] > 0
+        assert rows[name]["verify_p99_px"] < 0.01
+        assert rows[name]["verify_passed"] is True
+    assert "| flips | p99 px | verified |" in (out / "bench.md").read_text()

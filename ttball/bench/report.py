@@ -62,6 +62,9 @@ MAIN_COLUMNS: list[tuple[str, Any]] = [
     ("rel err", lambda r: _f(r["rel_err"], ".1e")),
     ("max abs err", lambda r: _f(r["max_abs_err"], ".1e")),
     ("ok", lambda r: _f(r["within_tolerance"])),
+    ("flips", lambda r: _f(r.get("verify_flips"), "d")),
+    ("p99 px", lambda r: _f(r.get("verify_p99_px"), ".3f")),
+    ("verified", lambda r: _f(r.get("verify_passed"))),
 ]
 TERMINAL_SKIPS = {"frames/s", "max abs err"}
 

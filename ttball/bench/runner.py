@@ -11,6 +11,7 @@ with its status and reason, and the run goes on.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import gc
 import logging
@@ -70,6 +71,16 @@ ROW_KEYS: tuple[str, ...] = (
     "rel_err",
     "tolerance",
     "within_tolerance",
+    # Ball-level agreement with eager FP32 on the bundled reference clips (--verify).
+    "verify_passed",
+    "verify_flips",
+    "verify_p99_px",
+    "verify_max_px",
+    "verify_peak_moved_with_ball",
+    "verify_peak_moved",
+    "verify_track_flips",
+    "verify_logit_rel",
+    "verify_compared",
     "peak_mem_mb",
     "mem_method",
     "kernels_per_call",
@@ -106,6 +117,7 @@ class BenchConfig:
     weights: str = "random-init"
     warm: bool = True  # measure a warm restart for backends with a disk cache
     time_budget_s: float | None = None  # variants not started by then are rows "skipped"
+    verify: bool = False  # ball-level agreement on bundled clips; meaningful with trained weights
 
 
 @dataclass
@@ -240,6 +252,14 @@ class _Run:
         for b, x in self.inputs.items():
             self.reference[b] = backend(x).detach().clone()
         del backend
+        if self.config.verify:
+            from ttball.verify import bundled_reference_clips
+
+            self.verify_clips = bundled_reference_clips()
+            # Its own copy: eager FP32 moves the model it is given to its device.
+            self.verify_reference = base.create(
+                REFERENCE, copy.deepcopy(self.model), self.config.device
+            )
 
     def measure(self, backend: base.Backend, name: str, batch: int) -> dict[str, Any]:
         cfg, x = self.config, self.inputs[batch]
@@ -253,6 +273,15 @@ class _Run:
         row.update(accuracy.agreement(out, self.reference[batch]))
         row["within_tolerance"] = bool(row["rel_err"] <= row["tolerance"])
         del out
+        if cfg.verify:
+            from ttball.verify import VerifyOptions, agreement_columns
+
+            row.update(
+                agreement_columns(
+                    backend, self.verify_reference, self.verify_clips,
+                    config=self.model.config, options=VerifyOptions(batch=batch, tf32=cfg.tf32),
+                )
+            )
         row.update(timing.time_calls(fn, cfg.device, cfg.plan))
         if cfg.profile_calls > 0:
             row.update(profiling.profile_calls(fn, cfg.device, cfg.profile_calls))

@@ -83,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tf32", action="store_true", help="allow TF32 on CUDA (default off)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiler pass")
     parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="add ball-level agreement with eager FP32 (decision flips, p99 px) on bundled clips",
+    )
+    parser.add_argument(
         "--list",
         action="store_true",
         help="list the registered variants and whether they can run here",
@@ -176,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
         tf32=args.tf32,
         weights=weights,
+        verify=args.verify,
     )
     about = {
         "command": "ttball bench " + shlex.join(sys.argv[2:] if _from_cli() else _argv(args)),
