@@ -48,19 +48,19 @@ step() {
 # TensorRT, ONNX Runtime ...): 10 warm-up calls, 5 groups of 20 (not the seed's 20 + 5x50,
 # to fit ~20 variants x 3 sizes in ~2.5 min; group means of 20 CUDA-event-timed calls).
 latency() {
-  step latency 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 \
+  step latency 115 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 \
     --variants 'eager-*,folded-*,cudagraph-*,tensorrt-*,onnxrt-*'
 }
 
 # torch.compile, batch 1-3: the baseline's best recipe, then the seed's four rows.
 compile() {
-  step compile 190 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants \
+  step compile 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants \
     compile-reduce-overhead-fp16-folded-cl,compile-reduce-overhead-fp16-autocast,compile-default-fp16-autocast,compile-reduce-overhead-fp32,compile-default-fp32
 }
 
 # Throughput, batch 8-64, for the main variants (fewer calls: batch 64 eager FP32 is ~220 ms).
 sweep() {
-  step sweep 100 --batch 8,16,32,64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
+  step sweep 75 --batch 8,16,32,64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
     eager-fp32,folded-fp16-cl,cudagraph-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl
 }
 
