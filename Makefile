@@ -14,7 +14,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[serve,dev]"
+	$(PIP) install -q -e ".[serve,dev,cpu]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import cv2
@@ -11,6 +13,9 @@ import torch
 
 from ttball.model import BlurBall, randomize_batchnorm, save_checkpoint
 from ttball.model.config import WeightsConfig
+
+# Exports and compile caches of the tests go to a throwaway folder, never to ~/.cache.
+os.environ.setdefault("TTBALL_CACHE_DIR", tempfile.mkdtemp(prefix="ttball-test-cache-"))
 
 SMALL = (72, 128)  # (height, width): the network is fully convolutional; 16x fewer FLOPs
 

@@ -9,9 +9,10 @@ from ttball.backends import folded  # noqa: F401
 from ttball.backends import compiled  # noqa: F401
 from ttball.backends import cudagraph  # noqa: F401
 from ttball.backends import tensorrt  # noqa: F401
+from ttball.backends import onnxrt  # noqa: F401
+from ttball.backends import openvino  # noqa: F401
 
 # ONNX Runtime backends (`onnxrt-*`) live in ttball/backends/onnxrt.py (another issue); the lead
-# adds `from ttball.backends import onnxrt` here when it lands.
 from ttball.backends.base import (
     Backend,
     BackendBase,

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("ttball.cli.eval", "score predicted tracks against ground truth"),
     "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
     "verify": ("ttball.cli.verify", "prove an optimized backend finds the same ball as the reference"),
+    "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8) or a Triton model repository"),
 }
 
 

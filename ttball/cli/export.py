@@ -1,0 +1,162 @@
+"""``ttball export onnx|triton``: write the network as ONNX (FP32, FP16, INT8) or as a Triton
+model repository. Every export is checked: ``onnx.checker``, then one run in ONNX Runtime
+compared with eager FP32 (printed)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ttball.errors import UserError
+
+if TYPE_CHECKING:
+    from ttball.model import BlurBall
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="target", metavar="TARGET", required=True)
+    onnx = sub.add_parser("onnx", help="one ONNX file with its metadata",
+                          description="Export the network to one ONNX file with its metadata.")
+    onnx.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    _common(onnx)
+    onnx.add_argument("--fold-bn", action="store_true",
+                      help="fold BatchNorm in FP32 before export (the exporter folds it anyway; "
+                      "matters with --fp16)")
+    onnx.add_argument("--dynamic-batch", action="store_true",
+                      help="leave the batch dimension free (default: batch 1)")
+    onnx.add_argument("--opset", type=int, help="ONNX opset (default: the exporter's own, 18 "
+                      "for dynamo, 17 for torchscript)")
+    onnx.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo",
+                      help="torch exporter (default dynamo: the cleaner graph)")
+    onnx.add_argument("--int8", action="store_true",
+                      help="static INT8 QDQ quantisation, calibrated on --calibrate clips")
+    onnx.add_argument("--calibrate", type=Path, nargs="+", metavar="CLIP",
+                      help="videos (or image folders) to calibrate INT8 on (default: 16 "
+                      "synthetic rally windows; real footage from your cameras is better)")
+    onnx.add_argument("--calibration-method", choices=("minmax", "entropy", "percentile"),
+                      help="how activation ranges are chosen (default minmax)")
+    onnx.add_argument("--calibration-windows", type=int, default=32,
+                      help="3-frame windows used, spread over the clips (default 32)")
+    onnx.set_defaults(_target=_run_onnx)
+
+    triton = sub.add_parser("triton", help="a Triton Inference Server model repository",
+                            description="Write REPO/blurball/{config.pbtxt,1/model.onnx}.")
+    triton.add_argument("--out", type=Path, required=True, help="the repository folder")
+    _common(triton)
+    triton.add_argument("--onnx", type=Path, metavar="FILE",
+                        help="package this exported file (e.g. an --int8 export with "
+                        "--dynamic-batch) instead of exporting the weights")
+    triton.add_argument("--max-batch-size", type=int, default=8,
+                        help="Triton's max_batch_size (default 8, at least 3)")
+    triton.set_defaults(_target=_run_triton)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", type=Path, help="checkpoint (default: the shipped weights)")
+    p.add_argument("--fp16", action="store_true", help="FP16 weights, input and output")
+    p.add_argument("--size", help="input HxW (default: the weights' own, e.g. 288x512)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args._target(args) or 0)
+
+
+def _size(args: argparse.Namespace, model: BlurBall) -> tuple[int, int]:
+    config = model.config
+    if not args.size:
+        return config.input_height, config.input_width
+    try:
+        h, w = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        raise UserError(f"--size must be HxW (e.g. 288x512), got {args.size!r}") from None
+    return h, w
+
+
+def _load(args: argparse.Namespace) -> BlurBall:
+    from ttball.model import load_model
+
+    model = load_model(args.weights)
+    if model.config.name == "random-init":
+        print("note: no trained weights found; exporting the random initialisation")
+    return model
+
+
+def _check_onnx_args(args: argparse.Namespace) -> None:
+    if args.int8 and args.fp16:
+        raise UserError("--int8 and --fp16 exclude each other (INT8 starts from the FP32 export)")
+    if args.calibrate and not args.int8:
+        raise UserError("--calibrate only applies with --int8")
+    if args.calibration_method and not args.int8:
+        raise UserError("--calibration-method only applies with --int8")
+    if args.calibration_windows < 1:
+        raise UserError("--calibration-windows must be at least 1")
+    if args.out.suffix != ".onnx":
+        raise UserError(f"--out must name a .onnx file, got {args.out}")
+    if not args.out.parent.is_dir():
+        raise UserError(f"--out: folder {args.out.parent} does not exist")
+
+
+def _run_onnx(args: argparse.Namespace) -> int:
+    from ttball.export import export_onnx
+
+    _check_onnx_args(args)
+    model = _load(args)
+    height, width = _size(args, model)
+    options = {"fold_bn": args.fold_bn, "dynamic_batch": args.dynamic_batch,
+               "opset": args.opset, "height": height, "width": width, "exporter": args.exporter}
+    if not args.int8:
+        result = export_onnx(model, args.out, fp16=args.fp16, **options)
+        print(f"wrote {result.path} ({result.precision}, {result.exporter} exporter, opset "
+              f"{result.opset}); ONNX Runtime vs eager FP32: max abs diff "
+              f"{result.max_abs_diff:.3g}, relative {result.max_rel_diff:.3g}")
+        return 0
+    return _run_int8(args, model, options)
+
+
+def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any]) -> int:
+    from ttball.export import export_onnx
+    from ttball.export.quantize import (
+        DEFAULT_METHOD,
+        calibration_windows,
+        quantize_int8,
+        synthetic_windows,
+    )
+
+    config, size = model.config, (options["height"], options["width"])
+    if args.calibrate:
+        windows = calibration_windows(args.calibrate, config, *size, limit=args.calibration_windows)
+    else:
+        print("note: no --calibrate clips; calibrating on synthetic rally frames")
+        windows = synthetic_windows(config, *size)
+    with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
+        fp32 = export_onnx(model, Path(tmp) / "fp32.onnx", **options)
+        result = quantize_int8(fp32.path, args.out, windows,
+                               method=args.calibration_method or DEFAULT_METHOD)
+    print(f"wrote {result.path} (int8 QDQ, {result.method} on {result.windows} windows); "
+          f"vs FP32 on those windows: max abs diff {result.max_abs_diff:.3g}, mean "
+          f"{result.mean_abs_diff:.3g}, same argmax in {result.argmax_same:.0%} of heatmaps")
+    return 0
+
+
+def _run_triton(args: argparse.Namespace) -> int:
+    from ttball.export.triton import write_triton_repo
+
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} exists and is not a folder")
+    if args.onnx and (args.weights or args.fp16 or args.size):
+        raise UserError("--onnx packages a file as it is: --weights, --fp16 and --size don't apply")
+    if args.onnx:
+        repo = write_triton_repo(None, args.out, source=args.onnx,
+                                 max_batch_size=args.max_batch_size)
+    else:
+        model = _load(args)
+        height, width = _size(args, model)
+        repo = write_triton_repo(model, args.out, fp16=args.fp16, height=height, width=width,
+                                 max_batch_size=args.max_batch_size)
+    print(f"wrote {repo.config} and {repo.model}")
+    if repo.export is not None:
+        print(f"ONNX Runtime vs eager FP32: max abs diff {repo.export.max_abs_diff:.3g}, "
+              f"relative {repo.export.max_rel_diff:.3g}")
+    return 0
