@@ -13,7 +13,8 @@ from ttball.cli import main
 
 
 def run_cli(*args: str) -> int:
-    return main(["track", *map(str, args), "--quiet"])
+    backend = [] if "--backend" in args else ["--backend", "eager-fp32"]  # auto: tests/backends
+    return main(["track", *map(str, args), *backend, "--quiet"])
 
 
 def test_track_writes_csv_json_and_overlay(tmp_path, clip, small_weights) -> None:

@@ -13,7 +13,10 @@ from ttball.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("video", help="a video file OpenCV can read, or a folder of images")
     p.add_argument("--weights", help="checkpoint (.safetensors, .pt/.pth/.tar); default: shipped weights")
-    p.add_argument("--backend", default="eager-fp32", help="backend name (ttball bench --list shows them)")
+    p.add_argument("--backend", default="auto",
+                   help="backend name (ttball bench --list shows them); auto: the fastest that "
+                        "passed verification on this machine, chosen once and cached")
+    p.add_argument("--reselect", action="store_true", help="with --backend auto: choose again")
     p.add_argument("--step", type=int, choices=(1, 3), default=3,
                    help="3: non-overlapping windows (fast); 1: sliding window")
     p.add_argument("--threshold", type=float, help="score threshold (default: the weights' own, 0.5)")
@@ -56,10 +59,16 @@ def run(args: argparse.Namespace) -> int:
     if model.config.name == "random-init":
         print("warning: no trained weights found; running freshly initialised weights, "
               "so the detections are meaningless", file=sys.stderr)
+    backend = args.backend
+    if backend == "auto":
+        from ttball.backends.auto import choose_backend
+
+        log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+        backend = choose_backend(model, args.device, reselect=args.reselect, log=log).backend
     bar = tqdm(total=info.frame_count or None, unit="frame", disable=args.quiet,
                desc="tracking", dynamic_ncols=True)
     try:
-        result = track(args.video, model=model, backend=args.backend, device=args.device,
+        result = track(args.video, model=model, backend=backend, device=args.device,
                        step=args.step, threshold=args.threshold, batch=args.batch,
                        dedup_ssim=args.dedup_ssim, on_frames=bar.update)
     finally:

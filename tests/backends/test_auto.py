@@ -1,0 +1,68 @@
+"""--backend auto: verified candidates only, the fastest wins, the choice is cached."""
+
+import json
+
+import pytest
+import torch
+
+from ttball.backends import auto, base
+from ttball.backends.eager import EagerBackend
+from ttball.cli import main
+
+
+class _Shifted(EagerBackend):
+    """Eager FP32 with its heatmaps moved 6 px: fast to build, and must fail verification."""
+
+    def run(self, batch: torch.Tensor) -> torch.Tensor:
+        return torch.roll(super().run(batch), shifts=6, dims=-1)
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "cache"))
+    entry = base.BackendSpec("test-shifted", lambda m, d: _Shifted(m, d), "shifted", base._always)
+    monkeypatch.setitem(base._REGISTRY, "test-shifted", entry)
+    return tmp_path / "cache" / "auto-backend.json"
+
+
+@pytest.fixture(scope="module")
+def trained_small():
+    from ttball.model import load_model
+
+    model = load_model()  # the shipped weights find the ball even at 72x128
+    model.config = model.config.evolve(input_height=72, input_width=128)
+    return model
+
+
+def test_failing_candidate_is_never_chosen_and_choice_is_cached(isolated, trained_small) -> None:
+    choice = auto.choose_backend(trained_small, "cpu",
+                                 candidates=("test-shifted", "folded-fp32", "eager-fp32"))
+    status = {t.name: t.status for t in choice.trials}
+    assert status["test-shifted"] == "failed"
+    assert choice.backend in {"folded-fp32", "eager-fp32"}
+    assert status[choice.backend] == "chosen"
+    saved = json.loads(isolated.read_text())
+    assert [v["backend"] for v in saved.values()] == [choice.backend]
+    again = auto.choose_backend(trained_small, "cpu", candidates=("test-shifted",))
+    assert again.cached and again.backend == choice.backend  # read back, nothing re-run
+
+
+def test_unavailable_candidates_are_skipped_with_their_reason(isolated, trained_small) -> None:
+    choice = auto.choose_backend(trained_small, "cpu", candidates=("cudagraph-fp16", "eager-fp32"))
+    [skipped] = [t for t in choice.trials if t.name == "cudagraph-fp16"]
+    assert skipped.status == "unavailable" and "CUDA" in skipped.reason
+    assert choice.backend == "eager-fp32"
+
+
+def test_track_cli_uses_the_choice(isolated, trained_small, tmp_path, clip, monkeypatch) -> None:
+    from ttball.model import save_checkpoint
+
+    weights = tmp_path / "w.safetensors"
+    save_checkpoint(weights, trained_small, trained_small.config)
+    monkeypatch.setitem(auto.CANDIDATES, "cpu", ("folded-fp32", "eager-fp32"))
+    out = tmp_path / "out"
+    assert main(["track", str(clip), "--weights", str(weights), "--device", "cpu",
+                 "--out", str(out), "--quiet"]) == 0
+    meta = json.loads((out / "track.json").read_text())
+    assert meta["settings"]["backend"] in {"folded-fp32", "eager-fp32"}
+    assert isolated.exists()

@@ -1,0 +1,168 @@
+"""``--backend auto``: the fastest backend that passes verification on this machine, chosen once.
+
+The first run on a machine (for given weights) verifies each candidate against eager FP32 on a
+short bundled synthetic clip, times the ones that pass on one window, and caches the winner
+in ``$TTBALL_CACHE_DIR/auto-backend.json`` (default ``~/.cache/ttball``), keyed by the
+processor or GPU, the core count, the torch version and the weights' hash. Later runs read the
+cache. ``ttball track --backend auto --reselect`` chooses again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ttball.backends import base
+from ttball.errors import UserError
+
+REFERENCE = "eager-fp32"
+# Fastest first, by the measurements in docs/benchmarks/cpu-onnx.md and h200.md. INT8 stays a
+# candidate: the verification decides whether its flips rule it out.
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "cpu": ("openvino-bf16", "openvino-int8", "onnxrt-int8", "openvino-fp32",
+            "onnxrt-fp32-tuned", "folded-fp32-cl", REFERENCE),
+    "cuda": ("compile-reduce-overhead-fp16-autocast", "cudagraph-fp16", "eager-fp16-cl",
+             "eager-fp16", REFERENCE),
+}
+CLIP_FRAMES = 24  # 8 windows at step 3: enough to see flips, seconds not minutes on a CPU
+TIMED_CALLS = 3
+
+
+@dataclass
+class Trial:
+    name: str
+    status: str  # "chosen", "passed", "failed", "unavailable", "error"
+    ms: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class Choice:
+    backend: str
+    key: str
+    trials: list[Trial] = field(default_factory=list)
+    cached: bool = False
+
+
+def cache_file() -> Path:
+    root = os.environ.get("TTBALL_CACHE_DIR") or Path.home() / ".cache" / "ttball"
+    return Path(root) / "auto-backend.json"
+
+
+def _processor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key(device: torch.device, weights_sha256: str) -> str:
+    """What the choice depends on: the chip, the cores, torch, and the weights."""
+    chip = torch.cuda.get_device_name(device) if device.type == "cuda" else _processor()
+    return "|".join([device.type, chip, f"{os.cpu_count()} cpus", f"torch {torch.__version__}",
+                     weights_sha256[:16]])
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, key: str, choice: Choice) -> None:
+    from ttball.results import write_json
+
+    entries = _read_cache(path)
+    entries[key] = {"backend": choice.backend, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "trials": [asdict(t) for t in choice.trials]}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, entries)
+    except (OSError, UserError):
+        pass  # a read-only home only costs a new selection next time
+
+
+def _time_one_window(backend: base.Backend, height: int, width: int) -> float:
+    x = torch.randn(1, 9, height, width, device=backend.device)
+    backend(x)  # warm-up (compiles where the backend compiles)
+    times = []
+    for _ in range(TIMED_CALLS):
+        start = time.perf_counter()
+        backend(x)
+        base.synchronize(backend.device)
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def _try(name: str, model: torch.nn.Module, device: torch.device, reference: base.Backend,
+         clips: Sequence[Path]) -> Trial:
+    from ttball.verify import VerifyOptions, verify_backend
+
+    reason = base.unavailable_reason(name, device)
+    if reason:
+        return Trial(name, "unavailable", reason=reason)
+    try:
+        backend = base.create(name, copy.deepcopy(model), device)
+        if name != REFERENCE:
+            report = verify_backend(backend, reference, clips, config=model.config,
+                                    options=VerifyOptions(max_frames=CLIP_FRAMES))
+            if not report.passed:
+                return Trial(name, "failed", reason=report.reason())
+        ms = _time_one_window(backend, model.config.input_height, model.config.input_width)
+    except UserError as exc:
+        return Trial(name, "error", reason=str(exc))
+    except (RuntimeError, ValueError, OSError, ImportError) as exc:  # a backend that breaks here
+        return Trial(name, "error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    return Trial(name, "passed", ms=ms)
+
+
+def choose_backend(
+    model: torch.nn.Module,
+    device: str | torch.device = "auto",
+    *,
+    candidates: Sequence[str] | None = None,
+    reselect: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Choice:
+    """The cached choice for this machine and weights, or a new one (and cache it)."""
+    from ttball.verify import bundled_reference_clips
+
+    dev = base.resolve_device(device)
+    key = machine_key(dev, model.config.sha256 or "unhashed")
+    path = cache_file()
+    entry = _read_cache(path).get(key)
+    names = list(candidates or CANDIDATES.get(dev.type, (REFERENCE,)))
+    if entry and not reselect and entry.get("backend") in base.names():
+        return Choice(entry["backend"], key, [Trial(**t) for t in entry.get("trials", [])], True)
+    say = log or (lambda _msg: None)
+    say(f"choosing the fastest verified backend for this machine (once; cached in {path})")
+    reference = base.create(REFERENCE, copy.deepcopy(model), dev)
+    clips = bundled_reference_clips(count=1, frames=CLIP_FRAMES)
+    trials = []
+    for name in names:
+        trial = _try(name, model, dev, reference, clips)
+        say(f"  {name}: {trial.status}" + (f", {trial.ms:.1f} ms" if trial.ms else "")
+            + (f" ({trial.reason})" if trial.reason else ""))
+        trials.append(trial)
+    passed = [t for t in trials if t.status == "passed"]
+    best = min(passed, key=lambda t: t.ms or float("inf"), default=None)
+    if best is None:
+        best = Trial(REFERENCE, "passed")
+    best.status = "chosen"
+    choice = Choice(best.name, key, trials)
+    _write_cache(path, key, choice)
+    return choice
