@@ -110,3 +110,14 @@ def test_bad_options() -> None:
         StreamOptions(step=2)
     with pytest.raises(ValueError, match="threshold"):
         StreamOptions(threshold=1.5)
+
+
+def test_drain_before_three_frames_keeps_their_pixels() -> None:
+    # A live session may ask for results before its first window exists.
+    stream = FrameStream(CFG, StreamOptions(step=1))
+    stream.push(frame(0))
+    stream.push(frame(1))
+    assert stream.drain() == []
+    [window] = stream.push(frame(2))
+    assert window.pixels.shape == (9, 16, 32)
+    assert [round(r.x) for r in stream.complete(window, fake_probs(stream, window))] == [0]

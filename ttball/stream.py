@@ -165,7 +165,8 @@ class FrameStream:
             kept.candidates = []
             self._next_emit += 1
         # A trailing window may still need the last three kept frames' pixels.
-        for kept in self._kept[max(0, self._next_emit - 6) : min(self._next_emit, len(self._kept) - 3)]:
+        last = min(self._next_emit, max(0, len(self._kept) - 3))
+        for kept in self._kept[max(0, self._next_emit - 6) : last]:
             kept.pixels = None
         return out
 
