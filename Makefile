@@ -17,7 +17,18 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -q -e ".[serve,dev,cpu]"
 	touch $(STAMP)
 
-install: $(STAMP)
+WEB_SRC := $(wildcard web/src/*.js web/static/*) web/build.mjs
+
+# The web page (ttball/web/, served by `ttball serve` at /): npm packages built with esbuild.
+web: ttball/web/index.html
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && npm ci --ignore-scripts --no-audit --no-fund
+
+ttball/web/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
+	cd web && npm run build
+
+install: $(STAMP) web
 
 demo: install
 	$(VENV)/bin/ttball track demo/rally.mp4 --device cpu --out out/demo --overlay

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
     "verify": ("ttball.cli.verify", "prove an optimized backend finds the same ball as the reference"),
     "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8) or a Triton model repository"),
+    "serve": ("ttball.cli.serve", "the real-time ball worker: sessions, batching, KServe v2, metrics"),
+    "loadtest": ("ttball.cli.loadtest", "replay clips as concurrent sessions against a running worker"),
 }
 
 

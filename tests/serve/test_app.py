@@ -1,0 +1,259 @@
+"""The worker's behaviour around the network, with fake backends (real BackendBase subclasses):
+readiness only after warm-up, 429 under overload, session limits and expiry, auth, verify hook,
+start-up failure, the web page mount."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+
+from ttball.backends import BackendBase
+from ttball.client import Client
+from ttball.errors import UserError
+from ttball.serve import ServeSettings, create_app
+from ttball.serve.app import serve_in_thread
+
+
+class GatedBackend(BackendBase):
+    """Zero logits. ``warm_gate`` holds warm-up, ``run_gate`` holds every batch."""
+
+    name = "gated"
+
+    def __init__(self, warm_gate: threading.Event | None = None,
+                 run_gate: threading.Event | None = None) -> None:
+        super().__init__(torch.device("cpu"))
+        self.warm_gate, self.run_gate = warm_gate, run_gate
+        self.sizes: list[int] = []
+
+    def warmup(self, batch_sizes, height, width):
+        if self.warm_gate is not None:
+            assert self.warm_gate.wait(30)
+        return super().warmup(batch_sizes, height, width)
+
+    def run(self, batch):
+        self.sizes.append(batch.shape[0])
+        if self.run_gate is not None:
+            assert self.run_gate.wait(30)
+        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
+
+
+@pytest.fixture()
+def start(small_weights):
+    """start(**settings) → a Client of a running worker with a fake backend."""
+    def go(backend=None, wait=True, **overrides):
+        backend = backend or GatedBackend()
+        settings = ServeSettings(**{"weights": str(small_weights), "device": "cpu",
+                                    "warmup_batches": (1, 2),
+                                    "backend_factory": lambda model, device: backend,
+                                    **overrides})
+        cm = serve_in_thread(create_app(settings))
+        url = cm.__enter__()
+        opened.append(cm)
+        client = Client(url, token=overrides.get("token"))
+        clients.append(client)
+        if wait:
+            client.wait_ready(timeout=60, poll=0.05)
+        return client
+
+    opened, clients = [], []
+    yield go
+    for client in clients:
+        client.close()
+    for cm in reversed(opened):
+        cm.__exit__(None, None, None)
+
+
+def png(value: int = 0) -> bytes:
+    return cv2.imencode(".png", np.full((36, 64, 3), value, np.uint8))[1].tobytes()
+
+
+def test_ready_only_after_warmup_with_progress(start) -> None:
+    gate = threading.Event()
+    backend = GatedBackend(warm_gate=gate)
+    client = start(backend, wait=False)
+    assert client.http.get("/healthz").status_code == 200  # alive while warming
+    deadline = time.monotonic() + 30
+    while (body := client.readiness())["phase"] != "warmup":
+        assert time.monotonic() < deadline, body
+        time.sleep(0.02)
+    reply = client.http.get("/readyz")
+    assert reply.status_code == 503
+    assert reply.json()["warmup"] == {"batch_sizes": [1, 2], "done": [], "pending": [1, 2],
+                                      "seconds": {}}
+    assert client.http.get("/v2/health/ready").status_code == 503
+    assert client.http.get("/v2/models/blurball/ready").status_code == 503
+    refused = client.http.post("/v1/sessions", json={})
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "not_ready"
+    assert refused.headers["Retry-After"] == "1"
+    gate.set()
+    body = client.wait_ready(timeout=30, poll=0.02)
+    assert body["warmup"]["done"] == [1, 2] and body["startup_seconds"]["total"] > 0
+    assert backend.warmed == {1, 2}
+    assert client.http.get("/v2/health/ready").status_code == 200
+
+
+def test_overload_gets_429_with_retry_after_and_others_finish(start) -> None:
+    backend = GatedBackend()
+    client = start(backend, max_queue=1, max_batch=1, warmup_batches=(1,))
+    gate = backend.run_gate = threading.Event()  # warm-up ran; now batches wait for the gate
+    a, b, c = (client.open_session() for _ in range(3))
+    for s in (a, b):
+        s.send(png(1))
+        s.send(png(2))
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(a.send, png(3))  # its window runs and blocks on the gate
+        deadline = time.monotonic() + 10
+        while backend.sizes.count(1) < 2:  # warm-up's call + this one
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        second = pool.submit(b.send, png(3))  # queued: the queue (1) is full
+        while 'ttball_queue_depth 1.0' not in client.metrics():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        reply = client.http.post(f"/v1/sessions/{c.id}/frames", content=png(1),
+                                 headers={"Content-Type": "image/png"})
+        assert reply.status_code == 429
+        assert reply.json()["error"]["code"] == "overloaded"
+        assert int(reply.headers["Retry-After"]) >= 1
+        gate.set()
+        assert [r["frame"] for r in first.result(30)] == [0, 1]
+        assert [r["frame"] for r in second.result(30)] == [0, 1]
+    assert [r["frame"] for r in c.send(png(1))] == []  # and c goes on normally
+
+
+def test_session_limit_and_expiry(start) -> None:
+    client = start(max_sessions=2, session_ttl_s=0.3)
+    first = client.open_session()
+    client.open_session()
+    reply = client.http.post("/v1/sessions", json={})
+    assert reply.status_code == 429 and reply.json()["error"]["code"] == "too_many_sessions"
+    deadline = time.monotonic() + 10
+    while client.http.get("/v1/sessions").json()["sessions"]:
+        assert time.monotonic() < deadline, "idle sessions did not expire"
+        time.sleep(0.05)
+    assert client.http.get(f"/v1/sessions/{first.id}").status_code == 404
+    assert client.http.post("/v1/sessions", json={}).status_code == 201
+    assert 'ttball_session_events_total{event="expired"} 2.0' in client.metrics()
+
+
+def test_bearer_token(start) -> None:
+    client = start(token="s3cret")
+    anonymous = Client(client.url)
+    try:
+        assert anonymous.http.get("/healthz").status_code == 200
+        assert anonymous.http.get("/readyz").status_code == 200
+        assert anonymous.http.get("/v2/health/ready").status_code == 200
+        for path in ("/v1", "/metrics", "/v2/models/blurball"):
+            reply = anonymous.http.get(path)
+            assert reply.status_code == 401, path
+        assert anonymous.http.post("/v1/sessions", json={}).json()["error"]["code"] == "unauthorized"
+        wrong = anonymous.http.get("/v1", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+    finally:
+        anonymous.close()
+    session = client.open_session()  # the client sends the token
+    with session.stream() as ws:  # so does its WebSocket
+        ws.send(png(1))
+        ws.send(png(2))
+        ws.send(png(3))
+        assert ws.recv()["frame"] == 0
+
+
+def test_non_loopback_needs_a_token_and_max_batch_must_be_warm() -> None:
+    with pytest.raises(UserError, match="--token"):
+        create_app(ServeSettings(host="0.0.0.0"))
+    create_app(ServeSettings(host="0.0.0.0", token="t"))
+    with pytest.raises(UserError, match="warm"):
+        create_app(ServeSettings(warmup_batches=(1, 2), max_batch=4))
+
+
+def test_startup_failure_is_reported_never_ready(start) -> None:
+    def broken(model, device):
+        raise RuntimeError("no such GPU")
+
+    client = start(wait=False, backend_factory=broken)
+    deadline = time.monotonic() + 30
+    while (body := client.readiness())["phase"] != "failed":
+        assert time.monotonic() < deadline, body
+        time.sleep(0.02)
+    assert "no such GPU" in body["error"]
+    assert client.http.get("/readyz").status_code == 503
+    assert client.http.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_verify_gates_readiness(start, monkeypatch, passed) -> None:
+    import ttball
+
+    calls = []
+
+    def verify_backend(candidate, reference, clips, tolerances=None, *, config=None):
+        calls.append((candidate, reference.name, clips, config))
+        return types.SimpleNamespace(passed=passed, reason=lambda: "2 clips, max 3.1 px")
+
+    fake = types.ModuleType("ttball.verify")
+    fake.verify_backend = verify_backend
+    fake.bundled_reference_clips = lambda: ["clip-a"]
+    monkeypatch.setitem(sys.modules, "ttball.verify", fake)
+    monkeypatch.setattr(ttball, "verify", fake, raising=False)
+    backend = GatedBackend()
+    client = start(backend, wait=False, verify=True)
+    deadline = time.monotonic() + 30
+    while (body := client.readiness())["phase"] not in ("ready", "failed"):
+        assert time.monotonic() < deadline, body
+        time.sleep(0.02)
+    assert body["phase"] == ("ready" if passed else "failed"), body
+    assert len(calls) == 1
+    candidate, reference, clips, config = calls[0]
+    assert candidate is backend and reference == "eager-fp32" and clips == ["clip-a"]
+    assert config.name == "test-small"
+    if not passed:
+        assert body["error"] == "RuntimeError: verification failed: 2 clips, max 3.1 px"
+
+
+def test_real_verify_passes_for_a_folded_backend(small_weights) -> None:
+    pytest.importorskip("ttball.verify")
+    settings = ServeSettings(weights=str(small_weights), device="cpu", backend="folded-fp32",
+                             warmup_batches=(1,), verify=True, torch_threads=1)
+    with serve_in_thread(create_app(settings)) as url, Client(url) as client:
+        body = client.wait_ready(timeout=120, poll=0.1)
+    assert body["verified"] is True and body["startup_seconds"]["verify"] > 0
+
+
+def test_web_page_is_served_last(start, tmp_path) -> None:
+    (tmp_path / "index.html").write_text("<h1>ttball</h1>")
+    client = start(web_dir=str(tmp_path))
+    assert client.http.get("/").text == "<h1>ttball</h1>"
+    assert client.http.get("/healthz").json()["status"] == "alive"
+
+
+def test_websocket_client_gone_while_its_windows_wait_is_cleaned_up(start) -> None:
+    backend = GatedBackend()
+    client = start(backend, max_ws_inflight=2, max_queue=64)
+    gate = backend.run_gate = threading.Event()
+    session = client.open_session(step=1)
+    from websockets.sync.client import connect
+
+    url = client.url.replace("http", "ws") + f"/v1/sessions/{session.id}/stream"
+    with connect(url, close_timeout=0.2) as ws:  # the server isn't reading: don't wait on it
+        for value in range(8):  # more frames than may wait: the server stops reading
+            ws.send(png(value))
+        time.sleep(0.3)
+    gate.set()
+    deadline = time.monotonic() + 20
+    while client.http.get(f"/v1/sessions/{session.id}").status_code != 404:
+        assert time.monotonic() < deadline, "session left behind after the client went away"
+        time.sleep(0.05)
+    assert 'ttball_session_events_total{event="disconnected"} 1.0' in client.metrics()
+    other = client.open_session()  # the worker goes on
+    assert [other.send(png(v)) for v in (1, 2, 3)][-1][0]["frame"] == 0

@@ -1,0 +1,150 @@
+"""The dynamic batcher with a recording backend: batch sizes, padding, delays, admission, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from ttball.backends import BackendBase
+from ttball.model.config import WeightsConfig
+from ttball.serve.batcher import Batcher, Overloaded
+from ttball.serve.metrics import Metrics
+from ttball.serve.settings import ApiError
+from ttball.stream import Window
+
+CFG = WeightsConfig(input_height=4, input_width=8)
+
+
+class RecordingBackend(BackendBase):
+    """Logits = the first three input channels: every output row says which input it came from."""
+
+    name = "recording"
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__(torch.device("cpu"))
+        self.sizes: list[int] = []
+        self.delay_s = delay_s
+
+    def run(self, batch: torch.Tensor) -> torch.Tensor:
+        self.sizes.append(batch.shape[0])
+        time.sleep(self.delay_s)
+        return batch[:, :3].clone()
+
+
+def window(value: float, raw: bool = False) -> Window:
+    dtype = np.float32 if raw else np.uint8
+    return Window("s", (0, 1, 2), np.full((9, 4, 8), value, dtype))
+
+
+EXECUTOR = ThreadPoolExecutor(1, thread_name_prefix="test-backend")
+
+
+def make(backend, sizes=(1, 2, 4), max_batch=4, delay_s=0.0, capacity=16) -> Batcher:
+    return Batcher(backend, CFG, Metrics(), sizes=sizes, max_batch=max_batch,
+                   max_delay_s=delay_s, capacity=capacity, executor=EXECUTOR)
+
+
+def submit(batcher: Batcher, values, raw=False):
+    batcher.reserve(len(values))
+    return [batcher.submit(window(v, raw), raw=raw) for v in values]
+
+
+def test_batches_are_padded_to_warmed_sizes_and_rows_go_home() -> None:
+    async def go():
+        backend = RecordingBackend()
+        batcher = make(backend, sizes=(1, 2, 4), max_batch=4, delay_s=0.05)
+        batcher.start()
+        futures = submit(batcher, [10, 20, 30, 40, 50])
+        rows = await asyncio.gather(*futures)
+        more = await asyncio.gather(*submit(batcher, [60, 70, 80]))
+        await batcher.stop()
+        return backend, rows + more
+
+    backend, rows = asyncio.run(go())
+    assert backend.sizes == [4, 1, 4]  # 5 = 4 + 1; 3 is padded to 4; never an unwarmed size
+    # Each future got its own window's probabilities (sigmoid of the normalised pixel value).
+    assert np.argsort([r.mean() for r in rows]).tolist() == list(range(8))
+    assert all(r.shape == (3, 4, 8) for r in rows)
+
+
+def test_the_oldest_waits_at_most_max_delay_for_company() -> None:
+    async def go():
+        backend = RecordingBackend()
+        batcher = make(backend, max_batch=4, delay_s=0.2)
+        batcher.start()
+        start = time.perf_counter()
+        first = submit(batcher, [1])
+        await asyncio.sleep(0.05)
+        second = submit(batcher, [2])
+        await asyncio.gather(*first, *second)
+        waited = time.perf_counter() - start
+        await batcher.stop()
+        return backend.sizes, waited
+
+    sizes, waited = asyncio.run(go())
+    assert sizes == [2]  # the second joined the first's batch
+    assert 0.15 < waited < 2.0
+
+
+def test_raw_and_window_jobs_never_share_a_batch() -> None:
+    async def go():
+        backend = RecordingBackend()
+        batcher = make(backend, max_batch=4, delay_s=0.05)
+        batcher.start()
+        a = submit(batcher, [1, 2])
+        b = submit(batcher, [0.5], raw=True)
+        rows = await asyncio.gather(*a, *b)
+        await batcher.stop()
+        return backend.sizes, rows
+
+    sizes, rows = asyncio.run(go())
+    assert sizes == [2, 1]
+    np.testing.assert_array_equal(rows[2], np.full((3, 4, 8), 0.5, np.float32))  # raw logits
+
+
+def test_admission_is_bounded_and_stop_runs_what_is_queued() -> None:
+    async def go():
+        backend = RecordingBackend(delay_s=0.05)
+        batcher = make(backend, sizes=(1,), max_batch=1, capacity=3)
+        batcher.start()
+        futures = submit(batcher, [1, 2, 3])
+        with pytest.raises(Overloaded) as err:
+            batcher.reserve(1)
+        assert err.value.status == 429 and int(err.value.headers["Retry-After"]) >= 1
+        cancelled = futures[1]
+        cancelled.cancel()  # its client went away: skipped, not run
+        await batcher.stop()
+        with pytest.raises(ApiError) as stopped:
+            batcher.reserve(1)
+        assert stopped.value.status == 503
+        return backend.sizes, [f.done() for f in futures]
+
+    sizes, done = asyncio.run(go())
+    assert sizes == [1, 1] and all(done)
+
+
+def test_backend_failure_reaches_every_waiting_client() -> None:
+    class Broken(RecordingBackend):
+        def run(self, batch):
+            raise RuntimeError("device lost")
+
+    async def go():
+        batcher = make(Broken(), delay_s=0.01)
+        batcher.start()
+        results = await asyncio.gather(*submit(batcher, [1, 2]), return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    results = asyncio.run(go())
+    assert all(isinstance(r, ApiError) and r.status == 500 and "device lost" in r.message
+               for r in results)
+
+
+def test_max_batch_above_warmed_sizes_is_refused() -> None:
+    with pytest.raises(ValueError):
+        make(RecordingBackend(), sizes=(1, 2), max_batch=3)

@@ -1,0 +1,64 @@
+"""``ttball loadtest`` against a worker with a fake backend: every frame answered, report fields,
+and the loopback-only rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+
+from conftest import draw_clip
+
+from ttball.backends import BackendBase
+from ttball.cli import COMMANDS, main
+from ttball.serve import ServeSettings, create_app
+from ttball.serve.app import serve_in_thread
+
+
+class ZeroBackend(BackendBase):
+    name = "zero"
+
+    def run(self, batch):
+        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
+
+
+@pytest.fixture()
+def loadtest(monkeypatch):
+    monkeypatch.setitem(COMMANDS, "loadtest", ("ttball.cli.loadtest", "load test"))
+    return lambda *args: main(["loadtest", *map(str, args)])
+
+
+def test_loadtest_reports_every_frame(loadtest, small_weights, tmp_path) -> None:
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=9)
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2, 4),
+                             backend_factory=lambda model, device: ZeroBackend(device))
+    out = tmp_path / "report.json"
+    with serve_in_thread(create_app(settings)) as url:
+        from ttball.client import Client
+
+        with Client(url) as client:
+            client.wait_ready(timeout=60, poll=0.05)
+        code = loadtest(url, "--clips", clip, "--sessions", 3, "--fps", 20, "--duration", 1,
+                        "--max-frames", 9, "--out", out, "--quiet")
+        assert code == 0
+        with Client(url) as client:
+            metrics = client.metrics()
+    report = json.loads(out.read_text())
+    assert report["frames_sent"] == 60 and report["rows"] == 60
+    assert report["dropped"] == 0 and report["errors"] == {}
+    lat = report["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+    assert report["latency_floor_ms"] == {"mean": 66.67, "max": 100.0}  # step 3 at 20 fps
+    assert report["achieved_fps"] > 0 and report["server"]["ready"]
+    assert "ttball_frames_total 60.0" in metrics
+
+
+def test_loadtest_refuses_remote_and_unbounded(loadtest, tmp_path, capsys) -> None:
+    assert loadtest("http://10.1.2.3:8000", "--clips", tmp_path) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--duration", 10_000) == 2
+    assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--sessions", 0) == 2

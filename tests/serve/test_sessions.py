@@ -1,0 +1,242 @@
+"""The real worker on loopback (uvicorn thread, CPU, the small checkpoint): sessions over HTTP
+and WebSocket, and /v1/track, give the rows ``ttball.track`` gives; bad frames get clear 4xx and
+disturb nobody."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from conftest import draw_clip
+
+from ttball.client import Client, ServeError, pack_records
+from ttball.frames import FrameSource
+from ttball.pipeline import track
+from ttball.serve import ServeSettings, create_app
+from ttball.serve.app import serve_in_thread
+from ttball.serve.sessions import image_size
+
+FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
+
+
+@pytest.fixture(scope="module")
+def clip7(tmp_path_factory):
+    path = tmp_path_factory.mktemp("clip") / "clip7.mp4"
+    draw_clip(path, frames=FRAMES)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(small_weights):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # also for the reference runs here; 2 threads crawl on a busy host
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
+                             torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000)
+    try:
+        with serve_in_thread(create_app(settings)) as url, Client(url) as client:
+            client.wait_ready(timeout=90, poll=0.1)
+            yield client
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def reference(clip7, small_weights):
+    """What ``ttball track`` gives, per step."""
+    return {step: [r.as_dict() for r in track(clip7, weights=small_weights, device="cpu",
+                                              step=step).rows] for step in (1, 3)}
+
+
+@pytest.fixture(scope="module")
+def pngs(clip7):
+    """The clip's frames, lossless, as the server will decode them."""
+    return [cv2.imencode(".png", cv2.cvtColor(f.rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
+            for f in FrameSource(clip7)]
+
+
+def assert_rows_equal(got, want) -> None:
+    assert [r["frame"] for r in got] == [r["frame"] for r in want]
+    assert [r["visible"] for r in got] == [r["visible"] for r in want]
+    for g, w in zip(got, want):
+        for key in ("x", "y", "blur_angle_deg", "blur_length_px", "score", "time_s"):
+            assert g[key] == pytest.approx(w[key], abs=1e-3), (g, w)
+
+
+def test_reference_is_not_trivial(reference) -> None:
+    assert any(r["visible"] for r in reference[3]) and any(r["visible"] for r in reference[1])
+
+
+def test_http_frames_one_by_one_equal_track(server, pngs, reference) -> None:
+    session = server.open_session(step=3, fps=30)
+    rows = []
+    for png in pngs:
+        rows += session.send(png)
+    assert [r["frame"] for r in rows] == list(range(FRAMES - 1))  # the last waits for finish
+    rows += session.finish()
+    assert_rows_equal(rows, reference[3])
+    with pytest.raises(ServeError) as err:
+        session.describe()
+    assert err.value.status == 404  # finish closed it
+
+
+def test_records_body_and_raw_rgb_equal_track(server, pngs, clip7, reference) -> None:
+    session = server.open_session(step=1, fps=30)
+    rows = session.send_many(pngs[:4]) + session.send_many(pngs[4:]) + session.finish()
+    assert_rows_equal(rows, reference[1])
+    raw = np.stack([f.rgb for f in FrameSource(clip7)])
+    session = server.open_session(step=3, fps=30)
+    h, w = raw.shape[1:3]
+    rows = []
+    for chunk in (raw[:4], raw[4:]):  # k frames per body: k·W·H·3 bytes
+        reply = server.http.post(f"/v1/sessions/{session.id}/frames", content=chunk.tobytes(),
+                                 params={"width": w, "height": h},
+                                 headers={"Content-Type": "application/octet-stream"})
+        assert reply.status_code == 200, reply.text
+        rows += reply.json()["results"]
+    assert_rows_equal(rows + session.finish(), reference[3])
+
+
+def test_websocket_stream_equals_track(server, pngs, reference) -> None:
+    session = server.open_session(step=1, fps=30)
+    with session.stream() as ws:
+        for png in pngs:
+            ws.send(png)  # no waiting: the server pipelines
+        messages = ws.finish()
+    assert all(m["type"] == "result" for m in messages), messages
+    assert_rows_equal(messages, reference[1])
+
+
+def test_track_endpoint_streams_ndjson_equal_to_track(server, clip7, reference) -> None:
+    lines = list(server.track(clip7, step=3))
+    assert "summary" in lines[-1] and lines[-1]["summary"]["frames"] == FRAMES
+    assert_rows_equal(lines[:-1], reference[3])
+
+
+def _png_header(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def _post(server, sid, body, kind="image/png", **params):
+    return server.http.post(f"/v1/sessions/{sid}/frames", content=body, params=params,
+                            headers={"Content-Type": kind})
+
+
+BAD_FRAMES = [
+    pytest.param(b"", "image/png", {}, 400, "empty_frame", id="empty"),
+    pytest.param(b"GIF89a not really", "image/jpeg", {}, 400, "not_an_image", id="not-an-image"),
+    pytest.param(b"\x89PNG\r\n\x1a\n" + b"\0" * 40, "image/png", {}, 400, "not_an_image",
+                 id="corrupt-png"),
+    pytest.param(b"\0" * 10, "application/octet-stream", {"width": 4, "height": 4}, 400,
+                 "wrong_shape", id="raw-wrong-shape"),
+    pytest.param(b"\0" * 10, "application/octet-stream", {}, 400, "wrong_shape", id="raw-no-size"),
+    pytest.param(_png_header(100_000, 100_000), "image/png", {}, 413, "frame_too_large",
+                 id="huge-dimensions"),
+    pytest.param(b"\0" * 400_000, "image/jpeg", {}, 413, "frame_too_large", id="frame-bytes"),
+    pytest.param(b"\0" * 1_100_000, "image/jpeg", {}, 413, "body_too_large", id="body-bytes"),
+    pytest.param(b"\0\0\0\x09abc", "application/x-ttball-frames", {}, 400, "bad_body",
+                 id="truncated-record"),
+    pytest.param(b"hello", "text/plain", {}, 415, "unsupported_media_type", id="media-type"),
+]
+
+
+@pytest.mark.parametrize(("body", "kind", "params", "status", "code"), BAD_FRAMES)
+def test_bad_frames_get_4xx_and_disturb_nobody(server, pngs, body, kind, params, status,
+                                               code) -> None:
+    session = server.open_session(step=3)
+    assert _post(server, session.id, pngs[0]).status_code == 200
+    reply = _post(server, session.id, body, kind, **params)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == code and error["message"]
+    rows = session.send(pngs[1]) + session.send(pngs[2]) + session.send(pngs[3])
+    assert [r["frame"] for r in rows] == [0, 1, 2]  # the bad frame took no frame number
+    session.delete()
+
+
+def test_frame_size_order_and_unknown_session(server, pngs) -> None:
+    session = server.open_session(step=3)
+    session.send(pngs[0])
+    small = cv2.imencode(".png", np.zeros((10, 20, 3), np.uint8))[1].tobytes()
+    reply = _post(server, session.id, small)
+    assert reply.status_code == 422 and reply.json()["error"]["code"] == "frame_size"
+    reply = _post(server, session.id, pngs[1], frame=0)
+    assert reply.status_code == 409 and reply.json()["error"]["code"] == "frame_order"
+    assert _post(server, session.id, pngs[1], frame=5).json()["last_frame"] == 5
+    fixed = server.open_session(width=64, height=32)
+    assert _post(server, fixed.id, pngs[0]).json()["error"]["code"] == "frame_size"
+    reply = _post(server, "no-such-session", pngs[0])
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "unknown_session"
+    assert server.http.delete("/v1/sessions/no-such-session").status_code == 404
+    reply = server.http.post("/v1/sessions", json={"step": 2})
+    assert reply.status_code == 422 and reply.json()["error"]["code"] == "bad_options"
+    reply = server.http.post("/v1/sessions", content=b"{not json")
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "bad_json"
+    session.delete()
+    fixed.delete()
+
+
+def test_websocket_bad_frame_and_disconnect_cleanup(server, pngs) -> None:
+    session = server.open_session(step=3)
+    with session.stream() as ws:
+        ws.send(pngs[0])
+        ws.send(b"not an image")
+        message = ws.recv()
+        assert message["type"] == "error" and message["frame"] == 1
+        assert message["error"]["code"] == "not_an_image"
+        ws.send(pngs[1])
+        ws.send(pngs[2])  # frame 3 after the refused frame 1: a window (0, 2, 3) completes
+        first = ws.recv()
+        assert first["type"] == "result" and first["frame"] == 0
+    # The client went away mid-stream: the session is removed, its windows dropped.
+    deadline = time.monotonic() + 10
+    while server.http.get(f"/v1/sessions/{session.id}").status_code != 404:
+        assert time.monotonic() < deadline, "session not cleaned up after disconnect"
+        time.sleep(0.05)
+
+
+def test_websocket_to_unknown_session_is_closed_with_reason(server) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    with connect(server.url.replace("http", "ws") + "/v1/sessions/nope/stream") as ws:
+        message = json.loads(ws.recv(10))
+        assert message["error"]["code"] == "unknown_session"
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(10)
+    assert closed.value.rcvd.code == 4404
+
+
+def test_metrics_report_stages_and_batches(server, pngs) -> None:
+    session = server.open_session()
+    for png in pngs[:3]:
+        session.send(png)
+    session.delete()
+    text = server.metrics()
+    for name in ("ttball_stage_seconds_bucket{le=\"0.01\",stage=\"decode\"}",
+                 'stage="queue"', 'stage="network"', 'stage="post"', "ttball_batch_size_bucket",
+                 "ttball_window_seconds_count", "ttball_queue_depth", "ttball_frames_total",
+                 "ttball_frames_per_second", "ttball_sessions", "ttball_ready 1.0",
+                 'ttball_warmup_seconds{batch="2"}', 'ttball_startup_seconds{phase="total"}',
+                 'ttball_errors_total{kind="not_an_image"}',
+                 'ttball_requests_total{method="POST",route="/v1/sessions/{sid}/frames",status="200"}'):
+        assert name in text, name
+
+
+def test_image_size_reads_png_and_jpeg_headers() -> None:
+    img = np.zeros((33, 47, 3), np.uint8)
+    assert image_size(cv2.imencode(".png", img)[1].tobytes()) == (47, 33)
+    assert image_size(cv2.imencode(".jpg", img)[1].tobytes()) == (47, 33)
+    assert image_size(b"nope") is None
+    assert pack_records([b"ab", b"c"]) == b"\0\0\0\x02ab\0\0\0\x01c"

@@ -1,0 +1,248 @@
+"""``ttball loadtest URL``: replay clips as N concurrent real-time sessions against a worker.
+
+Each session opens ``/v1/sessions``, connects its WebSocket and sends one JPEG every ``1/fps``
+seconds (its clip, looped) for ``--duration`` seconds, then finishes. Latency is per frame:
+frame sent → its row received. It includes the window's own wait, which no server can avoid:
+with step 3 a window needs its third frame and a frame's row needs the next frame (see
+``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code),
+``dropped`` (refused or never answered), ``late`` (row later than ``--deadline-ms``) and sends
+that fell behind schedule by more than one frame interval (``behind_schedule``).
+
+Bounded: loopback URLs only unless ``--allow-remote``; at most 1024 sessions, 600 s, 1000 fps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ttball.errors import UserError
+
+MAX_SESSIONS, MAX_DURATION_S, MAX_FPS = 1024, 600.0, 1000.0
+VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="the worker, e.g. http://127.0.0.1:8000")
+    p.add_argument("--clips", required=True,
+                   help="a video, a folder of videos (or of images), or comma-separated videos")
+    p.add_argument("--sessions", type=int, default=1, help="concurrent sessions")
+    p.add_argument("--fps", type=float, default=30.0, help="frames per second per session")
+    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds of sending")
+    p.add_argument("--max-frames", type=int, default=300, help="frames decoded per clip")
+    p.add_argument("--step", type=int, choices=(1, 3), default=3)
+    p.add_argument("--deadline-ms", type=float, default=100.0,
+                   help="a row later than this after its frame was sent counts as late")
+    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
+                   help="after the last frame, how long to wait for the remaining rows")
+    p.add_argument("--jpeg-quality", type=int, default=90)
+    p.add_argument("--token", default=None, help="the worker's bearer token")
+    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback URL")
+    p.add_argument("--out", default=None, help="write the report as JSON here")
+    p.add_argument("--quiet", action="store_true")
+
+
+def _check(args: argparse.Namespace) -> None:
+    from ttball.serve.settings import is_loopback
+
+    host = urlparse(args.url).hostname or ""
+    if not is_loopback(host) and not args.allow_remote:
+        raise UserError(f"{args.url} is not a loopback address; pass --allow-remote to load a "
+                        "remote worker (make sure it is yours)")
+    if not 1 <= args.sessions <= MAX_SESSIONS:
+        raise UserError(f"--sessions must be in 1..{MAX_SESSIONS}")
+    if not 0 < args.duration <= MAX_DURATION_S:
+        raise UserError(f"--duration must be in (0, {MAX_DURATION_S:g}] seconds")
+    if not 0 < args.fps <= MAX_FPS:
+        raise UserError(f"--fps must be in (0, {MAX_FPS:g}]")
+    if args.max_frames < 3:
+        raise UserError("--max-frames must be at least 3")
+
+
+def load_clips(spec: str, max_frames: int, quality: int) -> list[list[bytes]]:
+    """Each clip's first ``max_frames`` frames as JPEG bytes."""
+    import cv2
+
+    from ttball.frames import IMAGE_SUFFIXES, FrameSource
+
+    paths: list[Path] = []
+    for part in spec.split(","):
+        path = Path(part.strip())
+        if path.is_dir() and not any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()):
+            paths.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES))
+        else:
+            paths.append(path)
+    clips = []
+    for path in paths:
+        frames = []
+        for frame in FrameSource(path):
+            bgr = cv2.cvtColor(frame.rgb, cv2.COLOR_RGB2BGR)
+            frames.append(cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])[1].tobytes())
+            if len(frames) >= max_frames:
+                break
+        if len(frames) < 3:
+            raise UserError(f"{path}: fewer than 3 readable frames")
+        clips.append(frames)
+    if not clips:
+        raise UserError(f"no clips found in {spec}")
+    return clips
+
+
+@dataclass
+class SessionLog:
+    sent: dict[int, float] = field(default_factory=dict)
+    latency_s: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    behind_schedule: int = 0
+    unanswered: int = 0
+
+
+async def _session(url: str, token: str | None, clip: list[bytes], args: argparse.Namespace,
+                   start_at: float) -> SessionLog:
+    import httpx
+    from websockets.asyncio.client import connect
+
+    log = SessionLog()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
+        r = await http.post("/v1/sessions", json={"step": args.step, "fps": args.fps})
+        if r.status_code != 201:
+            log.errors[f"open_{r.status_code}"] = 1
+            return log
+        sid = r.json()["id"]
+    ws_url = url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/stream"
+    async with connect(ws_url, additional_headers=headers or None, max_size=None,
+                       close_timeout=2) as ws:
+        receiver = asyncio.create_task(_receive(ws, log))
+        await _send(ws, clip, args, start_at, log)
+        await ws.send(json.dumps({"type": "finish"}))
+        try:
+            await asyncio.wait_for(receiver, timeout=args.drain_timeout)
+        except TimeoutError:
+            receiver.cancel()
+    log.unanswered = len(log.sent)
+    return log
+
+
+async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: float,
+                log: SessionLog) -> None:
+    interval = 1.0 / args.fps
+    total = int(args.duration * args.fps)
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    t0 = time.perf_counter()
+    for k in range(total):
+        due = t0 + k * interval
+        now = time.perf_counter()
+        if now < due:
+            await asyncio.sleep(due - now)
+        elif now - due > interval:
+            log.behind_schedule += 1
+        log.sent[k] = time.perf_counter()
+        await ws.send(clip[k % len(clip)])
+
+
+async def _receive(ws: Any, log: SessionLog) -> None:
+    async for message in ws:
+        now = time.perf_counter()
+        body = json.loads(message)
+        kind = body.get("type")
+        if kind == "result":
+            sent = log.sent.pop(body["frame"], None)
+            if sent is not None:
+                log.latency_s.append(now - sent)
+        elif kind == "error":
+            code = body.get("error", {}).get("code", "error")
+            log.errors[code] = log.errors.get(code, 0) + 1
+            if body.get("frame") is not None:
+                log.sent.pop(body["frame"], None)
+        elif kind == "end":
+            return
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
+    latencies = [x for log in logs for x in log.latency_s]
+    errors: dict[str, int] = {}
+    for log in logs:
+        for code, n in log.errors.items():
+            errors[code] = errors.get(code, 0) + n
+    sent = int(args.duration * args.fps) * len(logs)
+    refused = sum(n for code, n in errors.items() if not code.startswith("open_"))
+    ms = [x * 1000 for x in latencies]
+    floor = [2, 1, 1] if args.step == 3 else [1]  # frames each position waits for
+    return {
+        "url": args.url, "sessions": args.sessions, "fps_per_session": args.fps,
+        "duration_s": args.duration, "step": args.step, "elapsed_s": round(elapsed, 2),
+        "frames_sent": sent, "rows": len(latencies),
+        "achieved_fps": round(len(latencies) / elapsed, 2) if elapsed else 0.0,
+        "offered_fps": round(args.fps * args.sessions, 2),
+        "latency_ms": {"p50": round(percentile(ms, 50), 2), "p95": round(percentile(ms, 95), 2),
+                       "p99": round(percentile(ms, 99), 2),
+                       "max": round(max(ms), 2) if ms else float("nan"),
+                       "mean": round(sum(ms) / len(ms), 2) if ms else float("nan")},
+        "latency_floor_ms": {"mean": round(1000 * sum(floor) / len(floor) / args.fps, 2),
+                             "max": round(1000 * max(floor) / args.fps, 2)},
+        "deadline_ms": args.deadline_ms,
+        "late": sum(x * 1000 > args.deadline_ms for x in latencies),
+        "dropped": refused + sum(log.unanswered for log in logs),
+        "unanswered": sum(log.unanswered for log in logs),
+        "behind_schedule": sum(log.behind_schedule for log in logs),
+        "errors": errors,
+    }
+
+
+async def _run_all(args: argparse.Namespace, clips: list[list[bytes]]) -> dict[str, Any]:
+    start_at = time.perf_counter() + 0.5
+    # Stagger session starts over one frame interval, as independent cameras would be.
+    tasks = [_session(args.url.rstrip("/"), args.token, clips[i % len(clips)], args,
+                      start_at + (i / args.sessions) / args.fps)
+             for i in range(args.sessions)]
+    started = time.perf_counter()
+    logs = await asyncio.wait_for(asyncio.gather(*tasks),
+                                  timeout=args.duration + args.drain_timeout + 60)
+    return summarize(list(logs), args, time.perf_counter() - started)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    import httpx
+
+    clips = load_clips(args.clips, args.max_frames, args.jpeg_quality)
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        ready = httpx.get(args.url.rstrip("/") + "/readyz", headers=headers, timeout=10)
+    except httpx.TransportError as exc:
+        raise UserError(f"cannot reach {args.url}: {exc}") from None
+    if ready.status_code != 200:
+        raise UserError(f"{args.url} is not ready: {ready.text[:200]}")
+    try:
+        report = asyncio.run(_run_all(args, clips))
+    except TimeoutError:
+        raise UserError("load test did not finish in time (worker stuck?)") from None
+    report["server"] = ready.json()
+    if args.out:
+        from ttball.results import write_json
+
+        write_json(args.out, report)
+    if not args.quiet:
+        lat = report["latency_ms"]
+        print(f"{report['sessions']} sessions × {args.fps:g} fps for {args.duration:g} s: "
+              f"{report['achieved_fps']} rows/s of {report['offered_fps']} offered; latency p50 "
+              f"{lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms (floor mean "
+              f"{report['latency_floor_ms']['mean']} ms); late {report['late']}, dropped "
+              f"{report['dropped']}, behind schedule {report['behind_schedule']}"
+              + (f", errors {report['errors']}" if report["errors"] else ""))
+    return 0

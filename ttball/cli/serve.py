@@ -1,0 +1,97 @@
+"""``ttball serve``: the real-time ball worker (HTTP + WebSocket + Open Inference Protocol).
+
+The server listens at once; weights, backend, warm-up and ``--verify`` run in the background and
+``/readyz`` turns 200 when they are done. SIGTERM finishes in-flight requests, then exits 0.
+API reference: docs/serve.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from ttball.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="eager-fp32",
+                   help="backend name (ttball bench --list shows them); e.g. "
+                        "compile-reduce-overhead-fp16 on a GPU")
+    p.add_argument("--weights", help="checkpoint; default: the shipped weights")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; anything but loopback requires --token")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--warmup-batches", default="1,2,3",
+                   help="batch sizes warmed (compiled) at start-up; batches are padded to these")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="windows per network call at most (default: the largest warm-up batch)")
+    p.add_argument("--max-delay-ms", type=float, default=2.0,
+                   help="how long the oldest queued window may wait for a fuller batch")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="windows queued over all sessions before requests get 429")
+    p.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help="on-disk compile cache (TORCHINDUCTOR_CACHE_DIR, the backend's cache_dir)")
+    p.add_argument("--max-sessions", type=int, default=64)
+    p.add_argument("--session-ttl", type=float, default=120.0, metavar="S",
+                   help="seconds an idle session lives")
+    p.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN'")
+    p.add_argument("--token-file", default=None, help="read the bearer token from this file")
+    p.add_argument("--verify", action="store_true",
+                   help="check the backend against the reference clips before becoming ready")
+    p.add_argument("--decode-threads", type=int, default=4,
+                   help="threads for JPEG decode, resize and post-processing")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch intra-op threads for CPU backends (1 is fastest on a busy host)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM, wait this long for in-flight requests")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+
+
+def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from ttball.serve.settings import ServeSettings, parse_batches
+
+    token = args.token
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise UserError(f"cannot read --token-file: {exc.strerror or exc}") from None
+    settings = ServeSettings(
+        backend=args.backend, weights=args.weights, device=args.device, host=args.host,
+        port=args.port, warmup_batches=parse_batches(args.warmup_batches),
+        max_batch=args.max_batch, max_delay_ms=args.max_delay_ms, max_queue=args.max_queue,
+        compile_cache=args.compile_cache, max_sessions=args.max_sessions,
+        session_ttl_s=args.session_ttl, token=token or None, verify=args.verify,
+        decode_threads=args.decode_threads, torch_threads=args.torch_threads,
+    )
+    settings.validate()
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ttball.serve.app import create_app
+    except ImportError as exc:
+        raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
+                        f"{exc}") from None
+    from ttball.backends.base import spec
+
+    settings = settings_from(args)
+    if settings.backend_factory is None:
+        spec(settings.backend)  # an unknown name fails now, not in the background
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=args.graceful_timeout, lifespan="on")
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler that
+    # was installed before it: make that one a no-op so a clean shutdown exits 0.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0

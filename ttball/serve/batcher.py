@@ -1,0 +1,428 @@
+"""The backend side of the worker: start-up and warm-up (:class:`Worker`) and dynamic batching.
+
+Start-up runs in a background thread once the server listens, so ``/healthz`` answers from the
+first second: load the weights, build the backend (with ``--compile-cache``), warm every
+configured batch size (which compiles them), optionally verify; only then is the worker ready.
+
+Dynamic batching: windows from every session (and /v2 infer rows) share the one backend.
+
+Jobs wait in one FIFO queue. The batcher starts a batch when ``max_batch`` jobs wait or when the
+oldest has waited ``max_delay`` (Triton's ``max_queue_delay``), takes up to ``max_batch`` jobs of
+one kind from the head, pads them to the nearest warmed batch size (a running worker never
+compiles) and runs them on a single backend thread, so the event loop never blocks. While a
+batch runs, the next one gathers.
+
+Admission is bounded: callers :meth:`Batcher.reserve` room before they touch a session's stream
+(so a refused frame leaves no half-open window behind) and get :class:`Overloaded` (429 with
+``Retry-After``) when queued + reserved jobs would exceed ``capacity``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ttball import __version__
+from ttball.backends import Backend
+from ttball.model.config import WeightsConfig
+from ttball.pipeline import infer_windows
+from ttball.serve.metrics import Metrics
+from ttball.serve.settings import ApiError, ServeSettings
+from ttball.stream import Window
+
+if TYPE_CHECKING:
+    from ttball.serve.sessions import Feeder, SessionStore
+
+
+CUDA_WARM_CALLS = 3
+
+
+class Overloaded(ApiError):
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(429, "overloaded", message, {"Retry-After": str(retry_after_s)})
+
+
+@dataclass
+class Job:
+    """One row of a batch. ``raw``: float32 network input in, logits out (the /v2 route);
+    otherwise a session's ``uint8`` window in, probabilities ``(3, h, w)`` float32 out."""
+
+    window: Window
+    future: asyncio.Future[np.ndarray]
+    raw: bool
+    enqueued: float
+
+
+class Batcher:
+    """Queue → batches → backend thread → futures. Create and use it on the event loop."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: WeightsConfig,
+        metrics: Metrics,
+        *,
+        sizes: Sequence[int],
+        max_batch: int,
+        max_delay_s: float,
+        capacity: int,
+        executor: ThreadPoolExecutor,
+    ) -> None:
+        self.backend, self.config, self.metrics = backend, config, metrics
+        self.sizes = sorted(set(sizes))
+        if max_batch > self.sizes[-1]:
+            raise ValueError(f"max_batch {max_batch} exceeds the largest warmed size {self.sizes[-1]}")
+        self.max_batch, self.max_delay_s, self.capacity = max_batch, max_delay_s, capacity
+        self._queue: deque[Job] = deque()
+        self._reserved = 0
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._executor = executor  # one thread: the backend's (see Worker.backend_thread)
+        self._batch_s = 0.0  # moving average of one batch's network time, for Retry-After
+        self.batches = 0
+
+    # -- admission ----------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def reserve(self, n: int) -> None:
+        """Hold room for ``n`` jobs, or raise :class:`Overloaded` (or 503 when stopping)."""
+        if self._stopping:
+            raise ApiError(503, "shutting_down", "the worker is shutting down")
+        if self._reserved + len(self._queue) + n > self.capacity:
+            raise Overloaded(
+                f"{len(self._queue)} windows queued and {self._reserved} reserved (capacity "
+                f"{self.capacity}); retry later", self._retry_after()
+            )
+        self._reserved += n
+
+    def release(self, n: int) -> None:
+        self._reserved = max(0, self._reserved - n)
+
+    def _retry_after(self) -> int:
+        batches_ahead = math.ceil((len(self._queue) + self._reserved) / self.max_batch)
+        return max(1, math.ceil(batches_ahead * self._batch_s))
+
+    def submit(self, window: Window, raw: bool = False) -> asyncio.Future[np.ndarray]:
+        """Queue one reserved job; the future gets its output row."""
+        self.release(1)
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        self._queue.append(Job(window, future, raw, time.perf_counter()))
+        self.metrics.queue_depth.set(len(self._queue))
+        self._wake.set()
+        return future
+
+    # -- the loop -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="ttball-batcher")
+
+    async def stop(self) -> None:
+        """Run what is queued, then stop. New reservations get 503 from now on."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._queue:
+                if self._stopping:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._gather()
+            jobs = self._take()
+            if jobs:
+                await self._run(jobs)
+
+    async def _gather(self) -> None:
+        """Wait until max_batch jobs are queued or the oldest has waited max_delay."""
+        deadline = self._queue[0].enqueued + self.max_delay_s
+        while len(self._queue) < self.max_batch and not self._stopping:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[Job]:
+        jobs: list[Job] = []
+        while self._queue and len(jobs) < self.max_batch:
+            head = self._queue[0]
+            if head.future.done():  # its client went away
+                self._queue.popleft()
+                continue
+            if jobs and head.raw != jobs[0].raw:
+                break
+            jobs.append(self._queue.popleft())
+        self.metrics.queue_depth.set(len(self._queue))
+        return jobs
+
+    def padded_size(self, n: int) -> int:
+        return self.sizes[bisect.bisect_left(self.sizes, n)]
+
+    async def _run(self, jobs: list[Job]) -> None:
+        size = self.padded_size(len(jobs))
+        windows = [j.window for j in jobs] + [jobs[-1].window] * (size - len(jobs))
+        started = time.perf_counter()
+        for job in jobs:
+            self.metrics.stage_seconds.labels("queue").observe(started - job.enqueued)
+        loop = asyncio.get_running_loop()
+        try:
+            out = await loop.run_in_executor(self._executor, self._infer, windows, jobs[0].raw)
+        except Exception as exc:  # noqa: BLE001  (every waiting client hears about it)
+            self.metrics.errors.labels("backend").inc()
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(
+                        ApiError(500, "backend_error", f"{type(exc).__name__}: {exc}"))
+            return
+        finished = time.perf_counter()
+        self._note_batch(len(jobs), size, finished - started)
+        for job, row in zip(jobs, out):
+            self.metrics.window_seconds.observe(finished - job.enqueued)
+            if not job.future.done():
+                job.future.set_result(row)
+
+    def _note_batch(self, n: int, size: int, seconds: float) -> None:
+        self.batches += 1
+        self._batch_s = seconds if self.batches == 1 else 0.9 * self._batch_s + 0.1 * seconds
+        self.metrics.stage_seconds.labels("network").observe(seconds)
+        self.metrics.batch_size.observe(n)
+        self.metrics.batch_padding.inc(size - n)
+        self.metrics.windows.inc(n)
+
+    def _infer(self, windows: list[Window], raw: bool) -> np.ndarray:
+        """Backend thread: ``(B, 3, h, w)`` float32 probabilities, or logits when ``raw``."""
+        if not raw:
+            return infer_windows(self.backend, windows, self.config)
+        batch = torch.from_numpy(np.stack([w.pixels for w in windows]))
+        return self.backend(batch).float().cpu().numpy()
+
+
+# -- start-up -------------------------------------------------------------------------------------
+class Worker:
+    """Start-up progress and, once ready, the parts the routes use."""
+
+    def __init__(self, settings: ServeSettings, metrics: Metrics) -> None:
+        self.settings, self.metrics = settings, metrics
+        self.phase = "starting"
+        self.error: str | None = None
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+        self.warmup_s: dict[int, float] = {}
+        self.backend: Any = None
+        self.model: Any = None
+        self.config: WeightsConfig | None = None
+        self.batcher: Batcher | None = None
+        self.feeder: Feeder | None = None
+        self.store: SessionStore | None = None
+        self.verification: Any = None
+        self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode")
+        # Everything that touches the backend (build, warm-up, verify, batches) runs on this one
+        # thread: CUDA graphs recorded by torch.compile belong to the thread that recorded them,
+        # and oneDNN's thread count (--torch-threads) is per thread.
+        threads = settings.torch_threads
+        self.backend_thread = ThreadPoolExecutor(
+            1, thread_name_prefix="ttball-backend",
+            initializer=torch.set_num_threads if threads else None,
+            initargs=(threads,) if threads else ())
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._abort = threading.Event()
+
+    # -- start-up ---------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
+        self._loop.run_in_executor(self.backend_thread, self._start_up)  # not awaited
+        try:
+            yield
+        finally:
+            await self.shut_down()
+
+    def _start_up(self) -> None:
+        try:
+            self._load_and_warm()
+        except Exception as exc:  # noqa: BLE001  (reported by /readyz and the log, never ready)
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.phase = "failed"
+            print(f"ttball serve: start-up failed: {self.error}", flush=True)
+            return
+        if self._abort.is_set() or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._go_live)
+        except RuntimeError:  # the loop closed while we warmed up
+            pass
+
+    def _timed(self, phase: str, fn: Callable[[], Any]) -> Any:
+        if self._abort.is_set():
+            raise RuntimeError("shutting down during start-up")
+        self.phase = phase
+        start = time.perf_counter()
+        out = fn()
+        self.seconds[phase] = time.perf_counter() - start
+        self.metrics.startup_seconds.labels(phase).set(self.seconds[phase])
+        return out
+
+    def _load_and_warm(self) -> None:
+        from ttball.model import load_model
+
+        s = self.settings
+        self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
+        self.config = self.model.config
+        self.backend = self._timed("build", self._build_backend)
+        self._timed("warmup", self._warm)
+        if s.verify:
+            self._timed("verify", self._verify)
+
+    def _build_backend(self) -> Any:
+        from ttball.backends import create, resolve_device
+        from ttball.backends.base import spec
+
+        s = self.settings
+        device = resolve_device(s.device)
+        options: dict[str, Any] = {}
+        if s.compile_cache:
+            cache = Path(s.compile_cache).expanduser().resolve()
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+            os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+            if s.backend_factory is None and "disk-cache" in spec(s.backend).tags:
+                options["cache_dir"] = str(cache)
+        if s.backend_factory is not None:
+            backend = s.backend_factory(self.model, device)
+        else:
+            backend = create(s.backend, self.model, device, **options)
+        if device.type == "cuda":
+            self.metrics.watch_cuda(device)
+        self.metrics.info.info({"backend": str(getattr(backend, "name", s.backend)),
+                                "device": str(device), "weights": str(self.config.name),
+                                "version": __version__})
+        return backend
+
+    def _warm(self) -> None:
+        """Run every batch size: the first call compiles. On CUDA two more calls follow, as
+        torch.compile's CUDA graphs are recorded on the second call and replayed from the third;
+        the reported time is the first call's."""
+        assert self.config is not None
+        h, w = self.config.input_size
+        calls = CUDA_WARM_CALLS if self.backend.device.type == "cuda" else 1
+        for size in sorted(self.settings.warmup_batches):
+            if self._abort.is_set():
+                raise RuntimeError("shutting down during warm-up")
+            seconds = self.backend.warmup([size], h, w)
+            for _ in range(calls - 1):
+                self.backend.warmup([size], h, w)
+            self.warmup_s[size] = float(seconds.get(size, 0.0))
+            self.metrics.warmup_seconds.labels(str(size)).set(self.warmup_s[size])
+
+    def _verify(self) -> None:
+        """The warm backend against eager FP32 on the bundled reference clips (ttball.verify)."""
+        import copy
+
+        from ttball.backends import create
+
+        try:
+            from ttball.verify import bundled_reference_clips, verify_backend
+        except ImportError as exc:
+            raise RuntimeError(f"--verify needs ttball.verify, which is missing: {exc}") from None
+        reference = create("eager-fp32", copy.deepcopy(self.model), self.backend.device)
+        self.verification = verify_backend(self.backend, reference, bundled_reference_clips(),
+                                           config=self.config)
+        if not self.verification.passed:
+            raise RuntimeError(f"verification failed: {self.verification.reason()}")
+
+    def _go_live(self) -> None:
+        from ttball.serve.sessions import Feeder, SessionStore
+
+        s = self.settings
+        self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
+                               max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
+                               capacity=s.max_queue, executor=self.backend_thread)
+        self.batcher.start()
+        self.store = SessionStore(self.config, s, self.metrics)
+        self.feeder = Feeder(self.batcher, self.pool, s, self.metrics)
+        self._reaper = asyncio.get_running_loop().create_task(self.store.reap_forever())
+        self.seconds["total"] = time.monotonic() - self.started
+        self.metrics.startup_seconds.labels("total").set(self.seconds["total"])
+        self.metrics.ready.set(1)
+        self.phase = "ready"
+        print(f"ttball serve: ready after {self.seconds['total']:.1f} s "
+              f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}, "
+              f"warm-up {_fmt_warm(self.warmup_s)})", flush=True)
+
+    async def shut_down(self) -> None:
+        was_ready = self.phase == "ready"
+        self.phase = "stopping"
+        self.metrics.ready.set(0)
+        if self._reaper is not None:
+            self._reaper.cancel()
+        self._abort.set()
+        if was_ready and self.batcher is not None:
+            await self.batcher.stop()
+        self.backend_thread.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- what routes ask -----------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.phase == "ready"
+
+    def readiness(self) -> dict[str, Any]:
+        sizes = sorted(self.settings.warmup_batches)
+        return {
+            "ready": self.ready,
+            "phase": self.phase,
+            "error": self.error,
+            "backend": getattr(self.backend, "name", self.settings.backend),
+            "device": str(getattr(self.backend, "device", self.settings.device)),
+            "weights": getattr(self.config, "name", None),
+            "warmup": {"batch_sizes": sizes, "done": sorted(self.warmup_s),
+                       "pending": [b for b in sizes if b not in self.warmup_s],
+                       "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()}},
+            "verified": getattr(self.verification, "passed", None),
+            "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "elapsed_s": round(time.monotonic() - self.started, 3),
+        }
+
+    def require_ready(self) -> None:
+        if not self.ready:
+            detail = f": {self.error}" if self.error else ""
+            raise ApiError(503, "not_ready", f"the worker is {self.phase}{detail}",
+                           {"Retry-After": "1"})
+
+    def info(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "name": "ttball", "version": __version__, **self.readiness(),
+            "input_size": list(self.config.input_size) if self.config else None,
+            "score_threshold": getattr(self.config, "score_threshold", None),
+            "max_batch": s.batch_limit, "max_delay_ms": s.max_delay_ms, "max_queue": s.max_queue,
+            "max_sessions": s.max_sessions, "session_ttl_s": s.session_ttl_s,
+            "sessions": len(self.store) if self.store else 0,
+        }
+
+
+def _fmt_warm(seconds: dict[int, float]) -> str:
+    return ", ".join(f"batch {b}: {t:.2f} s" for b, t in sorted(seconds.items()))

@@ -1,0 +1,115 @@
+"""Prometheus metrics of one app, in the app's own :class:`CollectorRegistry`.
+
+Where a window's time goes: ``ttball_stage_seconds{stage=...}``
+
+- ``decode``: JPEG/PNG decode, resize and windowing of one frame (thread pool)
+- ``queue``: a window waiting in the batcher (until its batch starts)
+- ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
+- ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
+
+``ttball_window_seconds`` is a window's whole stay, queued → result. The full list with meanings
+is in docs/serve.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+# Latency buckets from 0.5 ms to 10 s: GPU windows take 4-15 ms (seed, section 5), CPU ~0.5 s.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0
+)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+RATE_WINDOW_S = 10.0
+
+
+class RateMeter:
+    """Events per second over the last ``window_s`` seconds (thread-safe)."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._events: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self._events.append((time.monotonic(), n))
+
+    def rate(self) -> float:
+        now = time.monotonic()
+        with self._lock:
+            while self._events and self._events[0][0] < now - self.window_s:
+                self._events.popleft()
+            return sum(n for _, n in self._events) / self.window_s
+
+
+class Metrics:
+    """Every metric the worker exports. ``render()`` is the /metrics body."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("ttball_requests", "HTTP requests answered",
+                                ["route", "method", "status"], registry=r)
+        self.request_seconds = Histogram("ttball_request_seconds", "HTTP request latency",
+                                         ["route"], buckets=LATENCY_BUCKETS, registry=r)
+        self.window_seconds = Histogram("ttball_window_seconds",
+                                        "A window's latency, queued until its result",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.stage_seconds = Histogram("ttball_stage_seconds",
+                                       "Time per stage: decode, queue, network (per batch), post",
+                                       ["stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_size = Histogram("ttball_batch_size", "Windows per network call (unpadded)",
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.batch_padding = Counter("ttball_batch_padding",
+                                     "Padding slots added to reach a warmed batch size",
+                                     registry=r)
+        self.queue_depth = Gauge("ttball_queue_depth", "Windows waiting for the network",
+                                 registry=r)
+        self.frames = Counter("ttball_frames", "Frames accepted", registry=r)
+        self.windows = Counter("ttball_windows", "Windows run through the network", registry=r)
+        self._frame_rate = RateMeter()
+        Gauge("ttball_frames_per_second", f"Frames accepted per second, last {RATE_WINDOW_S:g} s",
+              registry=r).set_function(self._frame_rate.rate)
+        self.sessions = Gauge("ttball_sessions", "Open sessions", registry=r)
+        self.session_events = Counter("ttball_session_events",
+                                      "Sessions created, finished, deleted, expired, disconnected",
+                                      ["event"], registry=r)
+        self.errors = Counter("ttball_errors", "Errors answered, by code", ["kind"], registry=r)
+        self.ready = Gauge("ttball_ready", "1 once warm-up (and verification) succeeded",
+                           registry=r)
+        self.startup_seconds = Gauge("ttball_startup_seconds",
+                                     "Start-up time per phase: load, build, warmup, verify, total",
+                                     ["phase"], registry=r)
+        self.warmup_seconds = Gauge("ttball_warmup_seconds",
+                                    "Warm-up (compile) time per batch size", ["batch"], registry=r)
+        self.info = Info("ttball_worker", "Backend, device and weights of this worker",
+                         registry=r)
+        self._gpu: list[Gauge] = []
+
+    def frame_accepted(self, n: int = 1) -> None:
+        self.frames.inc(n)
+        self._frame_rate.add(n)
+
+    def watch_cuda(self, device: object) -> None:
+        """Export the CUDA caching allocator's memory (read at scrape time)."""
+        import torch
+
+        if self._gpu or not torch.cuda.is_available():
+            return
+        gauge = Gauge("ttball_gpu_memory_bytes", "CUDA memory of this process", ["kind"],
+                      registry=self.registry)
+        readers = {
+            "allocated": torch.cuda.memory_allocated,
+            "reserved": torch.cuda.memory_reserved,
+            "max_allocated": torch.cuda.max_memory_allocated,
+        }
+        for kind, read in readers.items():
+            gauge.labels(kind).set_function(lambda read=read: float(read(device)))
+        self._gpu.append(gauge)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

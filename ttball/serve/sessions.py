@@ -1,0 +1,479 @@
+"""Match sessions: request bodies → decoded frames → one :class:`FrameStream` per session.
+
+A session is exactly the state ``ttball track`` keeps for a video (duplicate filter, windows,
+tracker), so the same frames give the same rows. Frames are decoded and windowed in a thread
+pool, windows run in the shared :class:`Batcher`, and each window's heatmaps come back to the
+stream in window order: every push of frames creates a *step* that waits for the previous
+step, so completion order never depends on which batch finished first. Finished rows go to the
+session's outbox in frame order; a response (or a WebSocket send) takes what is there.
+
+Frame bodies (``POST /v1/sessions/{id}/frames``):
+
+- ``image/jpeg`` or ``image/png``: one frame.
+- ``application/octet-stream`` with ``?width=&height=``: raw RGB ``uint8`` rows, ``k·W·H·3``
+  bytes for ``k`` frames.
+- ``application/x-ttball-frames``: records of ``[u32 big-endian length][JPEG/PNG bytes]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import cv2
+import numpy as np
+
+from ttball.frames import Frame
+from ttball.model.config import WeightsConfig
+from ttball.results import FrameResult
+from ttball.serve.batcher import Batcher
+from ttball.serve.metrics import Metrics
+from ttball.serve.settings import ApiError, ServeSettings
+from ttball.stream import FrameStream, StreamOptions, Window
+
+T = TypeVar("T")
+IMAGE_TYPES = ("image/jpeg", "image/png")
+RAW_TYPE = "application/octet-stream"
+RECORDS_TYPE = "application/x-ttball-frames"
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+# -- bodies → encoded parts → RGB arrays ------------------------------------------------------
+async def read_body(request: Any, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"body of {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"body over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One frame as received: encoded image bytes, or raw RGB with its size."""
+
+    data: bytes
+    raw_size: tuple[int, int] | None = None  # (width, height) for raw RGB
+
+
+def split_body(
+    content_type: str, body: bytes, settings: ServeSettings,
+    width: int | None = None, height: int | None = None,
+) -> list[Part]:
+    """The frames in one request body; 4xx :class:`ApiError` for anything malformed."""
+    kind = content_type.split(";")[0].strip().lower()
+    if not body:
+        raise ApiError(400, "empty_frame", "the request body is empty")
+    if kind in IMAGE_TYPES:
+        return [_checked(Part(body), settings)]
+    if kind == RAW_TYPE:
+        return _raw_parts(body, width, height, settings)
+    if kind == RECORDS_TYPE:
+        return [_checked(p, settings) for p in _records(body)]
+    raise ApiError(415, "unsupported_media_type",
+                   f"Content-Type {kind or '(none)'} not supported; use "
+                   f"{', '.join(IMAGE_TYPES)}, {RAW_TYPE} (with ?width=&height=) or {RECORDS_TYPE}")
+
+
+def _checked(part: Part, settings: ServeSettings) -> Part:
+    if not part.data:
+        raise ApiError(400, "empty_frame", "a frame is empty (0 bytes)")
+    if len(part.data) > settings.max_frame_bytes:
+        raise ApiError(413, "frame_too_large",
+                       f"a frame is {len(part.data)} bytes; the limit is {settings.max_frame_bytes}")
+    return part
+
+
+def _records(body: bytes) -> list[Part]:
+    parts, offset = [], 0
+    while offset < len(body):
+        if offset + 4 > len(body):
+            raise ApiError(400, "bad_body", f"truncated record header at byte {offset}")
+        (length,) = struct.unpack_from(">I", body, offset)
+        offset += 4
+        if offset + length > len(body):
+            raise ApiError(400, "bad_body",
+                           f"record at byte {offset - 4} claims {length} bytes; {len(body) - offset} left")
+        parts.append(Part(body[offset:offset + length]))
+        offset += length
+    return parts
+
+
+def _raw_parts(body: bytes, width: int | None, height: int | None,
+               settings: ServeSettings) -> list[Part]:
+    if not width or not height or width < 1 or height < 1:
+        raise ApiError(400, "wrong_shape", f"{RAW_TYPE} needs ?width=&height= (positive integers)")
+    if width * height > settings.max_frame_pixels:
+        raise ApiError(413, "frame_too_large",
+                       f"{width}x{height} exceeds {settings.max_frame_pixels} pixels")
+    size = width * height * 3
+    if len(body) % size:
+        raise ApiError(400, "wrong_shape",
+                       f"{len(body)} bytes is not a whole number of {width}x{height} RGB frames "
+                       f"({size} bytes each)")
+    return [_checked(Part(body[i:i + size], (width, height)), settings)
+            for i in range(0, len(body), size)]
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG or JPEG header without decoding; None if not found."""
+    if data.startswith(_PNG) and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
+            i += 1 if marker == 0xFF else 2
+            continue
+        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack(">HH", data[i + 5:i + 9])
+            return width, height
+        i += 2 + length
+    return None
+
+
+def decode(part: Part, settings: ServeSettings) -> np.ndarray:
+    """RGB ``uint8 (H, W, 3)``; 400 for a body that is no image, 413 for a huge one."""
+    if part.raw_size is not None:
+        w, h = part.raw_size
+        return np.frombuffer(part.data, np.uint8).reshape(h, w, 3)
+    size = image_size(part.data)
+    if size is None:
+        raise ApiError(400, "not_an_image", "the frame is not a JPEG or PNG image")
+    if size[0] * size[1] > settings.max_frame_pixels:
+        raise ApiError(413, "frame_too_large",
+                       f"{size[0]}x{size[1]} exceeds {settings.max_frame_pixels} pixels")
+    bgr = cv2.imdecode(np.frombuffer(part.data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None or bgr.ndim != 3 or bgr.size == 0:
+        raise ApiError(400, "not_an_image", "the frame could not be decoded (corrupt image?)")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+# -- one session ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionOptions:
+    """What a client may set when it opens a session (JSON body of ``POST /v1/sessions``)."""
+
+    step: int = 3
+    threshold: float | None = None
+    dedup_ssim: float | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> SessionOptions:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ApiError(422, "bad_options", "session options must be a JSON object")
+        unknown = set(data) - {"step", "threshold", "dedup", "dedup_ssim", "width", "height", "fps"}
+        if unknown:
+            raise ApiError(422, "bad_options", f"unknown session options: {', '.join(sorted(unknown))}")
+        dedup = data.get("dedup_ssim", data.get("dedup"))
+        try:
+            options = cls(
+                step=int(data.get("step", 3)),
+                threshold=_opt(float, data.get("threshold")),
+                dedup_ssim=0.99 if dedup is True else _opt(float, dedup or None),
+                width=_opt(int, data.get("width")),
+                height=_opt(int, data.get("height")),
+                fps=_opt(float, data.get("fps")),
+            )
+            options.stream_options()
+        except (TypeError, ValueError) as exc:
+            raise ApiError(422, "bad_options", str(exc)) from None
+        if (options.width is None) != (options.height is None):
+            raise ApiError(422, "bad_options", "give both width and height, or neither")
+        if options.width is not None and (options.width < 1 or (options.height or 0) < 1):
+            raise ApiError(422, "bad_options", "width and height must be positive")
+        if options.fps is not None and not 0 < options.fps < 10_000:
+            raise ApiError(422, "bad_options", f"fps must be in (0, 10000), got {options.fps}")
+        return options
+
+    def stream_options(self) -> StreamOptions:
+        return StreamOptions(step=self.step, threshold=self.threshold, dedup_ssim=self.dedup_ssim)
+
+
+def _opt(kind: Callable[[Any], T], value: Any) -> T | None:
+    if isinstance(value, bool):
+        raise TypeError(f"expected a number, got {value}")
+    return None if value is None else kind(value)
+
+
+@dataclass
+class Session:
+    """One match: its :class:`FrameStream`, the order of its steps and its finished rows."""
+
+    id: str
+    options: SessionOptions
+    stream: FrameStream
+    fps: float
+    created: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one request/socket at a time
+    mutex: threading.Lock = field(default_factory=threading.Lock)  # the stream, across threads
+    last_index: int = -1
+    attached: bool = False  # a WebSocket drives it
+    finished: bool = False
+    failed: str | None = None
+    tail: asyncio.Task[None] | None = None  # the newest step
+    outbox: list[FrameResult] = field(default_factory=list)
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
+
+    def check_usable(self) -> None:
+        if self.failed:
+            raise ApiError(409, "session_failed", f"session {self.id} failed earlier: {self.failed}")
+        if self.finished:
+            raise ApiError(409, "session_finished", f"session {self.id} is finished")
+
+    def number(self, rgbs: list[np.ndarray], frame: int | None, t: float | None) -> list[Frame]:
+        """Give decoded frames their index and time; 409/422 if they can't join this stream."""
+        first = self.last_index + 1 if frame is None else frame
+        if first <= self.last_index:
+            raise ApiError(409, "frame_order",
+                           f"frame {first} is not after frame {self.last_index}, the last received")
+        expected = self._expected_size()
+        frames = []
+        for k, rgb in enumerate(rgbs):
+            h, w = rgb.shape[:2]
+            if expected is None:
+                expected = (w, h)
+            if (w, h) != expected:
+                raise ApiError(422, "frame_size",
+                               f"frame is {w}x{h}; this session's frames are {expected[0]}x{expected[1]}")
+            index = first + k
+            time_s = (t + k / self.fps) if t is not None else index / self.fps
+            frames.append(Frame(index, time_s, rgb))
+        return frames
+
+    def _expected_size(self) -> tuple[int, int] | None:
+        g = self.stream.geometry
+        if g is not None:
+            return g.source_width, g.source_height
+        if self.options.width is not None and self.options.height is not None:
+            return self.options.width, self.options.height
+        return None
+
+    def push(self, frames: list[Frame]) -> list[Window]:
+        """Thread pool: add frames; rows they make final go to the outbox."""
+        windows: list[Window] = []
+        with self.mutex:
+            for frame in frames:
+                windows.extend(self.stream.push(frame))
+                self.last_index = frame.index
+            # Rows a new frame made final (the last of a window waits for its successor).
+            # Below three kept frames nothing can be final, and FrameStream._emit's pixel
+            # release would slice from the end, so don't ask.
+            if self.stream.frames_in - self.stream.duplicates >= 3:
+                self.outbox.extend(self.stream.drain())
+        return windows
+
+    def finish(self) -> list[Window]:
+        """Thread pool: no more frames; the windows that cover the last ones."""
+        with self.mutex:
+            self.finished = True
+            windows = self.stream.finish()
+            self.outbox.extend(self.stream.drain())
+        return windows
+
+    def complete(self, window: Window, probs: np.ndarray) -> None:
+        """Thread pool: a window's probabilities ``(3, h, w)`` back; finished rows to the outbox."""
+        with self.mutex:
+            self.outbox.extend(self.stream.complete(window, probs))
+
+    def take(self) -> list[FrameResult]:
+        with self.mutex:
+            rows, self.outbox = self.outbox, []
+        return rows
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "step": self.options.step,
+            "threshold": self.stream.threshold,
+            "dedup_ssim": self.options.dedup_ssim,
+            "width": self._expected_size()[0] if self._expected_size() else None,
+            "height": self._expected_size()[1] if self._expected_size() else None,
+            "fps": self.fps,
+            "frames": self.stream.frames_in,
+            "windows": self.stream.windows_out,
+            "duplicates": self.stream.duplicates,
+            "pending_frames": self.stream.pending_frames,
+            "idle_s": round(time.monotonic() - self.last_seen, 3),
+        }
+
+
+# -- frames through the batcher ----------------------------------------------------------------
+class Feeder:
+    """Runs frames of a session through decode → stream → batcher → stream, keeping order."""
+
+    def __init__(self, batcher: Batcher, pool: Executor, settings: ServeSettings,
+                 metrics: Metrics) -> None:
+        self.batcher, self.pool, self.settings, self.metrics = batcher, pool, settings, metrics
+
+    async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def push(self, session: Session, parts: list[Part], frame: int | None = None,
+                   t: float | None = None) -> asyncio.Task[None]:
+        """Decode and push ``parts``; returns the step that completes their windows.
+
+        Nothing is pushed unless every part decodes and fits (a bad frame never half-enters a
+        stream). Room for one window per frame is reserved first (429 when the queue is full).
+        """
+        return await self._push(session, len(parts), self._decode_and_push, session, parts,
+                                frame, t)
+
+    async def push_frames(self, session: Session, frames: list[Frame]) -> asyncio.Task[None]:
+        """Push frames decoded already (``/v1/track``); returns their step."""
+        return await self._push(session, len(frames), self._timed_push, session, frames)
+
+    async def _push(self, session: Session, n: int, fn: Callable[..., list[Window]],
+                    *args: Any) -> asyncio.Task[None]:
+        session.check_usable()
+        session.touch()
+        self.batcher.reserve(n)
+        windows: list[Window] = []
+        try:
+            windows = await self._in_pool(fn, *args)
+        finally:
+            self.batcher.release(n - len(windows))
+        self.metrics.frame_accepted(n)
+        return self._step(session, windows)
+
+    def _decode_and_push(self, session: Session, parts: list[Part], frame: int | None,
+                         t: float | None) -> list[Window]:
+        start = time.perf_counter()
+        frames = session.number([decode(p, self.settings) for p in parts], frame, t)
+        return self._timed_push(session, frames, start)
+
+    def _timed_push(self, session: Session, frames: list[Frame],
+                    start: float | None = None) -> list[Window]:
+        start = time.perf_counter() if start is None else start
+        windows = session.push(frames)
+        per_frame = (time.perf_counter() - start) / max(len(frames), 1)
+        for _ in frames:
+            self.metrics.stage_seconds.labels("decode").observe(per_frame)
+        return windows
+
+    async def finish(self, session: Session) -> asyncio.Task[None]:
+        """No more frames: run the trailing windows; the step leaves every row in the outbox."""
+        session.check_usable()
+        self.batcher.reserve(1)
+        windows: list[Window] = []
+        try:
+            windows = await self._in_pool(session.finish)
+        finally:
+            self.batcher.release(1 - len(windows))
+        return self._step(session, windows)
+
+    def _step(self, session: Session, windows: list[Window]) -> asyncio.Task[None]:
+        futures = [self.batcher.submit(w) for w in windows]
+        step = asyncio.get_running_loop().create_task(
+            self._complete(session, session.tail, windows, futures))
+        session.tail = step
+        return step
+
+    async def _complete(self, session: Session, previous: asyncio.Task[None] | None,
+                        windows: list[Window], futures: list[asyncio.Future[np.ndarray]]) -> None:
+        try:
+            if previous is not None:
+                await previous
+            for window, future in zip(windows, futures):
+                probs = await future
+                await self._in_pool(self._post, session, window, probs)
+        except asyncio.CancelledError:
+            for future in futures:
+                future.cancel()
+            raise
+        except ApiError as exc:
+            session.failed = session.failed or exc.message
+            raise
+
+    def _post(self, session: Session, window: Window, probs: np.ndarray) -> None:
+        start = time.perf_counter()
+        session.complete(window, probs)
+        self.metrics.stage_seconds.labels("post").observe(time.perf_counter() - start)
+
+
+# -- the store -------------------------------------------------------------------------------------
+class SessionStore:
+    """Open sessions by id, bounded in number; idle ones expire after ``session_ttl_s``."""
+
+    def __init__(self, config: WeightsConfig, settings: ServeSettings, metrics: Metrics) -> None:
+        self.config, self.settings, self.metrics = config, settings, metrics
+        self._sessions: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def create(self, options: SessionOptions) -> Session:
+        if len(self._sessions) >= self.settings.max_sessions:
+            raise ApiError(429, "too_many_sessions",
+                           f"{len(self._sessions)} sessions open (the limit); close one or retry",
+                           {"Retry-After": str(max(1, round(self.settings.session_ttl_s / 4)))})
+        sid = secrets.token_urlsafe(12)
+        session = Session(sid, options, self.new_stream(options, sid),
+                          options.fps or self.settings.fps)
+        self._sessions[sid] = session
+        self._changed("created")
+        return session
+
+    def new_stream(self, options: SessionOptions, stream_id: str) -> FrameStream:
+        return FrameStream(self.config, options.stream_options(), stream_id=stream_id)
+
+    def get(self, sid: str) -> Session:
+        try:
+            return self._sessions[sid]
+        except KeyError:
+            raise ApiError(404, "unknown_session", f"no session {sid!r} (expired or deleted?)") from None
+
+    def remove(self, sid: str, event: str) -> Session | None:
+        session = self._sessions.pop(sid, None)
+        if session is not None:
+            if session.tail is not None and not session.tail.done():
+                session.tail.cancel()
+            self._changed(event)
+        return session
+
+    def _changed(self, event: str) -> None:
+        self.metrics.session_events.labels(event).inc()
+        self.metrics.sessions.set(len(self._sessions))
+
+    def expire(self) -> list[str]:
+        """Remove sessions idle longer than the TTL (not those busy or attached)."""
+        cutoff = time.monotonic() - self.settings.session_ttl_s
+        stale = [s.id for s in self._sessions.values()
+                 if s.last_seen < cutoff and not s.attached and not s.lock.locked()]
+        for sid in stale:
+            self.remove(sid, "expired")
+        return stale
+
+    async def reap_forever(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        interval = min(max(self.settings.session_ttl_s / 4, 0.05), 5.0)
+        while True:
+            await sleep(interval)
+            self.expire()
+
+    def all(self) -> list[Session]:
+        return list(self._sessions.values())

@@ -1,0 +1,119 @@
+"""The worker's settings (one frozen dataclass) and the error type every route answers with.
+
+The CLI fills :class:`ServeSettings` from its arguments; :func:`ttball.serve.create_app` reads it
+when the app is built. Nothing here reads the environment or a file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ttball.errors import UserError
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything ``ttball serve`` can be told. Sizes in bytes, times in seconds."""
+
+    backend: str = "eager-fp32"
+    weights: str | None = None
+    device: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    warmup_batches: tuple[int, ...] = (1, 2, 3)
+    max_batch: int | None = None  # None: the largest warm-up batch
+    # Waiting 2 ms for company costs little next to one GPU call (1.2 ms at batch 1, 9.4 ms at
+    # batch 16 for the best compiled recipe: shared/perf/h200-baseline.md).
+    max_delay_ms: float = 2.0
+    # Windows queued (or reserved) over all sessions: 64 is four batches of 16, about 40 ms of
+    # H200 work with the best recipe; beyond it, answering 429 beats queueing late frames.
+    max_queue: int = 64
+    compile_cache: str | None = None
+    max_sessions: int = 64
+    session_ttl_s: float = 120.0
+    token: str | None = None
+    verify: bool = False
+    fps: float = 30.0  # frame times of sessions whose frames carry neither ?t= nor a clock
+    max_frame_bytes: int = 16 * MiB  # one encoded or raw frame
+    max_body_bytes: int = 64 * MiB  # one request to /v1/sessions/{id}/frames or /v2/.../infer
+    max_video_bytes: int = 2048 * MiB  # one body to /v1/track
+    max_frame_pixels: int = 7680 * 4320  # 8K UHD; larger frames are refused (413)
+    max_ws_inflight: int = 16  # frames of one WebSocket decoded or waiting for the network
+    decode_threads: int = 4
+    torch_threads: int | None = None  # torch intra-op threads (CPU backends); None: torch's default
+    web_dir: str | None = None  # None: ttball/web when it holds an index.html
+    # Build the backend with this instead of the registry: (model, device) -> Backend.
+    backend_factory: Callable[..., Any] | None = field(default=None, compare=False)
+
+    @property
+    def batch_limit(self) -> int:
+        return self.max_batch if self.max_batch is not None else max(self.warmup_batches)
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def validate(self) -> None:
+        """Refuse settings that can't work; the message says which option to change."""
+        if not self.warmup_batches or min(self.warmup_batches) < 1:
+            raise UserError("--warmup-batches needs one or more batch sizes >= 1, e.g. 1,2,3")
+        if self.batch_limit < 1:
+            raise UserError(f"--max-batch must be at least 1, got {self.batch_limit}")
+        if self.batch_limit > max(self.warmup_batches):
+            raise UserError(
+                f"--max-batch {self.batch_limit} exceeds the largest warmed batch "
+                f"({max(self.warmup_batches)}); a running worker must never compile: add "
+                f"{self.batch_limit} to --warmup-batches"
+            )
+        if self.max_delay_ms < 0:
+            raise UserError(f"--max-delay-ms must be >= 0, got {self.max_delay_ms}")
+        if self.max_queue < self.batch_limit:
+            raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-batch")
+        if self.max_sessions < 1 or self.session_ttl_s <= 0:
+            raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
+        if not self.loopback and not self.token:
+            raise UserError(
+                f"refusing to listen on {self.host} (not loopback) without --token; "
+                "bind 127.0.0.1 or give a bearer token"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    """``"1,2,3"`` → ``(1, 2, 3)``, sorted and unique."""
+    try:
+        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError(f"--warmup-batches wants comma-separated integers, got {text!r}") from None
+    return tuple(sizes)
+
+
+class ApiError(Exception):
+    """An error the client can act on: HTTP status, a stable ``code`` and a message.
+
+    Rendered as ``{"error": {"code": code, "message": message}}`` (the /v2 routes render the
+    Open Inference Protocol's ``{"error": message}`` instead).
+    """
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}

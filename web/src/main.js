@@ -1,0 +1,273 @@
+// The page: pick a mode and a source, run frames through an engine, show what comes back.
+// For tests and tools the page exposes, per run:
+//   window.ttballResults  [{frame, time_s, visible, x, y, angle, length, score}] in frame order
+//   window.ttballDone     true once the run has finished (or failed: window.ttballError)
+//   window.ttballStatus   {mode, framesPerS, frames, visible}
+// and, when a test defines `window.ttballDebug = {windows: []}` before the page loads, each
+// in-browser window's frames, network input and logits.
+
+import { BrowserEngine, Network, ServerEngine } from './engines.js';
+import { HeightChart, Overlay } from './draw.js';
+import { modelConfig } from './onnxmeta.js';
+import { imageFiles, imageFrames, videoFrames } from './sources.js';
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const FPS_WINDOW_MS = 2000;
+
+const state = {
+  model: null, // {bytes: ArrayBuffer, name, config}
+  network: null, // {key, net}
+  run: null, // {stop}
+};
+
+const overlay = new Overlay($('frame'), $('overlay'));
+const chart = new HeightChart($('chart'));
+chart.reset();
+
+function log(text, isError = false) {
+  const line = document.createElement('div');
+  line.textContent = text;
+  if (isError) line.className = 'error';
+  $('log').prepend(line);
+}
+
+function mode() {
+  return document.querySelector('input[name=mode]:checked').value;
+}
+
+function showMode() {
+  for (const el of document.querySelectorAll('[data-mode]')) el.hidden = el.dataset.mode !== mode();
+  if (!state.run) $('mode').textContent = mode() === 'browser' ? 'in the browser (onnxruntime-web)' : 'through the worker';
+}
+
+// -- the model (in-browser mode) ----------------------------------------------------------------
+function setModel(bytes, name) {
+  const config = modelConfig(bytes);
+  state.model = { bytes, name, config };
+  if (state.network) state.network.net.close();
+  state.network = null;
+  const notes = config.notes.length ? ` (${config.notes.join('; ')})` : '';
+  $('model-status').textContent = `${name}: ${config.name}, input ${config.inputWidth}×${config.inputHeight}, `
+    + `threshold ${config.scoreThreshold}, ${(bytes.byteLength / 1e6).toFixed(1)} MB${notes}`;
+}
+
+async function loadDefaultModel() {
+  const url = params.get('model') || 'model.onnx';
+  try {
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    setModel(await response.arrayBuffer(), url);
+  } catch (err) {
+    $('model-status').textContent = `no ${url} beside the page (${err.message}): choose an .onnx file`;
+  }
+}
+
+async function network() {
+  if (!state.model) throw new Error('no model: choose an exported .onnx file (ttball export onnx --out model.onnx)');
+  const ep = $('ep').value;
+  const key = `${state.model.name}|${ep}`;
+  if (!state.network || state.network.key !== key) {
+    if (state.network) state.network.net.close();
+    state.network = null;
+    $('mode').textContent = 'loading the model…';
+    const net = await Network.load(state.model.bytes.slice(0), ep);
+    if (net.note) log(net.note);
+    state.network = { key, net };
+  }
+  return state.network.net;
+}
+
+// -- one run ------------------------------------------------------------------------------------
+function engineOptions() {
+  const threshold = parseFloat($('threshold').value);
+  return { step: Number($('step').value), threshold: threshold > 0 && threshold < 1 ? threshold : null };
+}
+
+async function openEngine(fps) {
+  const options = engineOptions();
+  if (mode() === 'browser') return new BrowserEngine(await network(), options);
+  return ServerEngine.open($('worker-url').value, { ...options, token: $('token').value.trim(), fps });
+}
+
+class Meter {
+  constructor() {
+    this.times = [];
+  }
+
+  tick(n) {
+    const now = performance.now();
+    for (let i = 0; i < n; i++) this.times.push(now);
+    while (this.times.length > 2 && now - this.times[0] > FPS_WINDOW_MS) this.times.shift();
+  }
+
+  get rate() {
+    const t = this.times;
+    return t.length > 1 && t[t.length - 1] > t[0] ? ((t.length - 1) * 1000) / (t[t.length - 1] - t[0]) : 0;
+  }
+}
+
+/** Shows finished frames at the source's pace, catching up when it falls behind. */
+class Presenter {
+  constructor(fps) {
+    this.interval = 1000 / fps;
+    this.queue = [];
+    this.last = 0;
+    this.idle = null;
+    this.tick = this.tick.bind(this);
+    requestAnimationFrame(this.tick);
+  }
+
+  push(image, row) {
+    this.queue.push({ image, row });
+  }
+
+  tick(now) {
+    if (this.queue.length && (now - this.last >= this.interval || this.queue.length > 6)) {
+      const { image, row } = this.queue.shift();
+      if (image) {
+        overlay.show(image, row);
+        chart.add(row, image.height);
+      }
+      this.last = now;
+    }
+    if (!this.queue.length && this.idle) this.idle();
+    if (!this.stopped) requestAnimationFrame(this.tick);
+  }
+
+  drain() {
+    return this.queue.length ? new Promise((resolve) => { this.idle = resolve; }) : Promise.resolve();
+  }
+
+  stop() {
+    this.stopped = true;
+  }
+}
+
+function median(values) {
+  if (!values.length) return 0;
+  const s = [...values].sort((a, b) => a - b);
+  return s[s.length >> 1];
+}
+
+async function run(frames, fps) {
+  if (state.run) state.run.stop.stopped = true;
+  const stop = { stopped: false };
+  const current = { stop };
+  state.run = current;
+  const owner = () => state.run === current; // a newer run takes the page over
+  const results = [];
+  window.ttballResults = results;
+  window.ttballDone = false;
+  window.ttballError = null;
+  overlay.reset();
+  chart.reset();
+  $('stop').disabled = false;
+  const presenter = new Presenter(fps);
+  const meter = new Meter();
+  const held = new Map();
+  let visible = 0;
+  let engine = null;
+  const status = () => {
+    const ms = engine ? median(engine.networkMs.slice(-20)) : 0;
+    window.ttballStatus = { mode: engine ? engine.label : '', framesPerS: meter.rate, frames: results.length, visible };
+    $('fps').textContent = `${meter.rate.toFixed(1)} frames/s`;
+    $('frames').textContent = `${results.length} frames, ball in ${visible}`;
+    $('latency').textContent = ms ? `${ms.toFixed(0)} ms per ${engine instanceof BrowserEngine ? 'window' : 'request'}` : '';
+  };
+  const deliver = (rows) => {
+    if (!owner()) return;
+    for (const row of rows) {
+      results.push({
+        frame: row.frame, time_s: row.time_s, visible: row.visible, x: row.x, y: row.y,
+        angle: row.blur_angle_deg, length: row.blur_length_px, score: row.score,
+      });
+      if (row.visible) visible += 1;
+      presenter.push(held.get(row.frame), row);
+      held.delete(row.frame);
+    }
+    meter.tick(rows.length);
+    status();
+  };
+  try {
+    engine = await openEngine(fps);
+    $('mode').textContent = engine.label;
+    for await (const frame of frames(stop)) {
+      if (stop.stopped) break;
+      held.set(frame.index, frame.image);
+      deliver(await engine.push(frame));
+    }
+    deliver(await engine.finish());
+    if (owner()) await presenter.drain();
+    log(`${stop.stopped ? 'stopped' : 'done'}: ${results.length} frames, ball in ${visible}, ${engine.label}`);
+  } catch (err) {
+    if (owner()) window.ttballError = String(err && err.message ? err.message : err);
+    log(String(err && err.message ? err.message : err), true);
+  } finally {
+    presenter.stop();
+    if (owner()) {
+      state.run = null;
+      $('stop').disabled = true;
+      status();
+      window.ttballDone = true;
+    }
+  }
+}
+
+// -- sources ------------------------------------------------------------------------------------
+function startFiles(files) {
+  const images = imageFiles(files);
+  const fps = Number($('image-fps').value) || 30;
+  if (images.length) {
+    const skipped = [];
+    run(async function* frames() {
+      yield* imageFrames(images, fps, skipped);
+      if (skipped.length) log(`skipped unreadable or odd-sized images: ${skipped.join(', ')}`);
+    }, fps);
+    return;
+  }
+  const video = $('video');
+  video.srcObject = null;
+  video.src = URL.createObjectURL(files[0]);
+  video.muted = true;
+  run((stop) => videoFrames(video, { live: false, stop }), 30);
+}
+
+async function startCamera() {
+  const video = $('video');
+  try {
+    const media = await navigator.mediaDevices.getUserMedia({ video: { width: 1280, height: 720 }, audio: false });
+    video.src = '';
+    video.srcObject = media;
+    const fps = media.getVideoTracks()[0].getSettings().frameRate || 30;
+    await run((stop) => videoFrames(video, { live: true, stop }), fps);
+    for (const track of media.getTracks()) track.stop();
+  } catch (err) {
+    log(`camera: ${err.message || err}`, true);
+  }
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+for (const radio of document.querySelectorAll('input[name=mode]')) radio.addEventListener('change', showMode);
+if (params.get('mode') === 'worker') $('mode-worker').checked = true;
+if (params.get('ep')) $('ep').value = params.get('ep');
+$('worker-url').value = params.get('worker') || (location.protocol.startsWith('http') ? location.origin : 'http://127.0.0.1:8000');
+$('model-file').addEventListener('change', async (e) => {
+  const file = e.target.files[0];
+  if (file) {
+    try {
+      setModel(await file.arrayBuffer(), file.name);
+    } catch (err) {
+      log(`${file.name}: ${err.message}`, true);
+    }
+  }
+});
+$('source').addEventListener('change', (e) => {
+  if (e.target.files.length) startFiles(e.target.files);
+});
+$('camera').addEventListener('click', startCamera);
+$('stop').addEventListener('click', () => {
+  if (state.run) state.run.stop.stopped = true;
+});
+showMode();
+window.ttballReady = loadDefaultModel();

@@ -1,0 +1,113 @@
+// Frame sources: async generators of decoded frames
+//   {index, time, width, height, data (RGBA bytes), image (ImageData), encode() → {blob, type}}
+// - imageFrames: a chosen image sequence, decoded losslessly in file-name order (as
+//   ttball.frames.FrameSource reads a folder), so the page sees exactly the pixels Python sees;
+// - videoFrames: a <video> playing a file or a camera stream. A file is paused while the
+//   pipeline is behind, so few frames are skipped; a camera never waits: frames that arrive while
+//   the pipeline is busy are dropped (only the newest is kept).
+
+const JPEG_QUALITY = 0.9;
+
+function canvas2d(width, height) {
+  const canvas = new OffscreenCanvas(width, height);
+  return canvas.getContext('2d', { willReadFrequently: true, colorSpace: 'srgb' });
+}
+
+function jpegEncoder(image) {
+  return async () => {
+    const ctx = canvas2d(image.width, image.height);
+    ctx.putImageData(image, 0, 0);
+    return { blob: await ctx.canvas.convertToBlob({ type: 'image/jpeg', quality: JPEG_QUALITY }), type: 'image/jpeg' };
+  };
+}
+
+export function imageFiles(files) {
+  return [...files]
+    .filter((f) => f.type.startsWith('image/') || /\.(png|jpe?g|bmp|webp)$/i.test(f.name))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** Frames of image files, in name order; `skipped` collects unreadable or odd-sized ones. */
+export async function* imageFrames(files, fps, skipped = []) {
+  let size = null;
+  for (const [index, file] of files.entries()) {
+    let bitmap;
+    try {
+      bitmap = await createImageBitmap(file, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+    } catch {
+      skipped.push(index);
+      continue;
+    }
+    const { width, height } = bitmap;
+    size = size || [width, height];
+    if (width !== size[0] || height !== size[1]) {
+      skipped.push(index);
+      continue;
+    }
+    const ctx = canvas2d(width, height);
+    ctx.drawImage(bitmap, 0, 0);
+    bitmap.close();
+    const image = ctx.getImageData(0, 0, width, height);
+    const type = /png$/i.test(file.type || file.name) ? 'image/png' : 'image/jpeg';
+    // The worker gets the file itself (no re-encoding) when it can read it, else a JPEG.
+    const original = type === 'image/png' || /jpe?g$/i.test(file.type || file.name);
+    yield {
+      index, time: index / fps, width, height, data: image.data, image,
+      encode: original ? async () => ({ blob: file, type }) : jpegEncoder(image),
+    };
+  }
+}
+
+/** Frames of a playing <video> (file or camera). `stop.stopped = true` ends the generator. */
+export async function* videoFrames(video, { live, stop }) {
+  const queue = [];
+  let wake = null;
+  let ended = false;
+  let ctx = null;
+  const notify = () => {
+    if (wake) {
+      wake();
+      wake = null;
+    }
+  };
+  const onFrame = (_now, meta) => {
+    if (ended || stop.stopped) return;
+    const w = video.videoWidth, h = video.videoHeight;
+    if (!ctx || ctx.canvas.width !== w || ctx.canvas.height !== h) ctx = canvas2d(w, h);
+    ctx.drawImage(video, 0, 0, w, h);
+    const image = ctx.getImageData(0, 0, w, h);
+    if (live) queue.length = 0;
+    queue.push({ time: meta.mediaTime, image });
+    if (!live && queue.length >= 2) video.pause();
+    notify();
+    video.requestVideoFrameCallback(onFrame);
+  };
+  video.requestVideoFrameCallback(onFrame);
+  video.onended = () => {
+    ended = true;
+    notify();
+  };
+  await video.play();
+  let index = 0;
+  try {
+    for (;;) {
+      if (stop.stopped) return;
+      if (queue.length) {
+        const { time, image } = queue.shift();
+        if (!live && video.paused && !video.ended && queue.length < 2) video.play();
+        yield {
+          index: index++, time, width: image.width, height: image.height, data: image.data, image,
+          encode: jpegEncoder(image),
+        };
+        continue;
+      }
+      if (ended) return;
+      await new Promise((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, 250); // look at `stop` now and then, even with no frames coming
+      });
+    }
+  } finally {
+    video.pause();
+  }
+}
