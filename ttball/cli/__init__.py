@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("ttball.cli.train", "train or fine-tune BlurBall on synthetic and labelled clips"),
     "eval": ("ttball.cli.eval", "score predicted tracks against ground truth"),
     "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
+    "fusion": ("ttball.cli.fusion", "rerun the seed's section-2 fusion experiments"),
     "verify": ("ttball.cli.verify", "prove an optimized backend finds the same ball as the reference"),
     "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8) or a Triton model repository"),
     "serve": ("ttball.cli.serve", "the real-time ball worker: sessions, batching, KServe v2, metrics"),
