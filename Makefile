@@ -14,7 +14,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[serve,dev,cpu]"
+	$(PIP) install -q -e ".[serve,dev,cpu,ray]"
 	touch $(STAMP)
 
 WEB_SRC := $(wildcard web/src/*.js web/static/*) web/build.mjs

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dedup-ssim", type=float, default=None,
                    help="also drop near-duplicate frames with SSIM at or above this (e.g. 0.99)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("--ray", action="store_true",
+                   help="VIDEO is a folder of videos: track each with a Ray task (docs/ray.md)")
+    p.add_argument("--address", default=None,
+                   help="with --ray: the Ray cluster to join (e.g. auto); default: a private local cluster")
 
 
 def _prepare_out(path: Path) -> Path:
@@ -49,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from ttball.pipeline import track
     from ttball.results import write_blurball_csv, write_json, write_track_csv
 
+    if args.ray:
+        from ttball.distributed import run_archive
+
+        return run_archive(args)
     if args.batch < 1:
         raise UserError(f"--batch must be at least 1, got {args.batch}")
     if args.threshold is not None and not 0 < args.threshold < 1:
