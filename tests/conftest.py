@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -36,6 +37,16 @@ def draw_clip(
         centres.append((cx, cy))
     writer.release()
     return centres
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread() -> Iterator[None]:
+    """One intra-op thread: on a shared 2-core machine two OpenMP threads wait on each other
+    (the quick bench test took 35 s with two threads and 9 s with one under load 3)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

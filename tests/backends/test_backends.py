@@ -34,14 +34,7 @@ ALL_COMPILES = os.environ.get("TTBALL_TEST_ALL_COMPILES") == "1"
 CUDA = torch.cuda.is_available()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine two OpenMP threads wait on each other
-    (the quick bench test took 35 s with two threads and 9 s with one under load 3)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import nn
@@ -12,15 +10,7 @@ from ttball.model import BlurBall, randomize_batchnorm
 from ttball.passes import fold_batchnorm
 from ttball.passes.fold_bn import fold_conv_bn
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine two OpenMP threads wait on each other
-    (the quick bench test took 35 s with two threads and 9 s with one under load 3)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def _count(model: nn.Module, kind: type[nn.Module]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,14 +26,7 @@ CPU = torch.device("cpu")
 FAKE = "test-cached-fp32"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine two OpenMP threads wait on each other
-    (the quick bench test took 35 s with two threads and 9 s with one under load 3)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def test_parse_batches_and_size() -> None:
