@@ -4,8 +4,8 @@ import cv2
 import numpy as np
 import pytest
 import torch
-
 from conftest import draw_clip
+
 from ttball.errors import VideoError
 from ttball.frames import DuplicateFilter, FrameSource, preprocess, resize, ssim
 from ttball.model.config import WeightsConfig

@@ -1,12 +1,10 @@
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from ttball.cli import COMMANDS, main
 from ttball.model import BlurBall, load_model
-from ttball.model.config import WeightsConfig
 from ttball.postprocess import FrameGeometry, detect
 from ttball.results import FrameResult
 from ttball.train import draw_target, focal_wbce

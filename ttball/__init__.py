@@ -38,7 +38,27 @@ _EXPORTS = {
     "preprocess": "ttball.frames",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "BlurBall",
+    "Detection",
+    "FrameGeometry",
+    "FrameResult",
+    "FrameSource",
+    "FrameStream",
+    "OnlineTracker",
+    "StreamOptions",
+    "TrackResult",
+    "WeightsConfig",
+    "__version__",
+    "detect",
+    "detect_logits",
+    "infer_windows",
+    "load_checkpoint",
+    "load_model",
+    "preprocess",
+    "save_checkpoint",
+    "track",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import cv2
 import pytest
-
 from conftest import draw_clip
+
 from ttball.cli import main
 
 
@@ -46,7 +46,7 @@ def test_image_folder_with_a_corrupt_image(tmp_path, small_weights) -> None:
     folder.mkdir()
     src = cv2.VideoCapture(str(_clip(tmp_path)))
     for i in range(6):
-        ok, img = src.read()
+        _, img = src.read()
         cv2.imwrite(str(folder / f"{i:04d}.jpg"), img)
     (folder / "0003.jpg").write_bytes(b"\xff\xd8garbage")
     out = tmp_path / "out"

@@ -99,11 +99,11 @@ def _print_summary(result, out: Path) -> None:  # type: ignore[no-untyped-def]
     s = result.summary()
     t = result.timing
     lines = [
-        f"frames        {s['frames']} ({s['corrupt_frames']} corrupt skipped, "
-        f"{t['duplicates']} duplicates)",
+        (f"frames        {s['frames']} ({s['corrupt_frames']} corrupt skipped, "
+         f"{t['duplicates']} duplicates)"),
         f"ball visible  {s['visible_pct']} %",
-        f"speed         {s['frames_per_s']} frames/s ({t['windows']} windows; network "
-        f"{t['network_s']:.2f} s, decode {t['decode_s']:.2f} s, post {t['post_s']:.2f} s)",
+        (f"speed         {s['frames_per_s']} frames/s ({t['windows']} windows; network "
+         f"{t['network_s']:.2f} s, decode {t['decode_s']:.2f} s, post {t['post_s']:.2f} s)"),
         f"device        {s['device']} ({s['backend']}, weights {result.weights.name})",
         f"written       {out / 'track.csv'}, {out / 'track.json'}",
     ]

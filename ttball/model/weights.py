@@ -66,7 +66,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read safetensors file {path}: {exc}") from None
     config = WeightsConfig.from_json(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
