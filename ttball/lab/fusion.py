@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ttball.errors import BackendUnavailable
+from ttball.passes.fold_bn import fold_conv_bn
 
 # A sample lasts at least 50 ms, so that the timer's resolution and a one-off 1 ms stall
 # (a scheduler tick) stay under 2% of it.
@@ -185,32 +186,11 @@ def make_conv_bn(sizes: FusionSizes, device: torch.device, seed: int = 0) -> nn.
     return nn.Sequential(conv, bn).eval().to(device)
 
 
-def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
-    """A new conv computing ``bn(conv(x))``: W' = W·s per output channel and
-    b' = (b − μ)·s + β with s = γ/√(σ² + ε), worked out in float64. Inputs are left untouched."""
-    if bn.training or bn.running_mean is None or bn.running_var is None:
-        raise ValueError("fold_bn needs a BatchNorm in eval mode with running statistics")
-    w = conv.weight
-    mean, var = bn.running_mean.double(), bn.running_var.double()
-    gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(mean)
-    beta = bn.bias.double() if bn.bias is not None else torch.zeros_like(mean)
-    bias = conv.bias.double() if conv.bias is not None else torch.zeros_like(mean)
-    scale = gamma / torch.sqrt(var + bn.eps)
-    folded = nn.Conv2d(
-        conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-        conv.dilation, conv.groups, bias=True, padding_mode=conv.padding_mode,
-    ).to(device=w.device, dtype=w.dtype)
-    with torch.no_grad():
-        folded.weight.copy_((w.double() * scale.reshape(-1, 1, 1, 1)).to(w.dtype))
-        folded.bias.copy_(((bias - mean) * scale + beta).to(w.dtype))  # type: ignore[union-attr]
-    return folded.eval()
-
-
 def fold_experiment(
     sizes: FusionSizes, device: torch.device, repeats: int, min_sample_s: float = MIN_SAMPLE_S
 ) -> FoldResult:
     model = make_conv_bn(sizes, device)
-    folded = fold_bn(model[0], model[1])  # type: ignore[arg-type]
+    folded = fold_conv_bn(model[0], model[1])  # type: ignore[arg-type]
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, sizes.conv_in, sizes.height, sizes.width, generator=g).to(device)
     ref, out, conv_out = model(x), folded(x), model[0](x)

@@ -19,8 +19,8 @@ from torch import fx, nn
 @torch.no_grad()
 def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
     """A new convolution computing ``bn(conv(x))`` with BN's running statistics (eval mode)."""
-    if bn.running_mean is None or bn.running_var is None:
-        raise ValueError("cannot fold a BatchNorm without running statistics")
+    if bn.training or bn.running_mean is None or bn.running_var is None:
+        raise ValueError("folding needs a BatchNorm in eval mode with running statistics")
     w = conv.weight.double()
     b = conv.bias.double() if conv.bias is not None else torch.zeros_like(bn.running_mean).double()
     gamma = bn.weight.double() if bn.weight is not None else torch.ones_like(b)
