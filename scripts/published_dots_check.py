@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rough check of a track.csv on shared/data/real_rally_a.mp4 against the green dots drawn into
 the video (the published model's detections): each dot that appears in frame i is matched to our
-detection in frame i-1 or i. Usage: real_rally_check.py VIDEO TRACK.csv [TRACK.csv ...]"""
+detection in frame i-1 or i. Usage: published_dots_check.py VIDEO TRACK.csv [TRACK.csv ...]"""
 import cv2, numpy as np, csv, sys
 cap=cv2.VideoCapture(sys.argv[1])
 frames_dots=[]
