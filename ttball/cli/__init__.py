@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from ttball.errors import UserError
 
@@ -27,6 +28,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ttball.cli.serve", "the real-time ball worker: sessions, batching, KServe v2, metrics"),
     "loadtest": ("ttball.cli.loadtest", "replay clips as concurrent sessions against a running worker"),
 }
+
+
+def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
+    """Create an output folder (and parents) and check it is writable; one-line errors."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create output folder: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"--out {out}: output folder is not writable")
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,10 +4,10 @@ with the seed's figures, and one sentence per experiment saying whether its conc
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ttball.cli import prepare_out_dir
 from ttball.errors import BackendUnavailable, UserError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable("--device cuda: torch sees no CUDA GPU on this machine")
-    out = _out_dir(args.out) if args.out else None
+    out = prepare_out_dir(args.out) if args.out else None
     sizes = FusionSizes() if args.scale == 1 else FusionSizes().scaled(args.scale)
     print("ttball fusion: running (about a minute at full size on a CPU)…", flush=True)
     report = run_fusion(sizes, device=args.device, threads=args.threads, repeats=args.repeats,
@@ -57,17 +57,6 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserError(f"--repeats must be at least 1, got {args.repeats}")
     if not args.scale > 0 or args.scale > 16:  # ×16: 1 GiB per chain array
         raise UserError(f"--scale must be in (0, 16], got {args.scale}")
-
-
-def _out_dir(path: str) -> Path:
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {path}: cannot create the folder: {exc.strerror or exc}") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"--out {path}: folder is not writable")
-    return out
 
 
 def command_line(args: argparse.Namespace) -> str:

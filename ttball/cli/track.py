@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from ttball.cli import prepare_out_dir
 from ttball.errors import UserError
 
 
@@ -35,16 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --ray: the Ray cluster to join (e.g. auto); default: a private local cluster")
 
 
-def _prepare_out(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create output folder {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK):
-        raise UserError(f"output folder {path} is not writable")
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -62,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threshold is not None and not 0 < args.threshold < 1:
         raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
     info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
-    out = _prepare_out(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
+    out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
     model = load_model(args.weights)
     if model.config.name == "random-init":
         print("warning: no trained weights found; running freshly initialised weights, "
