@@ -11,6 +11,7 @@ from ttball.backends import cudagraph  # noqa: F401
 from ttball.backends import tensorrt  # noqa: F401
 from ttball.backends import onnxrt  # noqa: F401
 from ttball.backends import openvino  # noqa: F401
+from ttball.backends import triton  # noqa: F401
 
 # ONNX Runtime backends (`onnxrt-*`) live in ttball/backends/onnxrt.py (another issue); the lead
 from ttball.backends.base import (

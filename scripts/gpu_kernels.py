@@ -1,0 +1,342 @@
+"""Our Triton kernels (``triton-fp16``, issue 9) on one GPU: per conv shape against cuDNN, per
+plan step against its bytes, and the whole network against eager in a CUDA graph.
+
+Stages (each guarded: a failure is recorded in the JSON and the next stage runs; no new stage
+starts after ``--budget-s``):
+
+1. ``shapes``: every distinct single convolution of the network (Cin, Cout, k, stride, output
+   resolution) at batch 1 and 64: our conv kernel (bias, no ReLU) with each candidate tile
+   configuration vs ``F.conv2d`` FP16 channels_last with ``cudnn.benchmark``. Also our kernel's
+   achieved GB/s (input read + output written once) and TFLOP/s.
+2. ``network``: ``triton-fp16`` vs ``cudagraph-fp16-folded-cl`` (eager, BN folded, FP16 weights,
+   channels_last, one CUDA graph) at batch 1, 8, 64: ms/window, windows/s, max abs and relative
+   error vs eager FP32 (TF32 off), first-call seconds (compile + tuning for ours).
+3. ``steps``: each step of our plan alone at batch 1 and 64 with its tuned configuration:
+   µs, bytes moved (:func:`ttball.kernels.plan.step_cost`), achieved GB/s.
+
+Timing: CUDA events around groups of calls after warm-up, median of the group means; inputs are
+already on the GPU (no host transfers); the backends' output clone is included. Random weights
+with non-trivial BN statistics (``randomize_batchnorm``): speed does not depend on the values.
+
+    PYTHONPATH=. python scripts/gpu_kernels.py --out gpu_kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ttball.backends import create
+from ttball.bench.accuracy import agreement
+from ttball.kernels import build_plan, plan_cost
+from ttball.kernels.plan import Conv, Plan, Term, step_cost
+from ttball.model import BlurBall, randomize_batchnorm
+
+EAGER_GRAPH = "cudagraph-fp16-folded-cl"
+OURS = "triton-fp16"
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+def time_ms(fn: Callable[[], Any], warmup: int = 10, groups: int = 5, reps: int = 20) -> dict:
+    """Median / min / max over ``groups`` of the mean ms of ``reps`` calls (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    means = []
+    for _ in range(groups):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        means.append(start.elapsed_time(end) / reps)
+    return {"median_ms": statistics.median(means), "min_ms": min(means), "max_ms": max(means)}
+
+
+def guarded(results: dict, key: str, budget: Budget, fn: Callable[[], Any]) -> None:
+    if budget.left() <= 0:
+        results[key] = {"skipped": "time budget spent"}
+        print(f"[{key}] skipped: time budget spent", flush=True)
+        return
+    start = time.perf_counter()
+    try:
+        results[key] = fn()
+    except Exception as exc:  # noqa: BLE001  (a failing stage must not stop the run)
+        results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+        print(f"[{key}] FAILED: {type(exc).__name__}: {exc}", flush=True)
+    print(f"[{key}] {time.perf_counter() - start:.1f} s", flush=True)
+
+
+# --- stage 1: conv shapes ------------------------------------------------------------------
+
+def conv_shapes(plan: Plan) -> list[dict[str, int]]:
+    """Distinct single convolutions (terms read at their own resolution) of the plan."""
+    seen: dict[tuple[int, ...], dict[str, int]] = {}
+    for step in plan.steps:
+        if not isinstance(step, Conv):
+            continue
+        for t in step.terms:
+            if t.up:
+                continue
+            level = plan.buffers[step.out].level
+            key = (t.cin, t.weight.shape[0], t.ksize, t.stride, level)
+            seen.setdefault(key, dict(zip(("cin", "cout", "k", "stride", "level"), key)))
+    return list(seen.values())
+
+
+def bench_shape(shape: dict[str, int], batch: int, height: int, width: int) -> list[dict]:
+    from ttball.kernels.executor import _ConvLaunch, conv_configs
+
+    dev = torch.device("cuda")
+    lo = shape["level"]
+    hin, win = (height >> lo) * shape["stride"], (width >> lo) * shape["stride"]
+    weight = torch.randn(shape["cout"], shape["cin"], shape["k"], shape["k"]) * 0.1
+    bias = torch.randn(shape["cout"]) * 0.1
+    step = Conv("y", (Term("x", weight, shape["stride"]),), bias)
+    x = torch.randn(batch, hin, win, shape["cin"], device=dev, dtype=torch.float16)
+    y = torch.empty(batch, height >> lo, width >> lo, shape["cout"], device=dev,
+                    dtype=torch.float16)
+    bufs = {"x": x, "y": y}
+    launch = _ConvLaunch(step, dev)
+    pixels = y.shape[0] * y.shape[1] * y.shape[2]
+    moved = 2 * (x.numel() + y.numel())
+    flops = 2 * pixels * weight.numel()
+    reps = 20 if batch == 1 else 5
+    rows = []
+    x_cl = x.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+    w_cl = weight.to(dev, torch.float16).contiguous(memory_format=torch.channels_last)
+    b16 = bias.to(dev, torch.float16)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=False):
+        ref = F.conv2d(x_cl, w_cl, b16, stride=shape["stride"], padding=shape["k"] // 2)
+        t = time_ms(lambda: F.conv2d(x_cl, w_cl, b16, stride=shape["stride"],
+                                     padding=shape["k"] // 2), reps=reps)
+    rows.append({**shape, "batch": batch, "impl": "cudnn", **t})
+    for cfg in conv_configs(step, pixels):
+        row = {**shape, "batch": batch, "impl": "triton", "config": vars(cfg).copy()}
+        try:
+            launch(bufs, {}, cfg)
+            err = (y.permute(0, 3, 1, 2).float() - ref.float()).abs().max().item()
+            t = time_ms(lambda c=cfg: launch(bufs, {}, c), reps=reps)
+            sec = t["median_ms"] / 1e3
+            row.update(t, max_abs_err_vs_cudnn=err, gb_s=moved / sec / 1e9,
+                       tflop_s=flops / sec / 1e12)
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        rows.append(row)
+    return rows
+
+
+def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget: Budget) -> dict:
+    rows: list[dict] = []
+    for batch in batches:
+        for shape in conv_shapes(plan):
+            if budget.left() <= 0:
+                rows.append({**shape, "batch": batch, "skipped": "time budget spent"})
+                continue
+            try:
+                rows += bench_shape(shape, batch, height, width)
+            except Exception as exc:  # noqa: BLE001
+                rows.append({**shape, "batch": batch, "error": f"{type(exc).__name__}: {exc}"})
+            print_shape(rows, shape, batch)
+    return {"rows": rows}
+
+
+def print_shape(rows: list[dict], shape: dict, batch: int) -> None:
+    mine = [r for r in rows if r.get("batch") == batch and all(r.get(k) == v for k, v in
+                                                               shape.items())]
+    cud = next((r["median_ms"] for r in mine if r.get("impl") == "cudnn"), float("nan"))
+    ours = [r for r in mine if r.get("impl") == "triton" and "median_ms" in r]
+    best = min(ours, key=lambda r: r["median_ms"]) if ours else None
+    name = f"{shape['cin']:>3}->{shape['cout']:<3} k{shape['k']} s{shape['stride']} L{shape['level']}"
+    if best is None:
+        print(f"  b{batch:<3} {name}  cudnn {cud:8.4f} ms  ours: failed", flush=True)
+        return
+    print(f"  b{batch:<3} {name}  cudnn {cud:8.4f} ms  ours {best['median_ms']:8.4f} ms "
+          f"({cud / best['median_ms']:4.2f}x)  {best['gb_s']:6.0f} GB/s "
+          f"{best['tflop_s']:5.1f} TF/s  {best['config']}", flush=True)
+
+
+# --- stage 2: whole network ----------------------------------------------------------------
+
+def stage_network(model: BlurBall, height: int, width: int, batches: list[int],
+                  budget: Budget) -> dict:
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(0)
+    inputs = {b: torch.randn(b, 9, height, width, generator=gen).to(dev) for b in batches}
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    reference = create("eager-fp32", copy.deepcopy(model), "cuda")  # it moves its model
+    refs = {b: reference(x).cpu() for b, x in inputs.items()}
+    del reference
+    rows = []
+    for name in (OURS, EAGER_GRAPH):
+        try:
+            start = time.perf_counter()
+            backend = create(name, model, "cuda")
+            build_s = time.perf_counter() - start
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"backend": name, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for b, x in inputs.items():
+            row: dict[str, Any] = {"backend": name, "batch": b}
+            if budget.left() <= 0:
+                rows.append({**row, "skipped": "time budget spent"})
+                continue
+            try:
+                start = time.perf_counter()
+                out = backend(x)
+                torch.cuda.synchronize()
+                row["first_call_s"] = time.perf_counter() - start
+                row["build_s"] = build_s
+                row.update(agreement(out.cpu(), refs[b]))
+                row["argmax_same"] = same_argmax(out.cpu(), refs[b])
+                reps = max(2, 200 // (b * 4))
+                t = time_ms(lambda bk=backend, xx=x: bk(xx), warmup=5, reps=reps)
+                row.update(t, ms_per_window=t["median_ms"] / b,
+                           windows_s=1e3 * b / t["median_ms"])
+                if name == OURS:
+                    ex = backend.executor  # type: ignore[attr-defined]
+                    row["failures"] = list(ex.failures)
+                    row["configs"] = [(n, vars(c)) for n, c in ex.chosen(tuple(x.shape))]
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                row["trace"] = traceback.format_exc()
+            rows.append(row)
+            print_network(row)
+        del backend
+        torch.cuda.empty_cache()
+    return {"rows": rows, "cuda_graph_backend": EAGER_GRAPH}
+
+
+def same_argmax(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Share of heatmaps whose argmax pixel equals eager FP32's."""
+    a, b = out.flatten(2).argmax(-1), ref.flatten(2).argmax(-1)
+    return (a == b).float().mean().item()
+
+
+def print_network(row: dict) -> None:
+    if "median_ms" not in row:
+        print(f"  {row['backend']:<26} b{row.get('batch')}: {row.get('error', row)}", flush=True)
+        return
+    print(f"  {row['backend']:<26} b{row['batch']:<3} {row['ms_per_window']:7.3f} ms/window "
+          f"{row['windows_s']:8.0f} windows/s  rel {row['rel_err']:.1e} "
+          f"max|d| {row['max_abs_err']:.1e}  first call {row['first_call_s']:.1f} s", flush=True)
+
+
+# --- stage 3: per step ---------------------------------------------------------------------
+
+def stage_steps(model: BlurBall, height: int, width: int, batches: list[int],
+                budget: Budget) -> dict:
+    from ttball.kernels.executor import TritonExecutor
+
+    dev = torch.device("cuda")
+    plan = build_plan(model)
+    ex = TritonExecutor(plan, dev)
+    rows = []
+    for b in batches:
+        x = torch.randn(b, 9, height, width, device=dev)
+        ex(x)
+        bufs = ex._buffers[tuple(x.shape)]
+        total = 0.0
+        for i, (launch, cfg) in enumerate(zip(ex.launches, ex._configs[tuple(x.shape)])):
+            if budget.left() <= 0:
+                rows.append({"batch": b, "step": i, "skipped": "time budget spent"})
+                break
+            cost = step_cost(plan, launch.step, height, width)
+            t = time_ms(lambda la=launch, c=cfg, bf=bufs: la(bf.tensors, bf.sums, c),
+                        warmup=3, groups=3, reps=10 if b == 1 else 3)
+            moved = b * (cost["bytes_read"] + cost["bytes_written"])
+            total += t["median_ms"]
+            rows.append({"batch": b, "step": i, "name": step_name(launch.step), **cost,
+                         "config": vars(cfg), **t,
+                         "gb_s": moved / (t["median_ms"] / 1e3) / 1e9})
+        print_steps([r for r in rows if r.get("batch") == b and "median_ms" in r], b, total)
+    return {"rows": rows}
+
+
+def step_name(step: Any) -> str:
+    if isinstance(step, Conv):
+        kinds = "+".join(f"{t.cin}k{t.ksize}s{t.stride}u{t.up}" for t in step.terms)
+        return f"conv {kinds}->{step.cout}" + (" se" if step.se_sum else "")
+    extra = f" +{len(step.terms)} terms" if step.terms else ""
+    return f"tail C{step.channels}{extra}" + (" head" if step.head else "")
+
+
+def print_steps(rows: list[dict], batch: int, total: float) -> None:
+    print(f"  batch {batch}: sum of steps run alone {total:.3f} ms; slowest:", flush=True)
+    for r in sorted(rows, key=lambda r: -r["median_ms"])[:10]:
+        print(f"    #{r['step']:<3} {r['name']:<40} {1e3 * r['median_ms']:8.1f} us "
+              f"{r['gb_s']:6.0f} GB/s  {r['config']}", flush=True)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def environment() -> dict[str, Any]:
+    import triton
+
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+        "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+        "command": " ".join(sys.argv),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--height", type=int, default=288)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batches", default="1,8,64", help="network stage batch sizes")
+    parser.add_argument("--shape-batches", default="1,64", help="conv-shape and step batches")
+    parser.add_argument("--stages", default="network,shapes,steps")
+    parser.add_argument("--budget-s", type=float, default=200.0,
+                        help="no new stage (or shape, or network row) after this many seconds")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_kernels.py needs a CUDA GPU")
+    budget = Budget(args.budget_s)
+    batches = [int(b) for b in args.batches.split(",")]
+    shape_batches = [int(b) for b in args.shape_batches.split(",")]
+    model = randomize_batchnorm(BlurBall(), seed=0).eval()
+    plan = build_plan(model)
+    results: dict[str, Any] = {"environment": environment(),
+                               "plan": plan_cost(plan, args.height, args.width),
+                               "kernels_per_call": len(plan.steps) + 1}
+    print(json.dumps(results, indent=1), flush=True)
+    stages = {
+        "network": lambda: stage_network(model, args.height, args.width, batches, budget),
+        "shapes": lambda: stage_shapes(plan, args.height, args.width, shape_batches, budget),
+        "steps": lambda: stage_steps(model, args.height, args.width, shape_batches, budget),
+    }
+    for key in args.stages.split(","):
+        print(f"== {key}", flush=True)
+        guarded(results, key, budget, stages[key])
+        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Where the kernel tests run their Triton kernels: compiled on a CUDA GPU, else in Triton's
+interpreter on CPU. Import this module before anything imports triton.
+
+Triton decides compiled vs interpreted when a function is decorated (its own ``tl.zeros`` /
+``tl.sum`` included), from ``TRITON_INTERPRET``: so it is set here, at collection time, before
+any test runs (``torch.compile`` imports triton when it runs). If triton was imported compiled
+on a machine without a GPU anyway, the kernel tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def require_triton() -> None:
+    """Skip the calling test module unless its kernels can run here."""
+    pytest.importorskip("triton", reason="triton is not installed (the dev extra installs it)")
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    if not CUDA and isinstance(tl.zeros, JITFunction):
+        pytest.skip(
+            "no GPU, and triton was imported before TRITON_INTERPRET=1 was set; run "
+            "`pytest tests/kernels` in a process of its own",
+            allow_module_level=True,
+        )

@@ -1,0 +1,52 @@
+"""The whole plan on the Triton kernels against the reference executor, and the backend's
+registry entries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_env import CUDA, DEVICE, require_triton
+
+from ttball.backends import create, describe
+from ttball.errors import BackendUnavailable
+from ttball.kernels import build_plan, run_reference
+from ttball.model import BlurBall, randomize_batchnorm
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
+
+
+@pytest.fixture(scope="module")
+def device() -> torch.device:
+    return DEVICE
+
+
+@pytest.fixture(scope="module")
+def model() -> BlurBall:
+    return randomize_batchnorm(BlurBall(), seed=0).eval()
+
+
+def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device) -> None:
+    """All 67 steps with buffers reused by liveness; one tile size keeps the interpreter fast
+    (5-8 s on two CPU cores at 16×32)."""
+    require_triton()
+    from ttball.kernels.executor import Config, TritonExecutor
+
+    plan = build_plan(model)
+    x = torch.randn(1, 9, 16, 32, generator=torch.Generator().manual_seed(0))
+    expected = run_reference(plan, x)
+    config = None if CUDA else Config(512, 4, 2)  # on a GPU: the tuned configurations
+    executor = TritonExecutor(plan, device, config=config)
+    out = executor(x.to(device)).cpu()
+    rel = ((out - expected).norm() / expected.norm()).item()
+    assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"
+    bufs = executor._buffers[tuple(x.shape)]
+    assert len({t.data_ptr() for t in bufs.tensors.values()}) < len(plan.buffers) // 2
+
+
+def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:
+    rows = {r["name"]: r for r in describe("cpu")}
+    for name in ("triton-fp16", "triton-fp16-nograph"):
+        assert not rows[name]["available"] and "CUDA" in rows[name]["reason"]
+        assert "fp16" in rows[name]["tags"]
+        with pytest.raises(BackendUnavailable, match="CUDA"):
+            create(name, model, "cpu")

@@ -1,0 +1,110 @@
+"""BlurBall on our own Triton kernels (issue 9): BN folded, FP16 weights, NHWC FP16 activations,
+one fused kernel per step of :func:`ttball.kernels.build_plan` (67 steps + 1 memset per call).
+
+``triton-fp16`` captures the whole plan into one CUDA graph per input shape, after a first call
+that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp16-nograph``
+launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1).
+Option ``tune=False`` skips the per-shape tuning and uses each step's default configuration.
+Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ttball.backends.base import BackendBase, register
+from ttball.errors import BackendUnavailable, UserError
+
+_CAPTURE_WARMUP = 1  # eager runs of a tuned shape before capture (all kernels are compiled by then)
+_TAGS = ("fp16", "folded", "channels_last")
+
+
+def triton_missing(device: torch.device) -> str | None:
+    reasons = []
+    if importlib.util.find_spec("triton") is None:
+        reasons.append("triton package not installed")
+    if device.type != "cuda":
+        reasons.append("needs a CUDA device")
+    return "; ".join(reasons) or None
+
+
+class TritonBackend(BackendBase):
+    """The plan's Triton executor, optionally replayed from one CUDA graph per input shape."""
+
+    def __init__(
+        self, model: torch.nn.Module, device: torch.device, graph: bool = True,
+        tune: bool = True, **options: Any,
+    ) -> None:
+        super().__init__(device)
+        if options:
+            raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
+        reason = triton_missing(device)
+        if reason:
+            raise BackendUnavailable(f"triton backend: {reason}")
+        from ttball.kernels import build_plan
+        from ttball.kernels.executor import TritonExecutor
+
+        self.precision = "fp16"
+        self.plan = build_plan(model)
+        self.executor = TritonExecutor(self.plan, device, tune=tune)
+        self.graph = graph
+        self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
+
+    def _check(self, batch: Tensor) -> Tensor:
+        if batch.shape[2] % 8 or batch.shape[3] % 8:
+            raise UserError(f"{self.name}: height and width must be multiples of 8, got "
+                            f"{tuple(batch.shape[2:])}")
+        return batch.float().contiguous()
+
+    def _capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
+        static_in = batch.clone()
+        self.executor(static_in)  # first call of the shape: compiles and tunes
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(_CAPTURE_WARMUP):
+                self.executor(static_in)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = self.executor(static_in)
+        return graph, static_in, static_out
+
+    def run(self, batch: Tensor) -> Tensor:
+        batch = self._check(batch)
+        if not self.graph:
+            return self.executor(batch).clone()
+        key = tuple(batch.shape)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(batch)
+        graph, static_in, static_out = self._graphs[key]
+        static_in.copy_(batch)
+        graph.replay()
+        return static_out.clone()
+
+
+@register(
+    "triton-fp16",
+    description="own Triton kernels (fused implicit-GEMM convs), BN folded, FP16, NHWC, "
+    "one CUDA graph per shape; option tune",
+    requires=triton_missing,
+    tags=_TAGS,
+)
+def _triton_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> TritonBackend:
+    return TritonBackend(model, device, graph=True, **options)
+
+
+@register(
+    "triton-fp16-nograph",
+    description="own Triton kernels, BN folded, FP16, NHWC, launched one by one; option tune",
+    requires=triton_missing,
+    tags=_TAGS,
+)
+def _triton_fp16_nograph(
+    model: torch.nn.Module, device: torch.device, **options: Any
+) -> TritonBackend:
+    return TritonBackend(model, device, graph=False, **options)

@@ -1,0 +1,331 @@
+"""Runs a :class:`~ttball.kernels.plan.Plan` with the Triton kernels: one launch per step plus
+one memset of the SE sums, so ``len(plan.steps) + 1`` kernels per call (68 for BlurBall).
+
+Weights are packed once (FP16, padded; biases and SE weights float32). Activations are NHWC
+FP16 buffers allocated per input shape and reused along the plan by liveness (a buffer whose
+last reader has run goes back to a pool of its size). The batch is read in place (float32
+NCHW, strided) by the first convolution; the logits are written as float32 NCHW by the last
+kernel.
+
+Tuning: on the first call of a shape each step is timed over :func:`conv_configs` /
+:func:`tail_configs` (2-3 configurations, CUDA events) and the fastest is kept for that shape;
+a configuration that fails to compile or launch is skipped (its error kept in
+``self.failures``). With ``tune=False``, or on CPU (``TRITON_INTERPRET=1``), the first
+candidate is used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+from torch import Tensor
+
+from ttball.kernels.conv import block_k, conv_kernel, pack_weight, padded
+from ttball.kernels.elementwise import se_tail_kernel
+from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
+
+MAX_TERMS = 4
+TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
+
+
+@dataclass(frozen=True)
+class Config:
+    block_m: int
+    num_warps: int
+    num_stages: int
+
+
+def conv_configs(step: Conv, pixels: int) -> list[Config]:
+    """Candidates for a conv step with ``pixels`` output pixels in the batch; first = default.
+    Tiles of 128 pixels × Cout fill an H200 from ~1 k programs; below that, smaller tiles
+    keep its 132 SMs busy (guesses until ``scripts/gpu_kernels.py`` has measured them)."""
+    n = padded(step.cout)
+    if pixels < 132 * 128:
+        return [Config(32, 4, 2), Config(64, 4, 3)]
+    if n <= 32:
+        return [Config(128, 4, 3), Config(256, 8, 3), Config(64, 4, 3)]
+    if n == 64:
+        return [Config(128, 4, 3), Config(64, 4, 3), Config(128, 8, 3)]
+    return [Config(64, 4, 3), Config(128, 8, 3), Config(64, 8, 3)]
+
+
+def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
+    """About 8 k elements per program for the elementwise tail; 64-128 pixels with 1×1 terms."""
+    if step.terms:
+        return [Config(128, 4, 2), Config(64, 4, 2)]
+    rows = max(32, 8192 // step.channels)
+    if pixels < 132 * rows:
+        return [Config(max(16, rows // 4), 4, 1), Config(max(16, rows // 2), 4, 1)]
+    return [Config(rows, 4, 1), Config(rows // 2, 4, 1), Config(rows, 8, 1)]
+
+
+def _nhwc(t: Tensor) -> Tensor:
+    if not t.is_contiguous():
+        raise ValueError("internal buffers must be contiguous NHWC")
+    return t
+
+
+class _ConvLaunch:
+    def __init__(self, step: Conv, device: torch.device) -> None:
+        if len(step.terms) > MAX_TERMS:
+            raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
+        self.step = step
+        self.weights = [pack_weight(t.weight, device) for t in step.terms]
+        n = padded(step.cout)
+        self.bias = torch.zeros(n, device=device)
+        self.bias[: step.cout] = step.bias.to(device)
+        meta: dict[str, Any] = {"COUT": step.cout, "N_TERMS": len(step.terms), "BLOCK_N": n}
+        t0 = step.terms[0]
+        meta.update(C0=t0.cin, P0=padded(t0.cin), K0=t0.ksize, S0=t0.stride, U0=t0.up,
+                    BK0=block_k(t0.cin))
+        for k in range(1, MAX_TERMS):
+            t = step.terms[k] if k < len(step.terms) else t0
+            if k < len(step.terms) and t.cin != padded(t.cin):
+                raise ValueError(f"{step.out}: term {k} needs a power-of-two Cin >= 16")
+            meta.update({f"C{k}": t.cin, f"K{k}": t.ksize, f"S{k}": t.stride, f"U{k}": t.up,
+                         f"BK{k}": block_k(t.cin)})
+        add_up = step.addends[0][1] if step.addends else 0
+        if len(step.addends) > 1:
+            raise ValueError(f"{step.out}: one addend per conv step")
+        meta.update(HAS_ADD=bool(step.addends), ADD_UP=add_up, HAS_SUM=step.se_sum is not None,
+                    RELU=step.relu)
+        self.meta = meta
+
+    def out_pixels(self, bufs: dict[str, Tensor]) -> int:
+        out = bufs[self.step.out]
+        return out.shape[0] * out.shape[1] * out.shape[2]
+
+    def configs(self, bufs: dict[str, Tensor]) -> list[Config]:
+        return conv_configs(self.step, self.out_pixels(bufs))
+
+    def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
+        step, out = self.step, bufs[self.step.out]
+        B, Ho, Wo, _ = out.shape
+        x0 = bufs[step.terms[0].src]
+        xs = [_nhwc(bufs[t.src]) for t in step.terms[1:]]
+        ws = self.weights[1:]
+        pairs = []
+        for k in range(MAX_TERMS - 1):
+            pairs += [xs[k], ws[k]] if k < len(xs) else [x0, self.weights[0]]
+        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
+        se_sum = sums[step.se_sum] if step.se_sum else self.bias
+        grid = (triton.cdiv(Ho * Wo, cfg.block_m), B)
+        conv_kernel[grid](
+            out, self.bias, add, se_sum, x0, self.weights[0], *pairs,
+            Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
+            **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+
+
+class _TailLaunch:
+    def __init__(self, step: SqueezeTail, device: torch.device) -> None:
+        if len(step.terms) > MAX_TERMS - 1:
+            raise ValueError(f"{step.y}: at most {MAX_TERMS - 1} terms in a tail")
+        self.step = step
+        c, hid = step.channels, step.fc1.shape[0]
+        hid_pad = max(2, triton.next_power_of_2(hid))
+        self.fc1 = torch.zeros(c, hid_pad, device=device)
+        self.fc1[:, :hid] = step.fc1.T.to(device)
+        self.fc2 = torch.zeros(hid_pad, c, device=device)
+        self.fc2[:hid] = step.fc2.T.to(device)
+        self.weights = [pack_weight(t.weight, device) for t in step.terms]
+        self.bias = torch.zeros(c, device=device)
+        if step.bias is not None:
+            self.bias.copy_(step.bias.to(device))
+        meta: dict[str, Any] = {"C": c, "HID": hid_pad, "STORE_T": step.out is not None,
+                                "N_TERMS": len(step.terms)}
+        for k in range(1, MAX_TERMS):
+            t = step.terms[k - 1] if k <= len(step.terms) else None
+            cin = t.cin if t else c
+            meta.update({f"C{k}": cin, f"U{k}": t.up if t else 0, f"BK{k}": block_k(cin)})
+        head_n, head_pad = 1, 16
+        self.head_w = self.head_b = self.bias
+        if step.head is not None:
+            head_n = step.head.weight.shape[0]
+            self.head_w = pack_weight(step.head.weight[:, :, None, None], device)
+            head_pad = self.head_w.shape[1]
+            self.head_b = torch.zeros(head_pad, device=device)
+            self.head_b[:head_n] = step.head.bias.to(device)
+        meta.update(HEAD=step.head is not None, HEAD_N=head_n, HEAD_PAD=head_pad)
+        self.meta = meta
+
+    def configs(self, bufs: dict[str, Tensor]) -> list[Config]:
+        y = bufs[self.step.y]
+        return tail_configs(self.step, y.shape[0] * y.shape[1] * y.shape[2])
+
+    def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
+        step = self.step
+        y, res = _nhwc(bufs[step.y]), _nhwc(bufs[step.residual])
+        B, Ho, Wo, _ = y.shape
+        t = _nhwc(bufs[step.out]) if step.out else y
+        pairs = []
+        for k in range(MAX_TERMS - 1):
+            if k < len(step.terms):
+                pairs += [_nhwc(bufs[step.terms[k].src]), self.weights[k]]
+            else:
+                pairs += [y, self.bias]
+        if step.head is not None:
+            f = bufs[step.head.out]
+        elif step.fused is not None:
+            f = _nhwc(bufs[step.fused])
+        else:
+            f = y
+        grid = (triton.cdiv(Ho * Wo, cfg.block_m), B)
+        se_tail_kernel[grid](
+            y, res, sums[step.se_sum], self.fc1, self.fc2, t, self.bias, *pairs, f,
+            self.head_w, self.head_b, Ho, Wo, 1.0 / (Ho * Wo), *f.stride(),
+            **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+
+
+Launch = _ConvLaunch | _TailLaunch
+
+
+def _launcher(step: Step, device: torch.device) -> Launch:
+    return _ConvLaunch(step, device) if isinstance(step, Conv) else _TailLaunch(step, device)
+
+
+class _Buffers:
+    """Activations for one input shape, reused by liveness; SE sums in one zeroed block."""
+
+    def __init__(self, plan: Plan, batch: int, height: int, width: int, device: torch.device):
+        if height % 2 ** (LEVELS - 1) or width % 2 ** (LEVELS - 1):
+            raise ValueError(f"height and width must be multiples of {2 ** (LEVELS - 1)}")
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(plan.steps):
+            for name in _reads(step):
+                last_use[name] = i
+        self.tensors: dict[str, Tensor] = {}
+        pool: dict[tuple[int, int], list[Tensor]] = {}
+        for i, step in enumerate(plan.steps):
+            for name in plan.outputs(step):
+                if name == OUTPUT:
+                    continue
+                buf = plan.buffers[name]
+                free = pool.get((buf.channels, buf.level))
+                self.tensors[name] = free.pop() if free else torch.empty(
+                    batch, height >> buf.level, width >> buf.level, buf.channels,
+                    device=device, dtype=torch.float16,
+                )
+            for name in _reads(step):
+                if last_use[name] == i and name != INPUT:
+                    buf = plan.buffers[name]
+                    pool.setdefault((buf.channels, buf.level), []).append(self.tensors[name])
+        self.logits = torch.empty(batch, plan.buffers[OUTPUT].channels, height, width,
+                                  device=device)
+        self.tensors[OUTPUT] = self.logits.permute(0, 2, 3, 1)
+        total = sum(plan.sums.values())
+        self.sum_block = torch.zeros(batch * total, device=device)
+        self.sums: dict[str, Tensor] = {}
+        offset = 0
+        for name, c in plan.sums.items():
+            self.sums[name] = self.sum_block[offset : offset + batch * c].view(batch, c)
+            offset += batch * c
+
+
+def _reads(step: Step) -> list[str]:
+    names = [t.src for t in step.terms]
+    if isinstance(step, Conv):
+        names += [a for a, _ in step.addends]
+    else:
+        names += [step.y, step.residual]
+    return list(dict.fromkeys(names))
+
+
+class TritonExecutor:
+    """``executor(batch (B, 9, H, W) float32 contiguous) -> logits (B, 3, H, W) float32``.
+
+    The returned tensor is the shape's own output buffer, overwritten by the next call of that
+    shape. ``cold_seconds[shape]`` is the first call's time (compiles and tuning included).
+    """
+
+    def __init__(
+        self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None
+    ) -> None:
+        self.plan, self.device = plan, device
+        self.tune = tune and device.type == "cuda" and config is None
+        self.config = config  # one configuration for every step (the interpreter tests)
+        self.launches = [_launcher(step, device) for step in plan.steps]
+        self._buffers: dict[tuple[int, ...], _Buffers] = {}
+        self._configs: dict[tuple[int, ...], list[Config]] = {}
+        self.failures: list[str] = []
+        self.cold_seconds: dict[tuple[int, ...], float] = {}
+
+    def __call__(self, batch: Tensor) -> Tensor:
+        if batch.dim() != 4 or batch.shape[1] != 9 or not batch.is_contiguous():
+            raise ValueError(f"expected a contiguous (B, 9, H, W) batch, got {tuple(batch.shape)}")
+        shape = tuple(batch.shape)
+        if shape not in self._configs:
+            start = time.perf_counter()
+            out = self._first_call(batch)
+            self.cold_seconds[shape] = time.perf_counter() - start
+            return out
+        bufs = self._buffers[shape]
+        bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
+        bufs.sum_block.zero_()
+        for launch, cfg in zip(self.launches, self._configs[shape]):
+            launch(bufs.tensors, bufs.sums, cfg)
+        return bufs.logits
+
+    def _first_call(self, batch: Tensor) -> Tensor:
+        shape = tuple(batch.shape)
+        bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
+        bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
+        bufs.sum_block.zero_()
+        chosen = []
+        for launch in self.launches:
+            chosen.append(self._choose(launch, bufs))
+        self._buffers[shape], self._configs[shape] = bufs, chosen
+        return bufs.logits
+
+    def _choose(self, launch: Launch, bufs: _Buffers) -> Config:
+        """Run the step with the fastest working candidate (its output then is the result)."""
+        candidates = [self.config] if self.config else launch.configs(bufs.tensors)
+        if not self.tune:
+            candidates = candidates[:1]
+        timed: list[tuple[float, Config]] = []
+        for cfg in candidates:
+            try:
+                seconds = self._time(lambda c=cfg: launch(bufs.tensors, bufs.sums, c))
+            except Exception as exc:  # noqa: BLE001  (a config that can't compile is skipped)
+                self.failures.append(f"{_name(launch)} {cfg}: {type(exc).__name__}: {exc}")
+                continue
+            timed.append((seconds, cfg))
+        if not timed:
+            raise RuntimeError(f"no working kernel configuration for {_name(launch)}: "
+                               + "; ".join(self.failures[-len(candidates):]))
+        best = min(timed, key=lambda pair: pair[0])[1]
+        if self.tune:  # timing ran every candidate several times: run the chosen one again
+            step = launch.step
+            if isinstance(step, Conv) and step.se_sum:  # the repeated launches added up
+                bufs.sums[step.se_sum].zero_()
+            launch(bufs.tensors, bufs.sums, best)
+        return best
+
+    def _time(self, fn: Callable[[], None]) -> float:
+        fn()  # compiles; on CPU (interpreter) this is the only run
+        if not self.tune:
+            return 0.0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(TUNE_REPS):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / TUNE_REPS
+
+    def chosen(self, shape: tuple[int, ...]) -> list[tuple[str, Config]]:
+        """The configuration each step runs with for ``shape`` (after its first call)."""
+        return [(_name(la), cfg) for la, cfg in zip(self.launches, self._configs[shape])]
+
+
+def _name(launch: Launch) -> str:
+    step = launch.step
+    return f"conv->{step.out}" if isinstance(step, Conv) else f"tail({step.y})"
