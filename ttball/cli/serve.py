@@ -2,7 +2,7 @@
 
 The server listens at once; weights, backend, warm-up and ``--verify`` run in the background and
 ``/readyz`` turns 200 when they are done. SIGTERM finishes in-flight requests, then exits 0.
-API reference: docs/serve.md.
+API reference: docs/serve.md. ``--ray`` runs replicas of the worker on Ray Serve (docs/ray.md).
 """
 
 from __future__ import annotations
@@ -48,6 +48,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
+    ray = p.add_argument_group("Ray Serve (docs/ray.md)")
+    ray.add_argument("--ray", action="store_true",
+                     help="run as a Ray Serve application: replicas of the worker behind one "
+                          "ingress with the same API")
+    ray.add_argument("--replicas", type=int, default=1, help="with --ray: worker replicas")
+    ray.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                     help="with --ray: let Ray Serve scale between MIN and MAX replicas")
+    ray.add_argument("--gpus-per-replica", type=float, default=None,
+                     help="with --ray: GPUs each replica holds (default: 1 if --device cuda, or "
+                          "auto and this machine has one; else 0)")
+    ray.add_argument("--cpus-per-replica", type=float, default=1.0,
+                     help="with --ray: CPU slots each replica holds")
+    ray.add_argument("--address", default=None,
+                     help="with --ray: the Ray cluster to join (e.g. auto); default: a private "
+                          "local cluster")
 
 
 def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -72,6 +87,10 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "ray", False):
+        from ttball.distributed.serve import run_serve
+
+        return run_serve(args)
     try:
         import uvicorn
 

@@ -427,12 +427,13 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, options: SessionOptions) -> Session:
+    def create(self, options: SessionOptions, sid: str | None = None) -> Session:
+        """A new session; ``sid`` (default: random) lets a router that picks ids place it."""
         if len(self._sessions) >= self.settings.max_sessions:
             raise ApiError(429, "too_many_sessions",
                            f"{len(self._sessions)} sessions open (the limit); close one or retry",
                            {"Retry-After": str(max(1, round(self.settings.session_ttl_s / 4)))})
-        sid = secrets.token_urlsafe(12)
+        sid = sid or secrets.token_urlsafe(12)
         session = Session(sid, options, self.new_stream(options, sid),
                           options.fps or self.settings.fps)
         self._sessions[sid] = session

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Issue 10 on a 2-GPU machine: `ttball serve --ray` with 1 replica, then 2 replicas (1 GPU each),
+# each under `ttball loadtest` at increasing session counts (60 fps, step 3).
+#   1. `serve --ray --replicas 1`: time to ready (cold compile cache), loadtest per count, SIGTERM
+#   2. `serve --ray --replicas 2`: time to ready (cache of step 1), the same counts, SIGTERM
+#   3. SUMMARY.md: rows/s and p50/p95/p99 per replica count and session count
+# Writes $OUT/ray/ (server-N.log, ready-N.json, loadtest-N-S.json, metrics-N-S.txt, summary.json,
+# SUMMARY.md). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
+# Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
+# Knobs: BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+# CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
+#   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
+# Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
+# 8-13 s per batch size; Ray and Serve start in ~15 s; two replicas compile in parallel.
+set -uo pipefail
+: "${OUT:?set OUT to the output folder}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+BUDGET_S="${BUDGET_S:-480}"
+DEVICE="${DEVICE:-cuda}"
+GPUS_PER_REPLICA="${GPUS_PER_REPLICA:-1}"
+CPUS_PER_REPLICA="${CPUS_PER_REPLICA:-4}"
+BACKEND="${BACKEND:-compile-reduce-overhead-fp16-folded-cl}"
+BATCHES="${BATCHES:-1,2,4,8,16}"
+SESSIONS="${SESSIONS:-8 32 64}"
+REPLICAS="${REPLICAS:-1 2}"
+DURATION="${DURATION:-10}"
+DECODE_THREADS="${DECODE_THREADS:-8}"
+PORT="${PORT:-8710}"
+URL="http://127.0.0.1:$PORT"
+S="$OUT/ray"
+W="$(mktemp -d)"
+CACHE="$W/compile-cache"  # shared by both runs: the second starts from the first's compile
+mkdir -p "$S"
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+say() { echo "== [$(elapsed)s] $*"; }
+left() { echo $(( BUDGET_S - $(elapsed) )); }
+if command -v curl > /dev/null; then
+  fetch() { curl -sf --max-time 10 "$1"; }
+else
+  fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; }
+fi
+SERVER_PID=""
+cleanup() {
+  if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; sleep 5; kill -KILL "$SERVER_PID" 2>/dev/null; fi
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+timeout 60 python3 -c "import torch, ray, fastapi, uvicorn; print('torch', torch.__version__, 'ray', ray.__version__, 'fastapi', fastapi.__version__, 'gpus', torch.cuda.device_count())" || exit 1
+
+say "clip"
+CLIP="${CLIP:-}"
+for c in .gpu/real_rally_a.mp4 shared/data/real_rally_a.mp4 ../shared/data/real_rally_a.mp4; do
+  [ -z "$CLIP" ] && [ -f "$c" ] && CLIP="$c"
+done
+if [ -z "$CLIP" ]; then  # no real clip here: a 1280x720 white ball on a green table
+  CLIP="$W/clip.mp4"
+  timeout 60 python3 - "$CLIP" <<'PY'
+import sys, cv2, numpy as np
+w, h, n = 1280, 720, 120
+out = cv2.VideoWriter(sys.argv[1], cv2.VideoWriter_fourcc(*"mp4v"), 60.0, (w, h))
+rng = np.random.default_rng(0)
+for i in range(n):
+    img = np.full((h, w, 3), (40, 90, 30), np.uint8)
+    img = cv2.add(img, rng.integers(0, 12, img.shape, dtype=np.uint8))
+    cv2.circle(img, (40 + i * 10, int(h / 2 + 150 * np.sin(i / 9))), 8, (255, 255, 255), -1)
+    out.write(img)
+out.release()
+PY
+fi
+echo "clip: $CLIP"
+
+# start N: `serve --ray` with N replicas (a private local Ray cluster); waits for /readyz 200.
+# Python itself is the background job, so SIGTERM reaches the CLI (it deletes the app, stops Ray).
+start() {
+  local n="$1" t=$(date +%s.%N)
+  python3 -m ttball.cli serve --ray --replicas "$n" --gpus-per-replica "$GPUS_PER_REPLICA" \
+    --cpus-per-replica "$CPUS_PER_REPLICA" --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
+    --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
+    --max-queue 1024 --max-sessions 256 > "$S/server-$n.log" 2>&1 &
+  SERVER_PID=$!
+  local limit=$(( $(left) - 60 ))
+  # ready = every replica warm and answering (the ingress is ready as soon as one is)
+  while ! { fetch "$URL/readyz" > "$S/ready-$n.json" && python3 -c "import json, sys; sys.exit(len(json.load(open(sys.argv[1]))['replicas']) < int(sys.argv[2]))" "$S/ready-$n.json" "$n"; }; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ "$(elapsed)" -gt "$limit" ]; then
+      say "$n replica(s): not ready (server gone or budget spent)"; tail -n 40 "$S/server-$n.log"
+      return 1
+    fi
+    sleep 0.5
+  done
+  timeout 20 python3 - "$n" "$t" "$S/ready-$n.json" <<'PY'
+import json, sys, time
+n, t0, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+r = json.load(open(path))
+r["time_to_ready_s"] = round(time.time() - t0, 2)
+json.dump(r, open(path, "w"), indent=2)
+print(f"{n} replica(s): ready in {r['time_to_ready_s']} s; replicas {r['replicas']}; first replica's start-up {r['startup_seconds']}")
+PY
+}
+
+stop() {  # SIGTERM: the CLI deletes the app and stops its cluster
+  local t=$(date +%s)
+  kill -TERM "$SERVER_PID"
+  timeout 60 tail --pid="$SERVER_PID" -f /dev/null || kill -KILL "$SERVER_PID"
+  wait "$SERVER_PID"; local rc=$?
+  SERVER_PID=""
+  say "server stopped: exit $rc after $(( $(date +%s) - t )) s"
+}
+
+for n in $REPLICAS; do
+  if [ "$(left)" -lt 120 ]; then say "$n replica(s): skipped, $(left) s left"; break; fi
+  say "serve --ray --replicas $n ($BACKEND, batches $BATCHES, $GPUS_PER_REPLICA GPU each)"
+  start "$n" || { stop; continue; }
+  for s in $SESSIONS; do
+    need=$(( DURATION + 20 ))
+    if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
+    say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
+    timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" \
+      --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
+      --out "$S/loadtest-$n-$s.json"
+    fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
+  done
+  stop
+done
+
+say "summary"
+timeout 30 python3 - "$S" "$BACKEND" "$BATCHES" <<'PY'
+import glob, json, os, sys
+s, backend, batches = sys.argv[1], sys.argv[2], sys.argv[3]
+ready = {}
+for p in sorted(glob.glob(f"{s}/ready-*.json")):
+    n = int(os.path.basename(p)[6:-5])
+    ready[n] = json.load(open(p))
+runs = []
+for p in glob.glob(f"{s}/loadtest-*-*.json"):
+    n = int(os.path.basename(p).split("-")[1])
+    runs.append({"replicas": n, **json.load(open(p))})
+runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
+keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")
+summary = {"backend": backend, "warmup_batches": batches,
+           "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
+           "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
+json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
+lines = [f"# ttball serve --ray on 2 GPUs: {backend}, warm-up batches {batches}", "",
+         "| replicas | time to ready s |", "|---|---|"]
+lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
+lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+for r in runs:
+    l = r["latency_ms"]
+    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} |")
+open(f"{s}/SUMMARY.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+say "done"

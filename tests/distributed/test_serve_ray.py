@@ -1,0 +1,270 @@
+"""``ttball serve --ray`` on a real local Ray cluster (2 CPUs, loopback): two CPU replicas of
+the small random-weight model behind the ingress.
+
+Interleaved sessions (HTTP and WebSocket) give the single worker's rows; killing the replica
+that holds some sessions keeps the others untouched and resumes the killed ones elsewhere.
+Run inside a loopback-only network namespace (see test_archive.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+if os.environ.get("TTBALL_RAY_TESTS") != "1":
+    pytest.skip("Ray tests need TTBALL_RAY_TESTS=1 and a loopback-only network namespace",
+                allow_module_level=True)
+ray = pytest.importorskip("ray")
+pytest.importorskip("fastapi")
+
+from conftest import SMALL
+
+from ttball.client import Client, ServeError
+from ttball.distributed.serve import RayServeSettings, parse_autoscale, start, stop
+from ttball.errors import UserError
+from ttball.serve import ServeSettings, create_app
+from ttball.serve.app import serve_in_thread
+
+pytestmark = pytest.mark.ray
+
+FRAMES = 12  # per session: four step-3 windows
+SESSIONS = 4
+
+
+def clip(seed: int, n: int = FRAMES) -> list[bytes]:
+    """PNG frames (lossless, so both servers decode the same pixels) of a ball crossing."""
+    h, w = SMALL
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i in range(n):
+        img = np.full((h, w, 3), (40, 90, 30), np.uint8)
+        img = cv2.add(img, rng.integers(0, 20, img.shape, dtype=np.uint8))
+        cv2.circle(img, (8 + i * (w - 16) // n, h // 2 + seed * 3), 3, (255, 255, 255), -1)
+        frames.append(cv2.imencode(".png", img)[1].tobytes())
+    return frames
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_settings(weights: Path, **overrides) -> ServeSettings:
+    return ServeSettings(**{"weights": str(weights), "device": "cpu", "warmup_batches": (1, 2),
+                            "torch_threads": 1, "decode_threads": 1, **overrides})
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def url(cluster, small_weights: Path):
+    settings = RayServeSettings(worker=worker_settings(small_weights, port=free_port()),
+                                replicas=2, cpus_per_replica=1)
+    started = start(settings)
+    base = f"http://127.0.0.1:{settings.worker.port}"
+    with Client(base) as client:
+        client.wait_ready(timeout=120, poll=0.2)
+    yield base
+    stop(settings, started)
+
+
+@pytest.fixture(scope="module")
+def expected(small_weights: Path) -> dict[int, list[dict]]:
+    """The single worker's rows for each clip, sent frame by frame."""
+    with serve_in_thread(create_app(worker_settings(small_weights))) as base, Client(base) as c:
+        c.wait_ready(timeout=60, poll=0.05)
+        out = {}
+        for seed in range(SESSIONS):
+            session = c.open_session()
+            rows = [r for png in clip(seed) for r in session.send(png)]
+            out[seed] = rows + session.finish()
+        return out
+
+
+def assert_rows_equal(got: list[dict], want: list[dict]) -> None:
+    assert [r["frame"] for r in got] == [r["frame"] for r in want]
+    assert [r["visible"] for r in got] == [r["visible"] for r in want]
+    for g, e in zip(got, want):
+        for key in ("x", "y"):
+            assert g[key] == pytest.approx(e[key], abs=2e-3)
+        assert g["score"] == pytest.approx(e["score"], abs=2e-5)
+
+
+def _replica_of(client: Client, sid: str) -> str:
+    return str(client._json("GET", f"/v1/sessions/{sid}")["replica"])
+
+
+def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expected) -> None:
+    with Client(url) as client:
+        sessions = [client.open_session() for _ in range(SESSIONS)]
+        replicas = {_replica_of(client, s.id) for s in sessions}
+        assert len(replicas) == 2  # new sessions go to the replica with fewer
+        clips = {seed: clip(seed) for seed in range(SESSIONS)}
+        got: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
+        streams = {seed: sessions[seed].stream() for seed in (2, 3)}  # two by WebSocket
+        for k in range(FRAMES):
+            for seed in range(SESSIONS):
+                if seed in streams:
+                    streams[seed].send(clips[seed][k])
+                else:
+                    got[seed] += sessions[seed].send(clips[seed][k])
+        for seed in range(SESSIONS):
+            if seed in streams:
+                messages = streams[seed].finish()
+                streams[seed].__exit__(None, None, None)
+                assert {m["type"] for m in messages} == {"result"}, messages
+                got[seed] = [{k: v for k, v in m.items() if k != "type"} for m in messages]
+            else:
+                got[seed] += sessions[seed].finish()
+        for seed in range(SESSIONS):
+            assert_rows_equal(got[seed], expected[seed])
+        info = client.info()
+        assert info["ready"] and info["ray"]["replicas"] == 2 and info["sessions"] == 0
+
+
+def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
+                                                            tmp_path: Path) -> None:
+    from conftest import draw_clip
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 9, *SMALL)).astype(np.float32)
+    video = tmp_path / "clip.mp4"
+    draw_clip(video, frames=7, size=(SMALL[1], SMALL[0]))
+    with serve_in_thread(create_app(worker_settings(small_weights))) as base, Client(base) as c:
+        c.wait_ready(timeout=60, poll=0.05)
+        want_logits, want_track = c.infer(x), list(c.track(video))
+    with Client(url) as client:
+        np.testing.assert_allclose(client.infer(x), want_logits, atol=1e-4)
+        np.testing.assert_allclose(client.infer(x, binary=False), want_logits, atol=1e-4)
+        got_track = list(client.track(video))
+        assert_rows_equal(got_track[:-1], want_track[:-1])
+        assert got_track[-1]["summary"]["frames"] == 7
+        metrics = client.metrics()
+        assert metrics.count("ttball_ready{replica=") == 2
+        assert 'ttball_requests_total{method="POST",route="/v2/models/{model}/infer"' in metrics
+        assert "ttball_replicas 2.0" in metrics
+        assert client.http.get("/v2/models/blurball/ready").status_code == 200
+        with pytest.raises(ServeError) as refused:
+            client.open_session(step=2)
+        assert refused.value.code == "bad_options"
+        with pytest.raises(ServeError) as unknown:
+            client._json("POST", "/v1/sessions/nope/frames", content=b"x",
+                         headers={"Content-Type": "image/png"})
+        assert unknown.value.status == 404
+
+
+def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None:
+    """Kill the replica of two sessions halfway: the other two never notice; the two go on from
+    the next window on another replica. Sessions 0, 1 send by HTTP, 2, 3 by WebSocket; each
+    WebSocket frame gets exactly one answer, a row or a ``replica_lost`` error."""
+    clips = {seed: clip(seed) for seed in range(SESSIONS)}
+    half, http = FRAMES // 2, (0, 1)
+    with Client(url) as client:
+        sessions = [client.open_session() for _ in range(SESSIONS)]
+        streams = {seed: sessions[seed].stream() for seed in range(SESSIONS) if seed not in http}
+        got: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
+        notes: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
+
+        def send(seed: int, k: int) -> None:
+            if seed in streams:
+                streams[seed].send(clips[seed][k])
+                return
+            reply = client._json("POST", f"/v1/sessions/{sessions[seed].id}/frames",
+                                 content=clips[seed][k], headers={"Content-Type": "image/png"})
+            got[seed] += reply["results"]
+            notes[seed] += [reply["moved"]] if "moved" in reply else []
+
+        for k in range(half):
+            for seed in range(SESSIONS):
+                send(seed, k)
+        for seed, ws in streams.items():  # every row that can be final before the kill
+            while len(got[seed]) < half - 1:
+                got[seed].append(ws.recv())
+        victim = _replica_of(client, sessions[0].id)
+        moved = {seed for seed, s in enumerate(sessions) if _replica_of(client, s.id) == victim}
+        assert 0 in moved and len(moved) < SESSIONS
+        ray.kill(_replica_actor(victim), no_restart=True)
+        for k in range(half, FRAMES):
+            for seed in range(SESSIONS):
+                send(seed, k)
+        for seed, ws in streams.items():
+            got[seed] += ws.finish()
+            ws.__exit__(None, None, None)
+        for seed in http:
+            got[seed] += sessions[seed].finish()
+    for seed in range(SESSIONS):
+        rows = [{k: v for k, v in m.items() if k != "type"} for m in got[seed]
+                if m.get("type", "result") == "result"]
+        if seed not in moved:
+            assert notes[seed] == [] and len(rows) == len(got[seed])
+            assert_rows_equal(rows, expected[seed])
+        elif seed in http:
+            assert len(notes[seed]) == 1 and notes[seed][0]["replica"] != victim
+            lost = notes[seed][0]["lost_frames"]  # the frame of the last, unfinished window
+            assert lost is not None and half - 3 <= lost[0] <= lost[1] == half - 1
+            assert [r["frame"] for r in rows] == [f for f in range(FRAMES)
+                                                  if not lost[0] <= f <= lost[1]]
+        else:
+            errors = [m for m in got[seed] if m["type"] == "error"]
+            assert {m["error"]["code"] for m in errors} == {"replica_lost"}
+            answered = sorted([r["frame"] for r in rows] + [m["frame"] for m in errors])
+            assert answered == list(range(FRAMES))  # each frame once: a row or an error
+            assert rows[-1]["frame"] == FRAMES - 1  # it went on after the kill
+        assert_rows_equal(rows[:half - 1], expected[seed][:half - 1])  # before the kill
+
+
+def _replica_actor(unique_id: str):
+    from ray.util import list_named_actors
+
+    for entry in list_named_actors(all_namespaces=True):
+        if entry["name"].endswith(f"#{unique_id}"):
+            return ray.get_actor(entry["name"], namespace=entry["namespace"])
+    raise AssertionError(f"no actor for replica {unique_id}")
+
+
+def test_cli_options_are_checked(small_weights: Path) -> None:
+    assert parse_autoscale("1:4") == (1, 4) and parse_autoscale(None) is None
+    with pytest.raises(UserError, match="MIN:MAX"):
+        parse_autoscale("4")
+    for bad in ({"autoscale": (0, 2)}, {"autoscale": (3, 2)}, {"replicas": 0}):
+        with pytest.raises(UserError):
+            RayServeSettings(worker=worker_settings(small_weights), **bad).validate()
+    with pytest.raises(UserError, match="gpus-per-replica"):
+        RayServeSettings(worker=worker_settings(small_weights, device="cuda")).validate()
+    from ray.serve import Application
+
+    from ttball.distributed.serve import app_builder
+
+    app = app_builder({"weights": str(small_weights), "device": "cpu", "replicas": 2,
+                       "warmup_batches": "1,2"})
+    assert isinstance(app, Application)
+    with pytest.raises(UserError, match="unknown ttball serve option"):
+        app_builder({"replica": 2})
+
+
+def test_concurrent_websockets_keep_frame_order(url, expected) -> None:
+    """Frames pipelined by two WebSockets at once still come back complete and in order."""
+    def one(seed: int) -> list[dict]:
+        with Client(url) as client, client.open_session().stream() as ws:
+            for png in clip(seed):
+                ws.send(png)
+            return [{k: v for k, v in m.items() if k != "type"} for m in ws.finish()]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, range(2)))
+    for seed, rows in enumerate(results):
+        assert_rows_equal(rows, expected[seed])

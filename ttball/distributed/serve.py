@@ -1,0 +1,213 @@
+"""``ttball serve --ray``: the worker as a Ray Serve application (docs/ray.md).
+
+Two deployments:
+
+- ``TTBallWorker`` (:mod:`.serve_replica`): N replicas, each the single worker's engine on one
+  GPU (or ``cpus_per_replica`` CPU slots), warm before Serve routes to it. Routed by session
+  (:mod:`.serve_router`).
+- ``TTBallIngress`` (:mod:`.serve_ingress`): one replica, the same HTTP API as ``ttball serve``.
+
+:func:`build_app` returns the bound application (for ``serve.run``); :func:`app_builder` is the
+same for a Serve config file or a KubeRay RayService (``import_path``);
+:func:`run_serve` connects to a cluster or starts a local one, runs it until SIGTERM/SIGINT.
+Ray is imported only here and in the modules above, never by ``import ttball.distributed``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ttball.errors import UserError
+from ttball.serve.settings import ServeSettings
+
+APP_NAME = "ttball"
+ROUTER = "ttball.distributed.serve_router.SessionRouter"
+# Calls one ingress may have open: every HTTP request and every WebSocket is one.
+INGRESS_MAX_ONGOING = 10_000
+
+
+@dataclass(frozen=True)
+class RayServeSettings:
+    """How many replicas, what each holds, and which cluster (``address=None``: a local one)."""
+
+    worker: ServeSettings
+    replicas: int = 1
+    autoscale: tuple[int, int] | None = None  # (min, max) replicas; overrides ``replicas``
+    gpus_per_replica: float = 0.0
+    cpus_per_replica: float = 1.0
+    address: str | None = None
+    num_cpus: int | None = None  # CPUs of a local cluster (None: all)
+    app_name: str = APP_NAME
+
+    @property
+    def max_replicas(self) -> int:
+        return self.autoscale[1] if self.autoscale else self.replicas
+
+    @property
+    def max_ongoing(self) -> int:
+        """Calls one replica may hold: a call per WebSocket frame in flight, per session."""
+        w = self.worker
+        return w.max_sessions * w.max_ws_inflight + w.max_queue
+
+    def validate(self) -> None:
+        self.worker.validate()
+        if self.autoscale is not None:
+            low, high = self.autoscale
+            if not 1 <= low <= high:
+                raise UserError(f"--autoscale MIN:MAX needs 1 <= MIN <= MAX, got {low}:{high} "
+                                "(a replica warms up before it serves, so keep one running)")
+        elif self.replicas < 1:
+            raise UserError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.gpus_per_replica < 0 or self.cpus_per_replica < 0:
+            raise UserError("--gpus-per-replica and --cpus-per-replica must be >= 0")
+        if self.worker.device == "cuda" and self.gpus_per_replica <= 0:
+            raise UserError("--device cuda needs --gpus-per-replica > 0, or Ray hides the GPUs")
+
+    def scaling(self) -> dict[str, Any]:
+        if self.autoscale is None:
+            return {"num_replicas": self.replicas}
+        low, high = self.autoscale
+        # A replica's calls in flight ≈ frames waiting for their window: one full batch of them
+        # keeps its batcher busy; more means the sessions wait for the network.
+        return {"autoscaling_config": {"min_replicas": low, "max_replicas": high,
+                                       "target_ongoing_requests": self.worker.batch_limit * 3}}
+
+
+def build_app(settings: RayServeSettings) -> Any:
+    """The Serve application: the ingress bound to the worker deployment."""
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    from ttball.distributed.serve_ingress import Ingress
+    from ttball.distributed.serve_replica import ReplicaWorker
+
+    settings.validate()
+    router = RequestRouterConfig(
+        request_router_class=ROUTER,
+        request_router_kwargs={"forget_after_s": 2 * settings.worker.session_ttl_s})
+    worker = serve.deployment(
+        ReplicaWorker, name="TTBallWorker", max_ongoing_requests=settings.max_ongoing,
+        ray_actor_options={"num_cpus": settings.cpus_per_replica,
+                           "num_gpus": settings.gpus_per_replica},
+        request_router_config=router, health_check_period_s=5, **settings.scaling())
+    ingress = serve.deployment(
+        serve.ingress()(Ingress), name="TTBallIngress", num_replicas=1,
+        max_ongoing_requests=INGRESS_MAX_ONGOING, ray_actor_options={"num_cpus": 0})
+    return ingress.bind(worker.bind(settings.worker), settings.worker, settings.max_replicas)
+
+
+def start(settings: RayServeSettings) -> bool:
+    """Connect (or start a local cluster), start Serve's HTTP proxy on the worker's host and
+    port, deploy and wait until every replica is warm. True if a local cluster was started."""
+    from ray import serve
+
+    from ttball.distributed.archive import _connect
+
+    app = build_app(settings)
+    started = _connect(settings.address, settings.num_cpus)
+    try:
+        serve.start(http_options={"host": settings.worker.host, "port": settings.worker.port})
+        serve.run(app, name=settings.app_name, route_prefix="/", blocking=False)
+    except BaseException:
+        stop(settings, started)
+        raise
+    return started
+
+
+def stop(settings: RayServeSettings, started: bool) -> None:
+    """Delete the application; shut Serve and Ray down if ``start`` started the cluster."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        return
+    try:
+        serve.delete(settings.app_name)
+    finally:
+        if started:
+            serve.shutdown()
+            ray.shutdown()
+
+
+def settings_from(args: Any) -> RayServeSettings:
+    """The CLI's namespace → settings (``ttball.cli.serve`` adds the --ray options)."""
+    from ttball.cli.serve import settings_from as worker_settings
+
+    worker = worker_settings(args)
+    gpus = args.gpus_per_replica
+    if gpus is None:
+        gpus = 1.0 if worker.device == "cuda" or (worker.device == "auto" and _has_cuda()) else 0.0
+    return RayServeSettings(worker=worker, replicas=args.replicas,
+                            autoscale=parse_autoscale(args.autoscale),
+                            gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
+                            address=args.address)
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Application builder for Serve config files and KubeRay (``import_path:
+    ttball.distributed.serve:app_builder``): ``args`` holds ``ttball serve`` options by their
+    long names (``warmup_batches: "1,2,4"``, ``gpus_per_replica: 1``, ``token_file: ...``).
+    Serve's own ``http_options`` decide the address; ``host``/``port`` here are not used."""
+    import argparse
+
+    from ttball.cli.serve import add_arguments
+
+    parser = argparse.ArgumentParser(prog="ttball serve")
+    add_arguments(parser)
+    namespace = parser.parse_args([])
+    for key, value in args.items():
+        name = key.replace("-", "_")
+        if not hasattr(namespace, name):
+            raise UserError(f"unknown ttball serve option {key!r} in the application's args")
+        setattr(namespace, name, value)
+    return build_app(settings_from(namespace))
+
+
+def parse_autoscale(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        low, high = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise UserError(f"--autoscale wants MIN:MAX replicas, e.g. 1:4, got {text!r}") from None
+    return low, high
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def run_serve(args: Any) -> int:
+    """``ttball serve --ray``: deploy, print the URL, serve until SIGTERM or Ctrl-C."""
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"--ray needs Ray Serve (pip install 'ray[serve]==2.60.0'): {exc}") from None
+    settings = settings_from(args)
+    settings.validate()
+    t0 = time.monotonic()
+    started = start(settings)
+    # After ray.init, which installs a SIGTERM handler of its own that aborts the process.
+    done = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: done.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        w = settings.worker
+        scale = (f"autoscaling {settings.autoscale[0]}..{settings.autoscale[1]}" if settings.autoscale
+                 else f"{settings.replicas}")
+        print(f"ttball serve --ray: ready after {time.monotonic() - t0:.1f} s at "
+              f"http://{w.host}:{w.port} ({scale} replica(s) of {w.backend}, "
+              f"{settings.gpus_per_replica:g} GPU and {settings.cpus_per_replica:g} CPU each)",
+              flush=True)
+        done.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        stop(settings, started)
+    return 0

@@ -1,0 +1,466 @@
+"""The HTTP side of ``ttball serve --ray``: the single worker's API in front of the replicas.
+
+One ingress replica (a FastAPI ``@serve.ingress`` deployment) answers every route of
+``ttball serve`` (docs/serve.md: sessions, WebSocket, ``/v1/track``, KServe v2, ``/metrics``,
+health) and sends the work to the worker replicas (:mod:`.serve_replica`) through a deployment
+handle whose router keeps a session on its replica (:mod:`.serve_router`). It keeps, per session,
+the options and counters it needs to resume the session elsewhere; frames are checked here
+(sizes, content types) and decoded on the replica.
+
+The WebSocket route is in :mod:`.serve_stream`. When a session's replica dies: a
+``POST .../frames`` is sent to the replica that takes the session over (at once, then after
+0.5 and 2 s while none does), and its answer carries ``"moved": {"replica", "lost_frames"}``; on a
+WebSocket, each frame whose call failed gets ``{"type": "error", "frame": N, "error":
+{"code": "replica_lost"}}`` and the next frames go on on the new replica. Lost are the frames
+whose rows had not come back (``lost_frames``, at most the frames in flight) and the tracker's
+memory; the new replica starts a new window with the next frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ttball import __version__
+from ttball.distributed.serve_metrics import IngressMetrics, merge
+from ttball.distributed.serve_router import RANK_PREFIX
+from ttball.serve.app import (
+    JSON_LIMIT,
+    Gate,
+    _add_error_handlers,
+    _mount_web,
+    _spool,
+)
+from ttball.serve.sessions import Part, SessionOptions, read_body, split_body
+from ttball.serve.settings import ApiError, ServeSettings
+
+POLL_S = 2.0  # replica status round: readiness, replica count, session expiry
+CALL_TIMEOUT_S = 5.0  # a status call; a replica slower than this is counted as absent
+RETRY_DELAYS_S = (0.0, 0.5, 2.0)  # a POST's frames, sent again after its replica died
+
+
+class ReplicaLost(ApiError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, "replica_lost", f"the session's replica died ({detail}); the "
+                         "session goes on from the next window on another replica",
+                         {"Retry-After": "1"})
+
+
+@dataclass
+class RemoteSession:
+    """What the ingress knows of a session; its stream lives on a replica."""
+
+    id: str
+    options: SessionOptions
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_seen: float = field(default_factory=time.monotonic)
+    attached: bool = False
+    seq: int = 0  # the next call's sequence number
+    last_index: int = -1  # the last frame number a replica took
+    answered: int = -1  # the last frame whose row went back
+    frames: int = 0  # frames taken, over every replica it lived on
+    windows_before: int = 0  # windows run on replicas it left
+    windows: int = 0  # windows run on its current replica
+    replica: str | None = None
+    moves: int = 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    def describe(self, remote: dict[str, Any] | None) -> dict[str, Any]:
+        o = self.options
+        base = remote or {"id": self.id, "step": o.step, "threshold": o.threshold,
+                          "dedup_ssim": o.dedup_ssim, "width": o.width, "height": o.height,
+                          "fps": o.fps, "duplicates": 0, "pending_frames": 0}
+        windows = self.windows_before + (remote or {}).get("windows", self.windows)
+        return {**base, "frames": self.frames, "windows": windows, "replica": self.replica,
+                "moves": self.moves, "idle_s": round(time.monotonic() - self.last_seen, 3)}
+
+
+class Ingress:
+    """The ingress deployment's class. It also stands in for the single worker's ``Worker``
+    where ``ttball.serve.oip`` expects one (``ready``, ``config``, ``batcher``, ...)."""
+
+    def __init__(self, workers: Any, settings: ServeSettings, max_replicas: int) -> None:
+        self.workers, self.settings, self.max_replicas = workers, settings, max_replicas
+        self.metrics = IngressMetrics()
+        self.sessions: dict[str, RemoteSession] = {}
+        self.replicas: list[dict[str, Any]] = []  # the last status round
+        self.config: Any = None
+        self.backend: Any = None
+        self.error: str | None = None
+        self.batcher = _RemoteBatcher(self)
+        self._poller: asyncio.Task[None] | None = None
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_app(self)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+        try:
+            yield
+        finally:
+            self._poller.cancel()
+
+    # -- calls to the replicas --------------------------------------------------------------------
+    def send(self, key: str | None, method: str, *args: Any, stream: bool = False) -> Any:
+        """Start ``method`` on the replica of routing key ``key`` (None: the least busy one);
+        await it with :meth:`result`."""
+        handle = self.workers.options(method_name=method, stream=stream)
+        if key is not None:
+            handle = handle.options(session_id=key)
+        # A call made while serving a request inherits that request's internal id, and Ray's
+        # router matches replicas to waiting calls by that id: the frames of one WebSocket,
+        # all in flight at once, would be confused (some never routed). Each call is made in
+        # an empty context, so it gets an id of its own.
+        return contextvars.Context().run(handle.remote, *args)
+
+    @staticmethod
+    async def result(response: Any) -> Any:
+        """The reply; a replica's :class:`ApiError` as itself, a dead replica as ReplicaLost."""
+        import ray.exceptions as rx
+        from ray.serve.exceptions import RequestCancelledError
+
+        try:
+            return await response
+        except rx.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ApiError):
+                raise ApiError(cause.status, cause.code, cause.message, cause.headers) from None
+            raise ApiError(500, "replica_error", _last_line(exc)) from None
+        except (rx.RayActorError, RequestCancelledError) as exc:
+            raise ReplicaLost(type(exc).__name__) from None
+
+    async def call(self, key: str | None, method: str, *args: Any) -> Any:
+        return await self.result(self.send(key, method, *args))
+
+    async def each_replica(self) -> list[dict[str, Any]]:
+        """Every replica's ``status()`` (ranks 0..max_replicas-1 cover them all)."""
+        async def one(rank: int) -> Any:
+            return await asyncio.wait_for(self.call(f"{RANK_PREFIX}{rank}", "status"),
+                                          CALL_TIMEOUT_S)
+
+        found: dict[str, dict[str, Any]] = {}
+        for r in await asyncio.gather(*(one(k) for k in range(self.max_replicas)),
+                                      return_exceptions=True):
+            if isinstance(r, dict):
+                found.setdefault(r["replica"], r)
+        self.replicas = [found[k] for k in sorted(found)]
+        self.metrics.replicas.set(len(self.replicas))
+        if self.replicas and self.config is None:
+            info = self.replicas[0]["info"]
+            self.config = SimpleNamespace(input_size=tuple(info["input_size"]),
+                                          name=info["weights"],
+                                          score_threshold=info["score_threshold"])
+            self.backend = SimpleNamespace(name=info["backend"], device=info["device"])
+        return self.replicas
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.each_replica()
+            except Exception as exc:  # noqa: BLE001  (the next round tries again)
+                self.error = f"{type(exc).__name__}: {exc}"
+            self._expire()
+            await asyncio.sleep(POLL_S)
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self.settings.session_ttl_s
+        for s in [s for s in self.sessions.values()
+                  if s.last_seen < cutoff and not s.attached and not s.lock.locked()]:
+            self.forget(s.id, "expired")  # its replica expires it on the same clock
+
+    def forget(self, sid: str, event: str) -> RemoteSession | None:
+        session = self.sessions.pop(sid, None)
+        if session is not None:
+            self.metrics.session_events.labels(event).inc()
+            self.metrics.sessions.set(len(self.sessions))
+        return session
+
+    # -- what ttball.serve.oip and the health routes ask --------------------------------------
+    @property
+    def ready(self) -> bool:
+        return any(r["readiness"]["ready"] for r in self.replicas)
+
+    @property
+    def phase(self) -> str:
+        return "ready" if self.ready else "starting"
+
+    def readiness(self) -> dict[str, Any]:
+        ready = [r for r in self.replicas if r["readiness"]["ready"]]
+        first = ready[0]["readiness"] if ready else {}
+        keys = ("backend", "device", "weights", "warmup", "verified", "startup_seconds")
+        return {"ready": bool(ready), "phase": self.phase, "error": None if ready else self.error,
+                **{k: first.get(k) for k in keys},
+                "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],
+                              "device": r["readiness"]["device"],
+                              "sessions": len(r["sessions"])} for r in self.replicas]}
+
+    def require_ready(self) -> None:
+        if not self.ready:
+            raise ApiError(503, "not_ready", "no worker replica is ready yet", {"Retry-After": "1"})
+
+    def info(self) -> dict[str, Any]:
+        s = self.settings
+        return {"name": "ttball", "version": __version__, **self.readiness(),
+                "input_size": list(self.config.input_size) if self.config else None,
+                "score_threshold": getattr(self.config, "score_threshold", None),
+                "max_batch": s.batch_limit, "max_delay_ms": s.max_delay_ms,
+                "max_queue": s.max_queue, "max_sessions": s.max_sessions,
+                "session_ttl_s": s.session_ttl_s, "sessions": len(self.sessions),
+                "ray": {"replicas": len(self.replicas), "max_replicas": self.max_replicas}}
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def session(self, sid: str) -> RemoteSession:
+        self.require_ready()
+        try:
+            return self.sessions[sid]
+        except KeyError:
+            raise ApiError(404, "unknown_session", f"no session {sid!r} (expired or deleted?)") from None
+
+    async def open(self, options: SessionOptions) -> dict[str, Any]:
+        self.require_ready()
+        limit = self.settings.max_sessions * self.max_replicas
+        if len(self.sessions) >= limit:
+            raise ApiError(429, "too_many_sessions", f"{limit} sessions open (the limit)",
+                           {"Retry-After": str(max(1, round(self.settings.session_ttl_s / 4)))})
+        sid = secrets.token_urlsafe(12)
+        described = await self.call(sid, "open", sid, options)
+        session = self.sessions[sid] = RemoteSession(sid, options, replica=described["replica"])
+        self.metrics.session_events.labels("created").inc()
+        self.metrics.sessions.set(len(self.sessions))
+        return session.describe(described)
+
+    def send_push(self, session: RemoteSession, parts: list[Part], frame: int | None = None,
+                  t: float | None = None) -> Any:
+        session.last_seen = time.monotonic()
+        first = session.last_index + 1 if frame is None else frame
+        return self.send(session.id, "push", session.id, session.options, session.next_seq(),
+                         first, parts, frame, t)
+
+    def send_finish(self, session: RemoteSession, next_index: int) -> Any:
+        return self.send(session.id, "finish", session.id, session.options, session.next_seq(),
+                         next_index)
+
+    def note(self, session: RemoteSession, reply: dict[str, Any]) -> dict[str, Any] | None:
+        """Book a replica's reply; returns ``{"replica", "lost_frames"}`` if the session moved."""
+        moved = None
+        if reply["resumed"]:
+            lost = [session.answered + 1, session.last_index]
+            moved = {"replica": reply["replica"],
+                     "lost_frames": lost if lost[1] >= lost[0] else None}
+            session.moves += 1
+            session.windows_before += session.windows
+            self.metrics.session_moves.inc()
+            self.metrics.frames_lost.inc(max(0, lost[1] - lost[0] + 1))
+        session.replica, session.windows = reply["replica"], reply["windows"]
+        session.frames += reply.get("accepted", 0)
+        session.last_index = max(session.last_index, reply.get("last_frame", -1))
+        if reply["results"]:
+            session.answered = reply["results"][-1]["frame"]
+        return moved
+
+    async def push(self, session: RemoteSession, parts: list[Part], frame: int | None,
+                   t: float | None) -> dict[str, Any]:
+        """``POST .../frames``; sent again (after a pause) while the session's replica is lost."""
+        for delay in RETRY_DELAYS_S:
+            await asyncio.sleep(delay)
+            try:
+                reply = await self.result(self.send_push(session, parts, frame, t))
+                break
+            except ReplicaLost as exc:
+                lost = exc
+        else:
+            raise lost
+        moved = self.note(session, reply)
+        out = {"session": session.id, "accepted": reply["accepted"],
+               "last_frame": session.last_index, "results": reply["results"],
+               "pending_frames": reply["pending_frames"]}
+        return {**out, "moved": moved} if moved else out
+
+
+class _RemoteBatcher:
+    """``oip``'s view of the batcher: rows submitted in one go become one ``infer`` call to a
+    replica, whose own batcher batches them with everything else it runs."""
+
+    def __init__(self, ingress: Ingress) -> None:
+        self.ingress = ingress
+        self._rows: list[np.ndarray] = []
+        self._futures: list[asyncio.Future[np.ndarray]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def reserve(self, n: int) -> None:
+        """Admission is each replica's (its 429 comes back through the call)."""
+
+    def submit(self, window: Any, raw: bool = False) -> asyncio.Future[np.ndarray]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        self._rows.append(window.pixels)
+        self._futures.append(future)
+        if len(self._rows) == 1:
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        rows, futures = np.stack(self._rows), self._futures
+        self._rows, self._futures = [], []
+        task = asyncio.get_running_loop().create_task(self._send(rows, futures))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, rows: np.ndarray, futures: list[asyncio.Future[np.ndarray]]) -> None:
+        try:
+            out = await self.ingress.call(None, "infer", rows)
+        except Exception as exc:  # noqa: BLE001  (every waiting request hears about it)
+            for f in futures:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for f, row in zip(futures, out):
+            if not f.done():
+                f.set_result(row)
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[-1] if lines else type(exc).__name__
+
+
+# -- the app -------------------------------------------------------------------------------------
+def build_app(ingress: Ingress) -> FastAPI:
+    from ttball.distributed.serve_stream import add_stream
+    from ttball.serve import oip
+
+    app = FastAPI(title="ttball worker (Ray Serve)", version=__version__,
+                  lifespan=ingress.lifespan, docs_url="/docs", redoc_url=None)
+    _add_error_handlers(app, ingress.metrics)
+    app.add_middleware(Gate, token=ingress.settings.token, metrics=ingress.metrics)
+    _add_health(app, ingress)
+    _add_sessions(app, ingress)
+    add_stream(app, ingress)
+    _add_track(app, ingress)
+    app.include_router(oip.router(ingress))  # type: ignore[arg-type]
+    _mount_web(app, ingress.settings)
+    return app
+
+
+def _add_health(app: FastAPI, ingress: Ingress) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "alive", "phase": ingress.phase}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        await ingress.each_replica()
+        return JSONResponse(ingress.readiness(), 200 if ingress.ready else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        replicas = await ingress.each_replica()
+        body = merge(ingress.metrics.render(), [(r["replica"], r["metrics"]) for r in replicas])
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1")
+    async def info() -> dict[str, Any]:
+        return ingress.info()
+
+
+def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
+    settings = ingress.settings
+
+    @app.post("/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> JSONResponse:
+        body = await read_body(request, JSON_LIMIT)
+        try:
+            data = json.loads(body) if body.strip() else {}
+        except ValueError as exc:
+            raise ApiError(400, "bad_json", f"session options are not JSON: {exc}") from None
+        described = await ingress.open(SessionOptions.from_json(data))
+        return JSONResponse(described, 201, headers={"Location": f"/v1/sessions/{described['id']}"})
+
+    @app.get("/v1/sessions")
+    async def list_sessions() -> dict[str, Any]:
+        ingress.require_ready()
+        remote = {s["id"]: s for r in await ingress.each_replica() for s in r["sessions"]}
+        return {"sessions": [s.describe(remote.get(s.id)) for s in ingress.sessions.values()]}
+
+    @app.get("/v1/sessions/{sid}")
+    async def get_session(sid: str) -> dict[str, Any]:
+        session = ingress.session(sid)
+        return session.describe(await ingress.call(sid, "describe", sid))
+
+    @app.post("/v1/sessions/{sid}/frames")
+    async def post_frames(sid: str, request: Request, frame: int | None = None,
+                          t: float | None = None, width: int | None = None,
+                          height: int | None = None) -> dict[str, Any]:
+        session = ingress.session(sid)
+        if session.attached:
+            raise ApiError(409, "session_busy", f"session {sid} is driven by a WebSocket")
+        body = await read_body(request, settings.max_body_bytes)
+        parts = split_body(request.headers.get("content-type", ""), body, settings, width, height)
+        async with session.lock:
+            return await ingress.push(session, parts, frame, t)
+
+    @app.post("/v1/sessions/{sid}/finish")
+    async def finish(sid: str) -> dict[str, Any]:
+        session = ingress.session(sid)
+        async with session.lock:
+            reply = await ingress.result(ingress.send_finish(session, session.last_index + 1))
+            ingress.note(session, reply)
+        ingress.forget(sid, "finished")
+        return {"session": sid, "results": reply["results"], "frames": session.frames,
+                "windows": session.windows_before + session.windows}
+
+    @app.delete("/v1/sessions/{sid}")
+    async def delete(sid: str) -> dict[str, Any]:
+        ingress.require_ready()
+        if ingress.forget(sid, "deleted") is None:
+            raise ApiError(404, "unknown_session", f"no session {sid!r}")
+        try:
+            await ingress.call(sid, "delete", sid)
+        except ReplicaLost:
+            pass  # nothing left to delete
+        return {"deleted": sid}
+
+
+# -- /v1/track: a whole video on one replica ------------------------------------------------------
+def _add_track(app: FastAPI, ingress: Ingress) -> None:
+    @app.post("/v1/track")
+    async def track(request: Request, step: int = 3, threshold: float | None = None,
+                    dedup_ssim: float | None = None) -> StreamingResponse:
+        ingress.require_ready()
+        options = SessionOptions.from_json(
+            {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
+        path = await _spool(request, ingress.settings.max_video_bytes)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        finally:
+            path.unlink(missing_ok=True)
+        lines = ingress.send(None, "track", data, path.suffix, options, stream=True)
+        try:
+            first = await ingress.result(lines.__anext__())
+        except StopAsyncIteration:
+            first = b""
+        return StreamingResponse(_rest(first, lines), media_type="application/x-ndjson")
+
+
+async def _rest(first: bytes, lines: Any) -> AsyncIterator[bytes]:
+    yield first
+    async for line in lines:
+        yield line

@@ -1,0 +1,126 @@
+"""The WebSocket of ``serve --ray``: ``/v1/sessions/{id}/stream`` through the ingress.
+
+The single worker's protocol (docs/serve.md). Each binary message is one call to the session's
+replica, made at once: up to ``max_ws_inflight`` calls are in flight, the replica takes them in
+their sequence order, and the sender answers them in that order. A call lost with its replica
+gets a ``replica_lost`` error for its frame; so do the frames the dead replica held unanswered,
+when the next reply says the session moved. Every frame gets exactly one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from ttball.distributed.serve_ingress import Ingress, RemoteSession, ReplicaLost
+from ttball.serve.app import _is_finish, _queue
+from ttball.serve.sessions import split_body
+from ttball.serve.settings import ApiError
+
+
+def add_stream(app: FastAPI, ingress: Ingress) -> None:
+    @app.websocket("/v1/sessions/{sid}/stream")
+    async def stream(ws: WebSocket, sid: str) -> None:
+        await ws.accept()
+        try:
+            session = ingress.session(sid)
+            if session.attached or session.lock.locked():
+                raise ApiError(409, "session_busy", f"session {sid} is busy")
+        except ApiError as exc:
+            await ws.send_json({"type": "error", **exc.body()})
+            await ws.close(4000 + exc.status, exc.code)
+            return
+        session.attached = True
+        outcome = "disconnected"
+        try:
+            async with session.lock:
+                outcome = await _websocket_session(ws, session, ingress)
+        finally:
+            session.attached = False
+            session.last_seen = time.monotonic()
+            if outcome != "open":
+                ingress.forget(sid, outcome)
+                if outcome == "disconnected":
+                    await _quietly(ingress.call(sid, "delete", sid))
+
+
+async def _quietly(call: Any) -> None:
+    try:
+        await call
+    except ApiError:
+        pass
+
+
+async def _websocket_session(ws: WebSocket, session: RemoteSession, ingress: Ingress) -> str:
+    """The single worker's protocol (``ttball.serve.app._websocket_session``); each binary
+    message is one call to the replica, up to ``max_ws_inflight`` of them in flight."""
+    outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(ingress.settings.max_ws_inflight)
+    sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, ingress, outbox))
+    next_frame = session.last_index + 1
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return "disconnected"
+            if message.get("bytes") is not None:
+                item = _ws_frame(session, ingress, next_frame, message["bytes"])
+                next_frame += 1
+            elif _is_finish(message.get("text")):
+                for it in (("step", (None, ingress.send_finish(session, next_frame))),
+                           ("end", None)):
+                    if not await _queue(outbox, it, sender):
+                        return "disconnected"
+                await sender
+                await ws.close(1000)
+                return "finished"
+            else:
+                item = ("error", (None, ApiError(400, "bad_message",
+                                                 'text messages: {"type": "finish"} only')))
+            if not await _queue(outbox, item, sender):
+                return "disconnected"
+    except WebSocketDisconnect:
+        return "disconnected"
+    finally:
+        if not sender.done():
+            sender.cancel()
+        elif not sender.cancelled():
+            sender.exception()  # retrieved: a client gone mid-send is not an error here
+
+
+def _ws_frame(session: RemoteSession, ingress: Ingress, index: int,
+              data: bytes) -> tuple[str, Any]:
+    try:
+        parts = split_body("image/jpeg", data, ingress.settings)
+    except ApiError as exc:
+        return "error", (index, exc)
+    return "step", (index, ingress.send_push(session, parts, frame=index))
+
+
+async def _ws_sender(ws: WebSocket, session: RemoteSession, ingress: Ingress,
+                     outbox: asyncio.Queue[tuple[str, Any]]) -> None:
+    while True:
+        kind, item = await outbox.get()
+        if kind == "step":
+            index, response = item
+            try:
+                reply = await ingress.result(response)
+            except ApiError as exc:
+                await ws.send_json({"type": "error", "frame": index, **exc.body()})
+                continue
+            moved = ingress.note(session, reply)
+            if moved and moved["lost_frames"]:
+                lost = ReplicaLost("this frame's row was still pending there")
+                for k in range(moved["lost_frames"][0], moved["lost_frames"][1] + 1):
+                    await ws.send_json({"type": "error", "frame": k, **lost.body()})
+            for row in reply["results"]:
+                await ws.send_json({"type": "result", **row})
+        elif kind == "error":
+            index, exc = item
+            await ws.send_json({"type": "error", "frame": index, **exc.body()})
+        else:
+            await ws.send_json({"type": "end", "frames": session.frames})
+            return
