@@ -2,9 +2,10 @@
 # The GPU tables of `ttball bench` on one H200, in steps that fit one 10-minute device call.
 #
 # Usage (GPU machine, repo root):  OUT=/some/dir bash scripts/gpu_bench.sh [GROUP|STEP ...]
-#   default (no argument) = latency compile sweep autotune1        ~9 min: the first call
+#   default (no argument) = latency graphs compile sweep           ~9.5 min: the first call
 #   more                  = compile_rest autotune64                ~9 min: a second call
-#   extra                 = autotune_nocg                          ~5 min: a third call
+#   extra                 = autotune1 autotune_nocg onnx           ~9.5 min: a third call
+# (BUDGET_S=570 for the default group.)
 # Each step writes $OUT/<step>/bench.{json,csv,md,png} and $OUT/<step>.log; bench.json/csv are
 # rewritten after every variant, so a step stopped by its time limit keeps what it measured.
 # Steps never stop the script: a failed or timed-out step is reported and the next one runs.
@@ -44,12 +45,22 @@ step() {
   return 0
 }
 
-# Latency, batch 1-3, every variant that isn't torch.compile (eager, folded, CUDA graph,
-# TensorRT, ONNX Runtime ...): 10 warm-up calls, 5 groups of 20 (not the seed's 20 + 5x50,
-# to fit ~20 variants x 3 sizes in ~2.5 min; group means of 20 CUDA-event-timed calls).
+# Latency, batch 1-3, the eager variants: 10 warm-up calls, 5 groups of 20 (not the seed's
+# 20 + 5x50, to fit ~14 variants x 3 sizes; group means of 20 CUDA-event-timed calls).
+# Measured 2026-11-30: ~7 s per eager variant, so 14 need ~100 s plus the ceilings.
 latency() {
-  step latency 115 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 \
-    --variants 'eager-*,folded-*,cudagraph-*,tensorrt-*,onnxrt-*'
+  step latency 170 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants 'eager-*'
+}
+
+# Latency, batch 1-3: BN folded, plain CUDA graphs, our Triton kernels, TensorRT (when present).
+graphs() {
+  step graphs 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 \
+    --variants 'folded-*,cudagraph-*,triton-*,tensorrt-*'
+}
+
+# ONNX Runtime (CPU-only on the GPU machine; its CUDA/TensorRT providers when installed).
+onnx() {
+  step onnx 120 --batch 1 --warmup 3 --groups 3 --calls 5 --variants 'onnxrt-*'
 }
 
 # torch.compile, batch 1-3: the baseline's best recipe, then the seed's four rows.
@@ -58,10 +69,11 @@ compile() {
     compile-reduce-overhead-fp16-folded-cl,compile-reduce-overhead-fp16-autocast,compile-default-fp16-autocast,compile-reduce-overhead-fp32,compile-default-fp32
 }
 
-# Throughput, batch 8-64, for the main variants (fewer calls: batch 64 eager FP32 is ~220 ms).
+# Throughput, batch 8-64, for the main variants (fewer calls: batch 64 eager FP32 is ~220 ms;
+# the compiled variant compiles once per batch size, ~12 s each).
 sweep() {
-  step sweep 75 --batch 8,16,32,64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
-    eager-fp32,folded-fp16-cl,cudagraph-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl
+  step sweep 210 --batch 8,16,32,64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
+    eager-fp32,folded-fp16-cl,cudagraph-fp16-folded-cl,triton-fp16,compile-reduce-overhead-fp16-folded-cl
 }
 
 # max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
@@ -98,11 +110,11 @@ python3 -m ttball.cli bench --list --device cuda 2>&1 | tail -n 50
 [ $# -eq 0 ] && set -- default
 for arg in "$@"; do
   case "$arg" in
-    default) latency; compile; sweep; autotune1 ;;
+    default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
-    extra) autotune_nocg ;;
-    latency|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
-    *) say "unknown step $arg (steps: latency compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
+    extra) autotune1; autotune_nocg; onnx ;;
+    latency|graphs|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
   esac
 done
 

@@ -68,20 +68,25 @@ keep_summary() { for f in "$V"/summary.json "$V"/summary.md; do [ -f "$f" ] && m
 EAGER=eager-fp16,eager-bf16,eager-fp16-autocast,eager-bf16-autocast,eager-fp32-cl,eager-fp16-cl
 EAGER+=,folded-fp32,folded-fp16,folded-bf16,folded-fp16-cl
 EAGER+=,cudagraph-fp32,cudagraph-fp16,cudagraph-fp16-folded-cl
-step "eager / folded / cudagraph variants (one process; the reference runs once per batch)"
-tv 120 --backend "$EAGER" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V" --images "${CLIPS[@]}" "${REAL[@]}"
-keep_summary eager
+if [ -z "${SKIP_EAGER:-}" ]; then
+  step "eager / folded / cudagraph variants (one process; the reference runs once per batch)"
+  tv 120 --backend "$EAGER" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V" --images "${CLIPS[@]}" "${REAL[@]}"
+  keep_summary eager
+fi
 
-for v in compile-reduce-overhead-fp16-folded-cl compile-default-fp16-folded-cl; do
-  step "$v (compiles on its first call: 15-30 s)"
-  tv 75 --backend "$v" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V/$v" --images "${CLIPS[@]}" "${REAL[@]}"
+# COMPILE: the torch.compile variants to verify, each under COMPILE_S seconds (max-autotune
+# compiles for about two minutes per batch size, so give it its own longer run).
+COMPILE="${COMPILE:-compile-reduce-overhead-fp16-folded-cl compile-default-fp16-folded-cl}"
+for v in $COMPILE; do
+  step "$v (compiles on its first call)"
+  tv "${COMPILE_S:-75}" --backend "$v" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V/$v" --images "${CLIPS[@]}" "${REAL[@]}"
 done
 
 # onnxrt-fp32-tuned is left out: it differs from onnxrt-fp32 only in thread spinning, not numerics.
-step "ONNX Runtime on CPU (reference on $DEVICE; first $ONNX_FRAMES frames of 3 synthetic clips)"
-tv 60 --backend onnxrt-fp32,onnxrt-int8 --device cpu --reference-device "$DEVICE" \
+[ -z "${SKIP_ONNX:-}" ] && step "ONNX Runtime on CPU (reference on $DEVICE; first $ONNX_FRAMES frames of 3 synthetic clips)"
+[ -z "${SKIP_ONNX:-}" ] && tv 60 --backend onnxrt-fp32,onnxrt-int8 --device cpu --reference-device "$DEVICE" \
   --max-frames "$ONNX_FRAMES" --out "$V" --images "${CLIPS[@]:0:3}"
-keep_summary onnxrt
+[ -z "${SKIP_ONNX:-}" ] && keep_summary onnxrt
 
 step "summary"
 python3 - "$V" <<'PY'
