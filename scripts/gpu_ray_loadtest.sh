@@ -12,6 +12,11 @@
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
 # 8-13 s per batch size; Ray and Serve start in ~15 s; two replicas compile in parallel.
+# Ray and the server's packages: .raywhl/ built by scripts/make_raywhl.sh, carried to the machine.
+if [ -d .raywhl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .raywhl/*.whl \
+    && tar xJf .raywhl/ray-stripped.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+fi
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build .raywhl/: Ray (stripped) + Ray Serve's and ttball serve's dependencies for the GPU machine
+# (Python 3.12, no internet), small enough to travel with the `run` tool's `carry` (64 MiB).
+# Ray's wheel is 79 MB; without its Java jars, RLlib, Tune, Train, Data, the dashboard's web
+# build and source maps, and packed as tar.xz, it is 28 MB. numpy, virtualenv, py-spy and
+# cryptography are left out (the GPU image has numpy; the others are optional for Ray).
+# Usage (here, with PyPI): bash scripts/make_raywhl.sh; then on the GPU machine
+# scripts/gpu_ray_loadtest.sh installs it into /tmp/site (carry: [".raywhl"]).
+set -euo pipefail
+PIP="${PIP:-.venv/bin/pip}"
+D="$(mktemp -d)"
+trap 'rm -rf "$D"' EXIT
+"$PIP" download "ray[serve]==2.60.0" fastapi uvicorn prometheus-client httpx websockets -d "$D" -q \
+  --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64
+rm -rf .raywhl && mkdir -p .raywhl "$D/x"
+python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$D"/ray-*.whl "$D/x"
+(cd "$D/x" && rm -rf ray/jars ray/rllib ray/tune ray/train ray/data ray/dashboard/client/build ray/tests \
+  && find . -name '*.map' -delete && tar cf - . | xz -T0 -6 > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
+for w in "$D"/*.whl; do
+  case "$(basename "$w")" in ray-*|numpy-*|virtualenv-*|py_spy-*|cryptography-*) ;; *) cp "$w" .raywhl/ ;; esac
+done
+du -sh .raywhl
