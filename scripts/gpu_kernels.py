@@ -7,12 +7,17 @@ starts after ``--budget-s``):
 1. ``shapes``: every distinct single convolution of the network (Cin, Cout, k, stride, output
    resolution) at batch 1 and 64: our conv kernel (bias, no ReLU) with each candidate tile
    configuration vs ``F.conv2d`` FP16 channels_last with ``cudnn.benchmark``. Also our kernel's
-   achieved GB/s (input read + output written once) and TFLOP/s.
+   achieved GB/s (input read + output written once) and TFLOP/s. With ``--explore``, the 3×3
+   shapes are also timed with :func:`explore_configs` (each variant feature alone and
+   combined, not all in the tuner's list).
 2. ``network``: ``triton-fp16`` vs ``cudagraph-fp16-folded-cl`` (eager, BN folded, FP16 weights,
    channels_last, one CUDA graph) at batch 1, 8, 64: ms/window, windows/s, max abs and relative
    error vs eager FP32 (TF32 off), first-call seconds (compile + tuning for ours).
 3. ``steps``: each step of our plan alone at batch 1 and 64 with its tuned configuration:
-   µs, bytes moved (:func:`ttball.kernels.plan.step_cost`), achieved GB/s.
+   µs, bytes moved (:func:`ttball.kernels.plan.step_cost`), achieved GB/s; and the time of
+   every candidate the tuner had for it (``candidates``: the first version's configurations
+   and the second's variants, ``new`` = a 2-D tile, taps per K chunk or L1 gathers), with a
+   per-batch summary: sum over steps of the best old and the best of all candidates.
 
 Timing: CUDA events around groups of calls after warm-up, median of the group means; inputs are
 already on the GPU (no host transfers); the backends' output clone is included. Random weights
@@ -27,6 +32,7 @@ import argparse
 import copy
 import datetime as dt
 import json
+import math
 import platform
 import statistics
 import sys
@@ -106,7 +112,33 @@ def conv_shapes(plan: Plan) -> list[dict[str, int]]:
     return list(seen.values())
 
 
-def bench_shape(shape: dict[str, int], batch: int, height: int, width: int) -> list[dict]:
+def is_new(cfg: Any) -> bool:
+    """A second-version variant (2-D tile, taps per K chunk or L1 gathers)?"""
+    return bool(getattr(cfg, "tile_w", 0) or getattr(cfg, "k_chunk", 0) or getattr(cfg, "l1", 0))
+
+
+def explore_configs(step: Conv, pixels: int) -> list[Any]:
+    """Variants beyond the tuner's list for 3×3 shapes: each feature alone, then combined with
+    other stage counts and tiles (which of L1, tile and taps pays, measured one by one)."""
+    from ttball.kernels.executor import Config
+
+    if not any(t.ksize == 3 for t in step.terms):
+        return []
+    bm = 128 if pixels >= 132 * 128 else 64
+    return [
+        Config(bm, 4, 3, l1=True),                            # L1 gathers alone
+        Config(bm, 4, 3, tile_w=16, l1=True),                 # + 2-D tile
+        Config(bm, 4, 3, k_chunk=64),                         # taps per chunk alone
+        Config(bm, 4, 2, tile_w=16, k_chunk=64),              # tile + taps, L2 gathers
+        Config(bm, 4, 3, tile_w=16, k_chunk=64, l1=True),     # all three, 3 stages
+        Config(bm, 4, 2, tile_w=32, k_chunk=128, l1=True),    # bigger K chunk
+        Config(bm, 8, 2, tile_w=16, k_chunk=64, l1=True),     # 8 warps
+        Config(bm, 4, 1, tile_w=16, k_chunk=64, l1=True),     # no pipelining: plain loads
+    ]
+
+
+def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
+                explore: bool = False) -> list[dict]:
     from ttball.kernels.executor import _ConvLaunch, conv_configs
 
     dev = torch.device("cuda")
@@ -133,8 +165,12 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int) -> l
         t = time_ms(lambda: F.conv2d(x_cl, w_cl, b16, stride=shape["stride"],
                                      padding=shape["k"] // 2), reps=reps)
     rows.append({**shape, "batch": batch, "impl": "cudnn", **t})
-    for cfg in conv_configs(step, pixels):
-        row = {**shape, "batch": batch, "impl": "triton", "config": vars(cfg).copy()}
+    configs = conv_configs(step, pixels)
+    if explore:
+        configs += [c for c in explore_configs(step, pixels) if c not in configs]
+    for cfg in configs:
+        row = {**shape, "batch": batch, "impl": "triton", "config": vars(cfg).copy(),
+               "new": is_new(cfg)}
         try:
             launch(bufs, {}, cfg)
             err = (y.permute(0, 3, 1, 2).float() - ref.float()).abs().max().item()
@@ -148,7 +184,8 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int) -> l
     return rows
 
 
-def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget: Budget) -> dict:
+def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget: Budget,
+                 explore: bool = False) -> dict:
     rows: list[dict] = []
     for batch in batches:
         for shape in conv_shapes(plan):
@@ -156,7 +193,7 @@ def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget
                 rows.append({**shape, "batch": batch, "skipped": "time budget spent"})
                 continue
             try:
-                rows += bench_shape(shape, batch, height, width)
+                rows += bench_shape(shape, batch, height, width, explore)
             except Exception as exc:  # noqa: BLE001
                 rows.append({**shape, "batch": batch, "error": f"{type(exc).__name__}: {exc}"})
             print_shape(rows, shape, batch)
@@ -173,8 +210,11 @@ def print_shape(rows: list[dict], shape: dict, batch: int) -> None:
     if best is None:
         print(f"  b{batch:<3} {name}  cudnn {cud:8.4f} ms  ours: failed", flush=True)
         return
-    print(f"  b{batch:<3} {name}  cudnn {cud:8.4f} ms  ours {best['median_ms']:8.4f} ms "
-          f"({cud / best['median_ms']:4.2f}x)  {best['gb_s']:6.0f} GB/s "
+    old = [r["median_ms"] for r in ours if not r.get("new")]
+    old_ms = min(old) if old else float("nan")
+    print(f"  b{batch:<3} {name}  cudnn {cud:8.4f} ms  old {old_ms:8.4f} ms  best "
+          f"{best['median_ms']:8.4f} ms ({cud / best['median_ms']:4.2f}x cudnn, "
+          f"{old_ms / best['median_ms']:4.2f}x old)  {best['gb_s']:6.0f} GB/s "
           f"{best['tflop_s']:5.1f} TF/s  {best['config']}", flush=True)
 
 
@@ -264,15 +304,57 @@ def stage_steps(model: BlurBall, height: int, width: int, batches: list[int],
                 rows.append({"batch": b, "step": i, "skipped": "time budget spent"})
                 break
             cost = step_cost(plan, launch.step, height, width)
-            t = time_ms(lambda la=launch, c=cfg, bf=bufs: la(bf.tensors, bf.sums, c),
-                        warmup=3, groups=3, reps=10 if b == 1 else 3)
             moved = b * (cost["bytes_read"] + cost["bytes_written"])
+            reps = 10 if b == 1 else 3
+            t = time_ms(lambda la=launch, c=cfg, bf=bufs: la(bf.tensors, bf.sums, c),
+                        warmup=3, groups=3, reps=reps)
             total += t["median_ms"]
+            cands = time_candidates(launch, bufs, moved, reps)
             rows.append({"batch": b, "step": i, "name": step_name(launch.step), **cost,
-                         "config": vars(cfg), **t,
-                         "gb_s": moved / (t["median_ms"] / 1e3) / 1e9})
-        print_steps([r for r in rows if r.get("batch") == b and "median_ms" in r], b, total)
+                         "config": vars(cfg), "new": is_new(cfg), **t,
+                         "gb_s": moved / (t["median_ms"] / 1e3) / 1e9, "candidates": cands})
+        mine = [r for r in rows if r.get("batch") == b and "median_ms" in r]
+        print_steps(mine, b, total)
+        print_candidates(mine, b)
     return {"rows": rows}
+
+
+def time_candidates(launch: Any, bufs: Any, moved: int, reps: int) -> list[dict]:
+    """Every configuration the tuner had for this step (old and new), timed alone. A conv with
+    SE sums keeps adding into them: the values drift, the timing does not depend on them."""
+    out = []
+    for cfg in launch.configs(bufs.tensors):
+        row: dict[str, Any] = {"config": vars(cfg), "new": is_new(cfg)}
+        try:
+            t = time_ms(lambda la=launch, c=cfg: la(bufs.tensors, bufs.sums, c),
+                        warmup=3, groups=3, reps=reps)
+            row.update(t, gb_s=moved / (t["median_ms"] / 1e3) / 1e9)
+        except Exception as exc:  # noqa: BLE001  (a candidate that fails is reported, not fatal)
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        out.append(row)
+    return out
+
+
+def best_ms(cands: list[dict], new: bool | None) -> float:
+    times = [c["median_ms"] for c in cands if "median_ms" in c and (new is None or c["new"] == new)]
+    return min(times) if times else float("nan")
+
+
+def print_candidates(rows: list[dict], batch: int) -> None:
+    """Per step: best old and best new candidate; then the sums the tuner can reach."""
+    old_sum = sum(best_ms(r["candidates"], False) for r in rows)
+    all_sum = sum(best_ms(r["candidates"], None) for r in rows)
+    print(f"  batch {batch}: sum of best old candidates {old_sum:.3f} ms, best of all "
+          f"{all_sum:.3f} ms ({old_sum / all_sum:.2f}x); steps with new variants:", flush=True)
+    for r in rows:
+        new = best_ms(r["candidates"], True)
+        if math.isnan(new):  # no new candidate for this step
+            continue
+        old = best_ms(r["candidates"], False)
+        each = " ".join(f"{1e3 * c['median_ms']:.0f}" if "median_ms" in c else "err"
+                        for c in r["candidates"])
+        print(f"    #{r['step']:<3} {r['name']:<40} old {1e3 * old:8.1f} us  new "
+              f"{1e3 * new:8.1f} us  ({old / new:4.2f}x)  all: {each}", flush=True)
 
 
 def step_name(step: Any) -> str:
@@ -312,6 +394,9 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8,64", help="network stage batch sizes")
     parser.add_argument("--shape-batches", default="1,64", help="conv-shape and step batches")
     parser.add_argument("--stages", default="network,shapes,steps")
+    parser.add_argument("--explore", action="store_true",
+                        help="shapes stage: also time explore_configs (about 8 more compiles a "
+                        "3x3 shape)")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="no new stage (or shape, or network row) after this many seconds")
     args = parser.parse_args()
@@ -328,7 +413,8 @@ def main() -> None:
     print(json.dumps(results, indent=1), flush=True)
     stages = {
         "network": lambda: stage_network(model, args.height, args.width, batches, budget),
-        "shapes": lambda: stage_shapes(plan, args.height, args.width, shape_batches, budget),
+        "shapes": lambda: stage_shapes(plan, args.height, args.width, shape_batches, budget,
+                                       args.explore),
         "steps": lambda: stage_steps(model, args.height, args.width, shape_batches, budget),
     }
     for key in args.stages.split(","):

@@ -18,6 +18,22 @@ dtype: the result is cast to the output's element type).
 
 Weights are packed by :func:`pack_weight`: ``(k * k * CIN_PAD, BLOCK_N)`` FP16, row
 ``(kh * k + kw) * CIN_PAD + c``, zero-padded in both dimensions.
+
+Variants (constexprs; the executor's tuner picks per step and shape, see ``Config``):
+
+- ``TILE_W > 0``: a program covers a 2-D tile of ``(BLOCK_M // TILE_W) × TILE_W`` output pixels
+  instead of a run of ``BLOCK_M`` consecutive ones, so the 3×3 halo it reads is ~1.4-1.7× its
+  pixels instead of ~3×.
+- ``L1``: the activation gathers are ``cp.async.ca`` (cached in L1) instead of Triton's default
+  ``cp.async.cg`` (L2 only) for 16-byte copies. The first H200 run put every 3×3 step at ~6 TB/s
+  of gathered bytes (9 taps × Cin × 2 B per output pixel; ``triton-h200.md``): the L2 serving
+  each tap again. With L1 the re-reads of a tile's halo stay in the SM.
+- ``T0``-``T3`` (taps per K chunk, :func:`accumulate_taps`): a K chunk holds ``TAPS`` taps ×
+  ``BLOCK_K // TAPS`` channels, so a 16-channel 3×3 runs 3 iterations of K = 64 instead of 9 of
+  K = 16 (taps past the 9th are masked, their weight rows read as zero).
+- ``IM0`` (term 0 only, :func:`accumulate_im2col`): K ordered ``(c, kh, kw)`` and padded once,
+  for Cin < 16 (the 9-channel stem: K = 81 → 128 instead of 9 taps × 16), weights packed by
+  :func:`pack_weight_im2col`.
 """
 
 from __future__ import annotations
@@ -44,6 +60,31 @@ def pack_weight(weight: Tensor, device: torch.device) -> Tensor:
 def block_k(cin: int) -> int:
     """K chunk per loop iteration: all (padded) input channels up to 64."""
     return min(padded(cin), 64)
+
+
+def im2col_k(cin: int, ksize: int) -> int:
+    """Padded K of :func:`accumulate_im2col`: ``cin * k * k`` rounded up to a power of two."""
+    return max(16, triton.next_power_of_2(cin * ksize * ksize))
+
+
+def pack_weight_im2col(weight: Tensor, device: torch.device) -> Tensor:
+    """``(Cout, Cin, k, k)`` → ``(im2col_k, padded(Cout))`` FP16, row ``c * k * k + kh * k + kw``."""
+    cout, cin, kh, kw = weight.shape
+    packed = torch.zeros(im2col_k(cin, kh), padded(cout), dtype=torch.float32)
+    packed[: cin * kh * kw, :cout] = weight.reshape(cout, cin * kh * kw).T
+    return packed.to(device, torch.float16)
+
+
+def chunk_plan(cin: int, ksize: int, k_chunk: int) -> tuple[int, int]:
+    """``(taps per K chunk, BLOCK_K)`` of :func:`accumulate_taps` for a ``k_chunk`` request
+    (0: one tap per chunk, :func:`block_k` channels, as in :func:`accumulate`)."""
+    if k_chunk == 0 or ksize == 1:
+        return 1, block_k(cin)
+    p = padded(cin)
+    if p >= k_chunk:
+        return 1, k_chunk
+    taps = min(k_chunk // p, triton.next_power_of_2(ksize * ksize))
+    return taps, taps * p
 
 
 @triton.jit
@@ -96,6 +137,123 @@ def accumulate_nhwc(
 
 
 @triton.jit
+def _gather(ptrs, mask, L1: tl.constexpr):
+    if L1:
+        return tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".ca").to(tl.float16)
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float16)
+
+
+@triton.jit
+def accumulate_taps(
+    acc, x_ptr, w_ptr, x_base, ho, wo, m_mask, H_in, W_in, sxh, sxw, sxc,
+    CIN: tl.constexpr, CIN_PAD: tl.constexpr, KS: tl.constexpr, STRIDE: tl.constexpr,
+    UP: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, TAPS: tl.constexpr,
+    L1: tl.constexpr,
+):
+    """:func:`accumulate` with ``TAPS`` taps × ``BLOCK_K // TAPS`` channels per K chunk and
+    optionally L1-cached gathers; same packed weights (row ``tap * CIN_PAD + c``), rows of
+    the taps past ``KS * KS`` masked to zero. Offsets split into a per-pixel part (M) and a
+    per-column part (K): contiguous runs of ``BLOCK_K // TAPS`` channels stay 16-byte copies.
+    Channel chunks are the outer loop: a wide input (128 channels) passes all its taps over
+    one chunk's halo (~23 KB for a 128-pixel tile) while that is still in L1."""
+    rk = tl.arange(0, BLOCK_K)
+    rn = tl.arange(0, BLOCK_N)
+    slot = rk // (BLOCK_K // TAPS)
+    ck = rk % (BLOCK_K // TAPS)
+    chunks = CIN_PAD // (BLOCK_K // TAPS)
+    groups = (KS * KS + TAPS - 1) // TAPS
+    if UP > 0:
+        hp = ho >> UP
+        wp = wo >> UP
+    else:
+        hp = ho * STRIDE - KS // 2
+        wp = wo * STRIDE - KS // 2
+    pix = hp * sxh + wp * sxw
+    base = x_ptr + x_base
+    for it in range(groups * chunks):
+        tap = (it % groups) * TAPS + slot
+        c = (it // groups) * (BLOCK_K // TAPS) + ck
+        dh = tap // KS
+        dw = tap % KS
+        hi = hp[:, None] + dh[None, :]
+        wi = wp[:, None] + dw[None, :]
+        mask = m_mask[:, None] & (hi >= 0) & (hi < H_in) & (wi >= 0) & (wi < W_in)
+        if groups * TAPS != KS * KS:
+            mask = mask & (tap < KS * KS)[None, :]
+        if CIN != CIN_PAD:
+            mask = mask & (c < CIN)[None, :]
+        a = _gather(base + pix[:, None] + (dh * sxh + dw * sxw + c * sxc)[None, :], mask, L1)
+        rows = tap * CIN_PAD + c
+        w_ptrs = w_ptr + rows[:, None] * BLOCK_N + rn[None, :]
+        if groups * TAPS != KS * KS:
+            w = tl.load(w_ptrs, mask=(tap < KS * KS)[:, None], other=0.0)
+        else:
+            w = tl.load(w_ptrs)
+        acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
+def accumulate_taps_nhwc(
+    acc, x_ptr, w_ptr, b, ho, wo, m_mask, Ho, Wo,
+    CIN: tl.constexpr, KS: tl.constexpr, STRIDE: tl.constexpr, UP: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, TAPS: tl.constexpr, L1: tl.constexpr,
+):
+    """:func:`accumulate_taps` for a contiguous NHWC FP16 source (as :func:`accumulate_nhwc`)."""
+    H_in = (Ho * STRIDE) >> UP
+    W_in = (Wo * STRIDE) >> UP
+    x_base = b.to(tl.int64) * H_in * W_in * CIN
+    return accumulate_taps(
+        acc, x_ptr, w_ptr, x_base, ho, wo, m_mask, H_in, W_in, W_in * CIN, CIN, 1,
+        CIN, CIN, KS, STRIDE, UP, BLOCK_K, BLOCK_N, TAPS, L1,
+    )
+
+
+@triton.jit
+def accumulate_im2col(
+    acc, x_ptr, w_ptr, x_base, ho, wo, m_mask, H_in, W_in, sxh, sxw, sxc,
+    CIN: tl.constexpr, KS: tl.constexpr, STRIDE: tl.constexpr, K_PAD: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, L1: tl.constexpr,
+):
+    """``acc += conv(x)`` with K ordered ``(c, kh, kw)`` (weights from
+    :func:`pack_weight_im2col`): ``CIN * KS * KS`` columns padded to ``K_PAD`` in chunks of
+    ``BLOCK_K``. For few input channels (the stem's 9), where tap-major K would pad each tap."""
+    rk = tl.arange(0, BLOCK_K)
+    rn = tl.arange(0, BLOCK_N)
+    hp = ho * STRIDE - KS // 2
+    wp = wo * STRIDE - KS // 2
+    pix = hp * sxh + wp * sxw
+    base = x_ptr + x_base
+    for it in range(K_PAD // BLOCK_K):
+        k = it * BLOCK_K + rk
+        c = k // (KS * KS)
+        dh = (k % (KS * KS)) // KS
+        dw = k % KS
+        hi = hp[:, None] + dh[None, :]
+        wi = wp[:, None] + dw[None, :]
+        mask = m_mask[:, None] & (hi >= 0) & (hi < H_in) & (wi >= 0) & (wi < W_in)
+        mask = mask & (k < CIN * KS * KS)[None, :]
+        a = _gather(base + pix[:, None] + (dh * sxh + dw * sxw + c * sxc)[None, :], mask, L1)
+        w = tl.load(w_ptr + k[:, None] * BLOCK_N + rn[None, :])
+        acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
+def accumulate_term(
+    acc, x_ptr, w_ptr, b, ho, wo, m_mask, Ho, Wo,
+    CIN: tl.constexpr, KS: tl.constexpr, STRIDE: tl.constexpr, UP: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, TAPS: tl.constexpr, L1: tl.constexpr,
+):
+    """Terms 1-3 of :func:`conv_kernel`: the original loop unless a variant is asked for."""
+    if TAPS == 1 and not L1:
+        return accumulate_nhwc(acc, x_ptr, w_ptr, b, ho, wo, m_mask, Ho, Wo, CIN, KS, STRIDE,
+                               UP, BLOCK_K, BLOCK_N)
+    return accumulate_taps_nhwc(acc, x_ptr, w_ptr, b, ho, wo, m_mask, Ho, Wo, CIN, KS, STRIDE,
+                                UP, BLOCK_K, BLOCK_N, TAPS, L1)
+
+
+@triton.jit
 def conv_kernel(
     out_ptr, bias_ptr, add_ptr, sum_ptr,
     x0_ptr, w0_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr,
@@ -109,28 +267,49 @@ def conv_kernel(
     C3: tl.constexpr, K3: tl.constexpr, S3: tl.constexpr, U3: tl.constexpr, BK3: tl.constexpr,
     HAS_ADD: tl.constexpr, ADD_UP: tl.constexpr, HAS_SUM: tl.constexpr, RELU: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    TILE_W: tl.constexpr = 0, L1: tl.constexpr = False, IM0: tl.constexpr = False,
+    T0: tl.constexpr = 1, T1: tl.constexpr = 1, T2: tl.constexpr = 1, T3: tl.constexpr = 1,
 ):
     b = tl.program_id(1)
-    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_mask = m < Ho * Wo
-    ho = m // Wo
-    wo = m % Wo
+    if TILE_W > 0:  # a (BLOCK_M // TILE_W) × TILE_W tile of output pixels
+        r = tl.arange(0, BLOCK_M)
+        tiles_w = tl.cdiv(Wo, TILE_W)
+        ho = (tl.program_id(0) // tiles_w) * (BLOCK_M // TILE_W) + r // TILE_W
+        wo = (tl.program_id(0) % tiles_w) * TILE_W + r % TILE_W
+        m_mask = (ho < Ho) & (wo < Wo)
+    else:  # BLOCK_M consecutive output pixels
+        m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_mask = m < Ho * Wo
+        ho = m // Wo
+        wo = m % Wo
     rn = tl.arange(0, BLOCK_N)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc = accumulate(
-        acc, x0_ptr, w0_ptr, b.to(tl.int64) * sx0b, ho, wo, m_mask, H0, W0, sx0h, sx0w, sx0c,
-        C0, P0, K0, S0, U0, BK0, BLOCK_N,
-    )
+    x0_base = b.to(tl.int64) * sx0b
+    if IM0:  # P0 is the padded K here (im2col_k)
+        acc = accumulate_im2col(
+            acc, x0_ptr, w0_ptr, x0_base, ho, wo, m_mask, H0, W0, sx0h, sx0w, sx0c,
+            C0, K0, S0, P0, BK0, BLOCK_N, L1,
+        )
+    elif T0 == 1 and not L1:
+        acc = accumulate(
+            acc, x0_ptr, w0_ptr, x0_base, ho, wo, m_mask, H0, W0, sx0h, sx0w, sx0c,
+            C0, P0, K0, S0, U0, BK0, BLOCK_N,
+        )
+    else:
+        acc = accumulate_taps(
+            acc, x0_ptr, w0_ptr, x0_base, ho, wo, m_mask, H0, W0, sx0h, sx0w, sx0c,
+            C0, P0, K0, S0, U0, BK0, BLOCK_N, T0, L1,
+        )
     if N_TERMS > 1:
-        acc = accumulate_nhwc(acc, x1_ptr, w1_ptr, b, ho, wo, m_mask, Ho, Wo, C1, K1, S1, U1,
-                              BK1, BLOCK_N)
+        acc = accumulate_term(acc, x1_ptr, w1_ptr, b, ho, wo, m_mask, Ho, Wo, C1, K1, S1, U1,
+                              BK1, BLOCK_N, T1, L1)
     if N_TERMS > 2:
-        acc = accumulate_nhwc(acc, x2_ptr, w2_ptr, b, ho, wo, m_mask, Ho, Wo, C2, K2, S2, U2,
-                              BK2, BLOCK_N)
+        acc = accumulate_term(acc, x2_ptr, w2_ptr, b, ho, wo, m_mask, Ho, Wo, C2, K2, S2, U2,
+                              BK2, BLOCK_N, T2, L1)
     if N_TERMS > 3:
-        acc = accumulate_nhwc(acc, x3_ptr, w3_ptr, b, ho, wo, m_mask, Ho, Wo, C3, K3, S3, U3,
-                              BK3, BLOCK_N)
+        acc = accumulate_term(acc, x3_ptr, w3_ptr, b, ho, wo, m_mask, Ho, Wo, C3, K3, S3, U3,
+                              BK3, BLOCK_N, T3, L1)
 
     n_mask = rn < COUT
     acc += tl.load(bias_ptr + rn)[None, :]

@@ -8,7 +8,7 @@ NCHW, strided) by the first convolution; the logits are written as float32 NCHW 
 kernel.
 
 Tuning: on the first call of a shape each step is timed over :func:`conv_configs` /
-:func:`tail_configs` (2-3 configurations, CUDA events) and the fastest is kept for that shape;
+:func:`tail_configs` (2-5 configurations, CUDA events) and the fastest is kept for that shape;
 a configuration that fails to compile or launch is skipped (its error kept in
 ``self.failures``). With ``tune=False``, or on CPU (``TRITON_INTERPRET=1``), the first
 candidate is used.
@@ -25,7 +25,15 @@ import torch
 import triton
 from torch import Tensor
 
-from ttball.kernels.conv import block_k, conv_kernel, pack_weight, padded
+from ttball.kernels.conv import (
+    block_k,
+    chunk_plan,
+    conv_kernel,
+    im2col_k,
+    pack_weight,
+    pack_weight_im2col,
+    padded,
+)
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
 
@@ -35,23 +43,54 @@ TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
 
 @dataclass(frozen=True)
 class Config:
+    """A kernel configuration. Conv steps only (defaults: the first version's kernel):
+    ``tile_w`` > 0 makes a program's pixels a ``(block_m // tile_w) × tile_w`` tile,
+    ``k_chunk`` > 0 packs several 3×3 taps into K chunks of that size, ``l1`` caches the
+    activation gathers in L1 (:mod:`ttball.kernels.conv`)."""
+
     block_m: int
     num_warps: int
     num_stages: int
+    tile_w: int = 0
+    k_chunk: int = 0
+    l1: bool = False
 
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
     """Candidates for a conv step with ``pixels`` output pixels in the batch; first = default.
     Tiles of 128 pixels × Cout fill an H200 from ~1 k programs; below that, smaller tiles
-    keep its 132 SMs busy (guesses until ``scripts/gpu_kernels.py`` has measured them)."""
+    keep its 132 SMs busy (guesses until ``scripts/gpu_kernels.py`` has measured them).
+    Steps with a 3×3 term also get :func:`tap_configs` (not measured yet: the tuner decides)."""
     n = padded(step.cout)
     if pixels < 132 * 128:
-        return [Config(32, 4, 2), Config(64, 4, 3)]
-    if n <= 32:
-        return [Config(128, 4, 3), Config(256, 8, 3), Config(64, 4, 3)]
-    if n == 64:
-        return [Config(128, 4, 3), Config(64, 4, 3), Config(128, 8, 3)]
-    return [Config(64, 4, 3), Config(128, 8, 3), Config(64, 8, 3)]
+        old = [Config(32, 4, 2), Config(64, 4, 3)]
+    elif n <= 32:
+        old = [Config(128, 4, 3), Config(256, 8, 3), Config(64, 4, 3)]
+    elif n == 64:
+        old = [Config(128, 4, 3), Config(64, 4, 3), Config(128, 8, 3)]
+    else:
+        old = [Config(64, 4, 3), Config(128, 8, 3), Config(64, 8, 3)]
+    return old + tap_configs(step, pixels)
+
+
+def tap_configs(step: Conv, pixels: int) -> list[Config]:
+    """The second version's variants for steps with a 3×3 term: 2-D pixel tiles, four 16-channel
+    taps (two of 32, one of 64+) per K chunk of 64, L1-cached gathers; two stages, so 4-6
+    programs share an SM and leave part of its 256 KB to L1 (sm_90 compile: 36-82 KB of shared
+    memory). Two per step at most, so a cold start compiles about twice as many kernels as
+    before. Not measured yet: predictions in ``docs/benchmarks/triton-h200.md``."""
+    if not any(t.ksize == 3 for t in step.terms):
+        return []
+    if pixels < 132 * 128:
+        return [Config(64, 4, 2, tile_w=16, k_chunk=64, l1=True)]
+    if step.terms[0].cin < 16:  # the stem, im2col: K = 81 → 128 in two chunks or one
+        return [Config(128, 4, 2, tile_w=16, k_chunk=64, l1=True),
+                Config(128, 4, 1, tile_w=32, k_chunk=128, l1=True)]
+    if padded(step.cout) >= 128:
+        return [Config(64, 4, 2, tile_w=16, k_chunk=64, l1=True),
+                Config(128, 8, 2, tile_w=32, k_chunk=64, l1=True)]
+    return [Config(128, 4, 2, tile_w=16, k_chunk=64, l1=True),
+            Config(256, 8, 2, tile_w=32, k_chunk=64, l1=True)]
 
 
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
@@ -76,11 +115,14 @@ class _ConvLaunch:
             raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
         self.step = step
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
+        t0 = step.terms[0]
+        self.im2col = t0.ksize == 3 and t0.up == 0 and t0.cin < 16  # the 9-channel stem
+        self.w0_im2col = pack_weight_im2col(t0.weight, device) if self.im2col else None
+        self._metas: dict[tuple[Config, int], dict[str, Any]] = {}
         n = padded(step.cout)
         self.bias = torch.zeros(n, device=device)
         self.bias[: step.cout] = step.bias.to(device)
         meta: dict[str, Any] = {"COUT": step.cout, "N_TERMS": len(step.terms), "BLOCK_N": n}
-        t0 = step.terms[0]
         meta.update(C0=t0.cin, P0=padded(t0.cin), K0=t0.ksize, S0=t0.stride, U0=t0.up,
                     BK0=block_k(t0.cin))
         for k in range(1, MAX_TERMS):
@@ -96,6 +138,27 @@ class _ConvLaunch:
                     RELU=step.relu)
         self.meta = meta
 
+    def variant_meta(self, cfg: Config, wo: int) -> dict[str, Any]:
+        """``self.meta`` with the variant constexprs of ``cfg`` (the default config: unchanged,
+        so the first version's kernel is compiled for it)."""
+        if (cfg, wo) in self._metas:
+            return self._metas[cfg, wo]
+        meta = dict(self.meta)
+        if cfg.tile_w:  # a tile no wider than the (padded) row, no taller than block_m
+            meta["TILE_W"] = min(cfg.tile_w, triton.next_power_of_2(wo), cfg.block_m)
+        if cfg.l1:
+            meta["L1"] = True
+        if cfg.k_chunk:
+            for k, t in enumerate(self.step.terms):
+                taps, bk = chunk_plan(t.cin, t.ksize, cfg.k_chunk)
+                meta.update({f"T{k}": taps, f"BK{k}": bk})
+            if self.im2col:
+                t0 = self.step.terms[0]
+                kpad = im2col_k(t0.cin, t0.ksize)
+                meta.update(IM0=True, P0=kpad, BK0=min(cfg.k_chunk, kpad), T0=1)
+        self._metas[cfg, wo] = meta
+        return meta
+
     def out_pixels(self, bufs: dict[str, Tensor]) -> int:
         out = bufs[self.step.out]
         return out.shape[0] * out.shape[1] * out.shape[2]
@@ -106,19 +169,25 @@ class _ConvLaunch:
     def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
         step, out = self.step, bufs[self.step.out]
         B, Ho, Wo, _ = out.shape
+        meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
+        w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
         xs = [_nhwc(bufs[t.src]) for t in step.terms[1:]]
         ws = self.weights[1:]
         pairs = []
         for k in range(MAX_TERMS - 1):
-            pairs += [xs[k], ws[k]] if k < len(xs) else [x0, self.weights[0]]
+            pairs += [xs[k], ws[k]] if k < len(xs) else [x0, w0]
         add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
         se_sum = sums[step.se_sum] if step.se_sum else self.bias
-        grid = (triton.cdiv(Ho * Wo, cfg.block_m), B)
-        conv_kernel[grid](
-            out, self.bias, add, se_sum, x0, self.weights[0], *pairs,
+        if "TILE_W" in meta:
+            tile_w = meta["TILE_W"]
+            tiles = triton.cdiv(Ho, cfg.block_m // tile_w) * triton.cdiv(Wo, tile_w)
+        else:
+            tiles = triton.cdiv(Ho * Wo, cfg.block_m)
+        conv_kernel[(tiles, B)](
+            out, self.bias, add, se_sum, x0, w0, *pairs,
             Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
-            **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
+            **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
 
