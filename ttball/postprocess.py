@@ -55,7 +55,7 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-logits))
 
 
-def _fold_angle(deg: float) -> float:
+def fold_angle(deg: float) -> float:
     """Fold an undirected angle into (-90, 90]."""
     deg = math.fmod(deg, 180.0)
     if deg <= -90.0:
@@ -78,7 +78,7 @@ def _blob_geometry(
     half_extent = 0.5 * float(proj.max() - proj.min())
     sx, sy = geom.scale
     ax, ay = math.cos(theta) * sx, math.sin(theta) * sy
-    return _fold_angle(math.degrees(math.atan2(ay, ax))), half_extent * math.hypot(ax, ay)
+    return fold_angle(math.degrees(math.atan2(ay, ax))), half_extent * math.hypot(ax, ay)
 
 
 def detect(

@@ -14,7 +14,9 @@ Duplicate frames are not windowed; they get their twin's result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -82,24 +84,35 @@ class FrameStream:
     # -- frames in, windows out -------------------------------------------------------------
     def push(self, frame: Frame) -> list[Window]:
         """Add a decoded frame; returns the windows it completed (zero or one)."""
+        h, w = frame.rgb.shape[:2]
+        self._admit(frame.index, w, h)
+        duplicate = self._dedup.is_duplicate(frame.rgb) and bool(self._kept)  # always remembers
+        pixels = None if duplicate else resize(frame.rgb, self.config)
+        return self._keep(frame.index, frame.time_s, pixels)
+
+    # -- the two halves of push, shared with streams whose frames arrive already resized -----
+    def _admit(self, index: int, width: int, height: int) -> None:
+        """Count a frame of ``width`` × ``height``; the first fixes the stream's geometry."""
         if self._finished:
             raise RuntimeError("stream already finished")
-        h, w = frame.rgb.shape[:2]
         if self.geometry is None:
-            self.geometry = FrameGeometry(w, h, self.config.input_width, self.config.input_height)
-        elif (w, h) != (self.geometry.source_width, self.geometry.source_height):
+            self.geometry = FrameGeometry(width, height, self.config.input_width,
+                                          self.config.input_height)
+        elif (width, height) != (self.geometry.source_width, self.geometry.source_height):
             raise ValueError(
-                f"frame {frame.index} is {w}x{h}, the stream's frames are "
+                f"frame {index} is {width}x{height}, the stream's frames are "
                 f"{self.geometry.source_width}x{self.geometry.source_height}"
             )
         self.frames_in += 1
-        if self._kept and self._dedup.is_duplicate(frame.rgb):
-            self._kept[-1].twins.append((frame.index, frame.time_s))
+
+    def _keep(self, index: int, time_s: float, pixels: Any) -> list[Window]:
+        """Keep a frame's resized ``pixels``, or, with ``None``, record it as a twin of the last
+        kept frame (a duplicate); returns the window it completes, if any."""
+        if pixels is None:
+            self._kept[-1].twins.append((index, time_s))
             self.duplicates += 1
             return []
-        if not self._kept:
-            self._dedup.is_duplicate(frame.rgb)  # remember the first frame
-        self._kept.append(_Kept(frame.index, frame.time_s, resize(frame.rgb, self.config)))
+        self._kept.append(_Kept(index, time_s, pixels))
         n = len(self._kept)
         if n >= 3 and (self.options.step == 1 or n % 3 == 0):
             return [self._window((n - 3, n - 2, n - 1))]
@@ -129,6 +142,14 @@ class FrameStream:
     def complete(self, window: Window, probs: np.ndarray) -> list[FrameResult]:
         """Take a window's probabilities ``(3, h, w)`` float32 back; return finished frames."""
         assert self.geometry is not None
+        geometry = self.geometry
+        return self._complete(window, lambda p: detect(probs[p], geometry, self.threshold))
+
+    def _complete(
+        self, window: Window, candidates: Callable[[int], list[Detection]]
+    ) -> list[FrameResult]:
+        """:meth:`complete` with the candidates of window position ``p`` from ``candidates(p)``
+        (asked only for the positions whose frame still needs them)."""
         seen: set[int] = set()
         for position, slot in enumerate(window.slots):
             if slot in seen:
@@ -137,7 +158,7 @@ class FrameStream:
             kept = self._kept[slot]
             kept.open_windows -= 1
             if self.options.step == 1 or not kept.covered:
-                kept.candidates.extend(detect(probs[position], self.geometry, self.threshold))
+                kept.candidates.extend(candidates(position))
             kept.covered = True
         return self._emit()
 

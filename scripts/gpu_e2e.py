@@ -1,0 +1,450 @@
+"""End to end on one GPU (issue 9's last target): JPEG bytes → tracked positions for S
+concurrent sessions through :class:`ttball.kernels.prepost.GpuPipeline`.
+
+Stages (each guarded: a failure is recorded in the JSON and the run goes on; no new stage or
+row starts after ``--budget-s``; the JSON is rewritten after every stage):
+
+1. ``frames``: N synthetic 1280×720 frames (``ttball.synth``, else drawn), JPEG-encoded.
+2. ``decode``: nvJPEG batched decode (torchvision, when importable) and ``cv2.imdecode`` (one
+   thread, and a pool of every core) in frames/s; nvJPEG's pixels against cv2's.
+3. ``resize``: the device resize (eager and ``torch.compile``d) in frames/s; bit-exactness
+   against ``cv2.resize`` on the same decoded frames.
+4. ``backend``: build ``--backend`` around the default weights, warm ``--batches``.
+5. ``post``: device post-processing of real heatmaps of these frames, eager vs CUDA graph;
+   share of heatmaps needing the host fallback.
+6. ``e2e``: per batch size B, S sessions send frames round-robin, 3·B frames (step 3) per
+   push: frames/s, per-push latency p50/p99 (bytes in → rows on the host), and a second pass
+   with a device sync after each stage for the split (decode, preprocess, network,
+   postprocess, track) in µs per frame.
+7. ``e2e_cpu_decode``: the largest B with ``cv2`` decode on the host instead of nvJPEG.
+8. ``cpu_path``: today's worker path (cv2 decode + cv2 resize on the host, FrameStream,
+   ``infer_windows``, host post-processing), one thread, the largest B.
+9. ``parity``: GpuPipeline rows vs the CPU path (same backend) on two sessions: visibility
+   flips and position differences, with the pipeline's decoder and with cv2 decode.
+
+Timing is wall clock around whole pushes (the pipeline synchronises at its end: rows are on
+the host); warm-up pushes are excluded. Nothing overlaps host and device work across pushes.
+
+    PYTHONPATH=. python scripts/gpu_e2e.py --out e2e.json [--backend triton-fp16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ttball.backends import create
+from ttball.frames import Frame
+from ttball.kernels.prepost import (
+    GpuPipeline,
+    GraphedStats,
+    JpegDecoder,
+    Resizer,
+    StageTimer,
+    decode_cv2,
+    gpu_jpeg_reason,
+    packed_stats,
+)
+from ttball.model import load_model
+from ttball.model.config import WeightsConfig
+from ttball.pipeline import infer_windows
+from ttball.results import FrameResult
+from ttball.stream import FrameStream, StreamOptions
+
+STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_cpu_decode", "cpu_path", "parity",
+          "resize")
+# Batch sizes warmed besides --batches; a push's last windows are padded to the next of these.
+# triton-fp16 compiles each size (8 s at batch 8 with an empty cache,
+# docs/benchmarks/triton-h200.md), so no smaller ones.
+WARM_SIZES = (8,)
+PARITY_BATCH = 8
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+def guarded(results: dict, key: str, budget: Budget, fn: Callable[[], Any]) -> None:
+    if budget.left() <= 0:
+        results[key] = {"skipped": "time budget spent"}
+        print(f"[{key}] skipped: time budget spent", flush=True)
+        return
+    start = time.perf_counter()
+    try:
+        results[key] = fn()
+    except Exception as exc:  # noqa: BLE001  (a failing stage must not stop the run)
+        results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+        print(f"[{key}] FAILED: {type(exc).__name__}: {exc}", flush=True)
+    print(f"[{key}] {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def rate(fn: Callable[[], Any], items: int, min_s: float = 1.0) -> dict[str, float]:
+    """Items/s of ``fn`` (each call handles ``items``), after one warm-up call."""
+    fn()
+    sync()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min_s or calls < 3:
+        fn()
+        calls += 1
+    sync()
+    seconds = time.perf_counter() - start
+    return {"per_s": calls * items / seconds, "ms_per_call": 1e3 * seconds / calls, "calls": calls}
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    try:
+        import torchvision
+
+        tv = torchvision.__version__
+    except Exception as exc:  # noqa: BLE001
+        tv = f"not importable: {type(exc).__name__}: {exc}"
+    return {
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "none (CPU)",
+        "torchvision": tv, "nvjpeg": gpu_jpeg_reason(device) or "available",
+        "opencv": cv2.__version__, "cpu_count": os.cpu_count(), "command": " ".join(sys.argv),
+    }
+
+
+# --- stages ------------------------------------------------------------------------------------
+def make_frames(count: int, quality: int) -> tuple[list[bytes], dict[str, Any]]:
+    source = "ttball.synth"
+    try:
+        from ttball.synth import ClipConfig, generate_clip
+
+        frames, _ = generate_clip(2026, ClipConfig(size=(1280, 720), fps=60.0, frames=count))
+        bgr = list(frames)
+    except Exception as exc:  # noqa: BLE001  (drawn frames are good enough for speed)
+        source = f"drawn ({type(exc).__name__}: {exc})"
+        bgr = []
+        for i in range(count):
+            img = np.full((720, 1280, 3), (40, 90, 30), np.uint8)
+            img += np.random.default_rng(i).integers(0, 12, img.shape, dtype=np.uint8)
+            cv2.circle(img, (40 + i * 9 % 1200, 360 + round(200 * np.sin(i / 5))), 6,
+                       (255, 255, 255), -1)
+            bgr.append(img)
+    blobs = [cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, quality])[1].tobytes() for f in bgr]
+    sizes = [len(b) for b in blobs]
+    return blobs, {"source": source, "count": count, "quality": quality,
+                   "jpeg_kb_mean": statistics.mean(sizes) / 1e3, "jpeg_kb_max": max(sizes) / 1e3}
+
+
+def stage_decode(blobs: list[bytes], device: torch.device, batch: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    chunk = (blobs * (batch // len(blobs) + 1))[:batch]
+    out["cv2_1_thread"] = rate(lambda: [decode_cv2(b) for b in chunk[:16]], 16)
+    threads = os.cpu_count() or 1
+    with ThreadPoolExecutor(threads) as pool:
+        out[f"cv2_{threads}_threads"] = rate(lambda: list(pool.map(decode_cv2, chunk)), len(chunk))
+    decoder = JpegDecoder(device)
+    out["gpu_decoder"] = decoder.kind if decoder.kind == "nvjpeg" else f"cv2 ({decoder.gpu_reason})"
+    if decoder.kind == "nvjpeg":
+        out[f"nvjpeg_batch_{batch}"] = rate(lambda: decoder(chunk), len(chunk))
+        out["nvjpeg_batch_16"] = rate(lambda: decoder(chunk[:16]), 16)
+        diffs = [(g.cpu().int() - decode_cv2(b).int()).abs() for g, b in zip(decoder(blobs[:8]), blobs)]
+        d = torch.stack(diffs).float()
+        out["nvjpeg_vs_cv2_pixels"] = {"max": float(d.max()), "mean": float(d.mean()),
+                                       "share_differing": float((d > 0).float().mean())}
+    return out
+
+
+def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig,
+                 batch: int, budget: Budget) -> dict[str, Any]:
+    frames = [decode_cv2(b) for b in blobs[: min(len(blobs), batch)]]
+    stacked = torch.stack(frames).to(device)
+    stacked = stacked.repeat(batch // len(frames) + 1, 1, 1, 1)[:batch].contiguous()
+    out: dict[str, Any] = {"batch": batch}
+    for label, compiled in (("eager", False), ("compiled", True)):
+        if budget.left() < (40 if compiled else 5):
+            out[label] = {"skipped": "time budget"}
+            continue
+        resizer = Resizer(config.input_height, config.input_width, compile=compiled)
+        start = time.perf_counter()
+        small = resizer(stacked)
+        sync()
+        first_s = time.perf_counter() - start
+        want = [cv2.resize(f.permute(1, 2, 0).numpy(), (config.input_width, config.input_height),
+                           interpolation=cv2.INTER_LINEAR) for f in frames[:4]]
+        exact = all(torch.equal(s.permute(1, 2, 0).cpu(), torch.from_numpy(w))
+                    for s, w in zip(small, want))
+        out[label] = {**rate(lambda r=resizer: r(stacked), batch), "first_call_s": first_s,
+                      "bit_exact_vs_cv2": exact, "compile_error": resizer.compile_error}
+    return out
+
+
+def stage_post(backend: Any, blobs: list[bytes], config: WeightsConfig, device: torch.device,
+               batch: int) -> dict[str, Any]:
+    resizer = Resizer(config.input_height, config.input_width)
+    frames = torch.stack([decode_cv2(b) for b in (blobs * 3)[: 3 * batch]]).to(device)
+    from ttball.frames import normalize
+
+    x = normalize(resizer(frames).view(batch, 9, config.input_height, config.input_width), config)
+    logits = backend(x)
+    thr = torch.full((3 * batch,), config.score_threshold, device=device)
+    out: dict[str, Any] = {"batch_windows": batch, "heatmaps": 3 * batch}
+    packed = packed_stats(logits, thr)
+    out["fallback_share"] = float(packed[:, -1].mean())
+    out["eager"] = rate(lambda: packed_stats(logits, thr).cpu(), 3 * batch)
+    if device.type != "cuda":
+        return out
+    graphed = GraphedStats()
+    out["graphed"] = rate(lambda: graphed(logits, thr).cpu(), 3 * batch)
+    out["graphed_equal_eager"] = bool(torch.equal(graphed(logits, thr), packed_stats(logits, thr)))
+    out["bytes_to_host_per_heatmap"] = packed.shape[1] * packed.element_size()
+    return out
+
+
+def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> list[tuple[str, bytes]]:
+    """One push: ``step_frames`` frames, one per session in turn; session s plays the clip
+    from frame 7·s, so neighbours differ and no frame repeats its predecessor."""
+    out = []
+    for k in range(step_frames):
+        n = offset + k
+        s, t = n % sessions, n // sessions
+        out.append((f"s{s}", blobs[(7 * s + t) % len(blobs)]))
+    return out
+
+
+def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
+            step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
+            warm_pushes: int = 3) -> dict[str, Any]:
+    device = backend.device
+    timer = StageTimer(device, sync=sync_stages)
+    sizes = [s for s in WARM_SIZES if s < batch] + [batch]
+    pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer)
+    for s in range(sessions):
+        pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
+    per_push = batch * step if step == 3 else batch  # frames that make about ``batch`` windows
+    offset, latencies, frames, rows = 0, [], 0, 0
+    start = time.perf_counter()
+    pushes = 0
+    while True:
+        chunk = feed(blobs, sessions, per_push, offset)
+        offset += per_push
+        t0 = time.perf_counter()
+        done = pipeline.push(chunk)
+        t1 = time.perf_counter()
+        pushes += 1
+        if pushes == warm_pushes:
+            timer.seconds.clear()
+            start, latencies, frames, rows = t1, [], 0, 0
+            continue
+        if pushes > warm_pushes:
+            latencies.append(1e3 * (t1 - t0))
+            frames += len(chunk)
+            rows += sum(len(r) for r in done.values())
+            if t1 - start > seconds:
+                break
+    elapsed = time.perf_counter() - start
+    lat = np.array(latencies)
+    out = {
+        "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
+        "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
+        "frames_per_s": frames / elapsed,
+        "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
+        "fallback_share": pipeline.fallbacks / max(pipeline.heatmaps, 1),
+        "graph_error": pipeline.graph_error,
+        "max_memory_gb": torch.cuda.max_memory_allocated(device) / 1e9
+        if device.type == "cuda" else None,
+    }
+    if sync_stages:
+        out["us_per_frame"] = {k: 1e6 * v / frames for k, v in timer.seconds.items()}
+        out["us_per_frame"]["total"] = 1e6 * elapsed / frames
+    else:
+        # 60-fps sessions fill a push in per_push / (60 · sessions) s: the latency of a frame
+        # that waits for its push, then for the push to be processed.
+        gather_ms = 1e3 * per_push / (60.0 * sessions)
+        out["gather_ms_at_60fps"] = gather_ms
+        out["latency_ms_p99_at_60fps"] = gather_ms + out["push_ms_p99"]
+    return out
+
+
+def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: argparse.Namespace,
+              budget: Budget, decoder: JpegDecoder, batches: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for b in batches:
+        for sync_stages, seconds in ((False, args.seconds), (True, args.seconds / 2)):
+            if budget.left() < seconds + 5:
+                rows.append({"batch": b, "skipped": "time budget"})
+                continue
+            try:
+                row = run_e2e(backend, config, blobs, args.sessions, b, args.step, seconds,
+                              decoder, sync_stages)
+            except Exception as exc:  # noqa: BLE001
+                row = {"batch": b, "sync_stages": sync_stages,
+                       "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def cpu_rows(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int,
+             batch: int) -> tuple[list[FrameResult], int]:
+    """Today's path for one stream: cv2 decode, FrameStream (cv2 resize), infer_windows."""
+    stream = FrameStream(config, StreamOptions(step=step))
+    rows: list[FrameResult] = []
+    pending: list = []
+
+    def flush(windows: list) -> None:
+        padded = windows + [windows[-1]] * (batch - len(windows))  # only warmed sizes
+        for window, probs in zip(windows, infer_windows(backend, padded, config)):
+            rows.extend(stream.complete(window, probs))
+
+    for i, data in enumerate(blobs):
+        pending.extend(stream.push(Frame(i, i / 60.0, decode_cv2(data).permute(1, 2, 0).numpy())))
+        if len(pending) >= batch:
+            flush(pending[:batch])
+            pending = pending[batch:]
+    pending.extend(stream.finish())
+    while pending:
+        flush(pending[:batch])
+        pending = pending[batch:]
+    return rows + stream.drain(), len(blobs)
+
+
+def stage_cpu_path(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int,
+                   batch: int) -> dict[str, Any]:
+    frames = (blobs * (3 * batch // len(blobs) + 2))[: 3 * batch * 2]
+    start = time.perf_counter()
+    rows, n = cpu_rows(backend, config, frames, step, batch)
+    seconds = time.perf_counter() - start
+    return {"batch": batch, "frames": n, "rows": len(rows), "frames_per_s": n / seconds,
+            "note": "one thread: decode, resize, post-processing and network calls in series"}
+
+
+def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int) -> dict[str, Any]:
+    clips = {"p0": blobs[:40], "p1": blobs[20:60] if len(blobs) >= 60 else blobs[::-1][:40]}
+    want = {sid: cpu_rows(backend, config, clip, step, PARITY_BATCH)[0] for sid, clip in clips.items()}
+    out: dict[str, Any] = {}
+    for label, decoder in (("pipeline_decoder", JpegDecoder(backend.device)),
+                           ("cv2_decoder", JpegDecoder(backend.device, prefer_gpu=False))):
+        pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=(PARITY_BATCH,))
+        got: dict[str, list[FrameResult]] = {sid: [] for sid in clips}
+        for sid in clips:
+            pipeline.open(sid, StreamOptions(step=step), fps=60.0)
+        for k in range(0, 40, 5):
+            done = pipeline.push([(sid, f) for sid, clip in clips.items() for f in clip[k : k + 5]])
+            for sid, r in done.items():
+                got[sid].extend(r)
+        for sid in clips:
+            got[sid].extend(pipeline.finish(sid))
+        flips = sum(g.visible != w.visible for sid in clips for g, w in zip(got[sid], want[sid]))
+        both = [(g, w) for sid in clips for g, w in zip(got[sid], want[sid]) if g.visible and w.visible]
+        dist = [float(np.hypot(g.x - w.x, g.y - w.y)) for g, w in both]
+        out[label] = {
+            "decoder": decoder.kind, "frames": sum(len(c) for c in clips.values()),
+            "rows_equal_count": all(len(got[s]) == len(want[s]) for s in clips),
+            "visibility_flips": flips, "visible_both": len(both),
+            "visible_cpu": sum(w.visible for s in clips for w in want[s]),
+            "max_position_diff_px": max(dist, default=0.0),
+            "p99_position_diff_px": float(np.percentile(dist, 99)) if dist else 0.0,
+            "fallback_share": pipeline.fallbacks / max(pipeline.heatmaps, 1),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--backend", default="cudagraph-fp16-folded-cl",
+                        help="any registered backend, e.g. triton-fp16")
+    parser.add_argument("--weights", default=None, help="default: the packaged weights")
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--frames", type=int, default=90, help="distinct JPEG frames")
+    parser.add_argument("--quality", type=int, default=90)
+    parser.add_argument("--batches", default="16,32,64",
+                        help="windows per batch (the dynamic batcher's range)")
+    parser.add_argument("--step", type=int, default=3, choices=(1, 3))
+    parser.add_argument("--seconds", type=float, default=6.0, help="per e2e row")
+    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
+    parser.add_argument("--input-size", default=None,
+                        help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
+    parser.add_argument("--budget-s", type=float, default=165.0,
+                        help="no new stage (or e2e row) after this many seconds")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpu_e2e.py needs a CUDA GPU (or --device cpu for a smoke test)")
+    budget = Budget(args.budget_s)
+    batches = sorted(int(b) for b in args.batches.split(","))
+    results: dict[str, Any] = {"environment": environment(device), "args": vars(args)}
+    print(json.dumps(results, indent=1), flush=True)
+    state: dict[str, Any] = {}
+
+    def frames() -> dict[str, Any]:
+        state["blobs"], info = make_frames(args.frames, args.quality)
+        return info
+
+    def backend() -> dict[str, Any]:
+        model = load_model(args.weights, device="cpu")
+        if args.input_size:
+            h, w = (int(v) for v in args.input_size.split("x"))
+            model.config = model.config.evolve(input_height=h, input_width=w)
+        state["config"] = model.config
+        start = time.perf_counter()
+        state["backend"] = create(args.backend, model, device)
+        built = time.perf_counter() - start
+        h, w = model.config.input_size
+        warm = state["backend"].warmup(sorted({*WARM_SIZES, *batches}), h, w)
+        return {"name": args.backend, "weights": model.config.name, "build_s": built,
+                "warmup_s": warm}
+
+    def need(*keys: str) -> list[Any]:
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise RuntimeError(f"needs the stage(s) that make {', '.join(missing)}")
+        return [state[k] for k in keys]
+
+    stages: dict[str, Callable[[], Any]] = {
+        "frames": frames,
+        "decode": lambda: stage_decode(need("blobs")[0], device, 3 * batches[-1]),
+        "resize": lambda: stage_resize(need("blobs")[0], device,
+                                       state.get("config") or WeightsConfig(), 3 * batches[-1], budget),
+        "backend": backend,
+        "post": lambda: stage_post(*need("backend", "blobs", "config"), device, batches[-1]),
+        "e2e": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
+                                 JpegDecoder(device), batches),
+        "e2e_cpu_decode": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
+                                            JpegDecoder(device, prefer_gpu=False), batches[-1:]),
+        "cpu_path": lambda: stage_cpu_path(*need("backend", "config", "blobs"), args.step,
+                                           batches[-1]),
+        "parity": lambda: stage_parity(*need("backend", "config", "blobs"), args.step),
+    }
+    for key in args.stages.split(","):
+        print(f"== {key}", flush=True)
+        guarded(results, key, budget, stages[key])
+        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

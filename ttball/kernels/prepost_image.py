@@ -1,0 +1,194 @@
+"""Frames on the device: JPEG bytes → RGB ``uint8`` → the network's size → normalised windows.
+
+The pre-processing of :mod:`ttball.frames`, done with torch ops on any device so that the
+frames of a batch never leave the GPU:
+
+- :class:`JpegDecoder`: a list of JPEG byte strings → ``(3, H, W) uint8`` RGB tensors on the
+  device. nvJPEG through ``torchvision.io.decode_jpeg(list, device="cuda")`` when torchvision
+  with CUDA is installed; else ``cv2.imdecode`` on the host (what the worker does today, so
+  pixels are identical to the CPU path) and one copy to the device. nvJPEG's IDCT and chroma
+  upsampling are not libjpeg-turbo's, so its pixels differ from ``cv2.imdecode`` by a few
+  levels; ``scripts/gpu_e2e.py`` measures by how much.
+- :class:`Resizer`: ``(B, 3, H, W) uint8`` → ``(B, 3, h, w) uint8``, **bit-exact** with
+  ``cv2.resize(..., INTER_LINEAR)`` on 8-bit images (OpenCV 5.0.0 x86; tested on down- and
+  up-scaling, odd sizes and the 2× case OpenCV routes to INTER_AREA). OpenCV's 8-bit bilinear
+  is fixed point: 11-bit weights, a horizontal pass into ``int32``, then a vertical pass that
+  drops 4 bits, keeps the high 16 bits of each 16×16-bit product and rounds with ``+2 >> 2``.
+  A plain float ``F.interpolate(mode="bilinear")`` + round differs by 1 level in 8–13 % of the
+  values (``tests/kernels/test_prepost.py`` measures it), hence the emulation.
+- :func:`stack_windows`: three frames per window, oldest first → ``(B, 9, h, w) uint8``, which
+  :func:`ttball.frames.normalize` turns into the network's float input on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+import torch
+from torch import Tensor
+
+COEF_BITS = 11  # OpenCV's INTER_RESIZE_COEF_BITS: weights are multiples of 1/2048
+COEF_SCALE = 1 << COEF_BITS
+
+
+class DecodeError(ValueError):
+    """A frame that is not a decodable JPEG; ``index`` is its position in the batch."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"frame {index} of the batch: {message}")
+        self.index = index
+
+
+def gpu_jpeg_reason(device: torch.device) -> str | None:
+    """Why nvJPEG through torchvision can't decode on ``device``; None when it can."""
+    if device.type != "cuda":
+        return f"device is {device.type}, not cuda"
+    try:
+        import torchvision  # noqa: F401
+        from torchvision.io import decode_jpeg  # noqa: F401
+    except Exception as exc:  # noqa: BLE001  (any import failure means: not available)
+        return f"torchvision is not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def decode_cv2(data: bytes, index: int = 0) -> Tensor:
+    """One JPEG (or PNG) → ``(3, H, W) uint8`` RGB on the host, exactly as the worker decodes."""
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None or bgr.ndim != 3 or bgr.size == 0:
+        raise DecodeError(index, "not a decodable image")
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return torch.from_numpy(rgb).permute(2, 0, 1)
+
+
+class JpegDecoder:
+    """A batch of JPEG byte strings → RGB ``(3, H, W) uint8`` tensors on ``device``.
+
+    ``kind``: ``"nvjpeg"`` (torchvision on the GPU) or ``"cv2"`` (host decode, then one pinned
+    copy per frame). ``prefer_gpu=False`` forces ``cv2``.
+    """
+
+    def __init__(self, device: torch.device | str, prefer_gpu: bool = True) -> None:
+        self.device = torch.device(device)
+        self.gpu_reason = gpu_jpeg_reason(self.device) if prefer_gpu else "cv2 decode requested"
+        self.kind = "nvjpeg" if self.gpu_reason is None else "cv2"
+
+    def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        if not blobs:
+            return []
+        if self.kind == "nvjpeg":
+            return self._nvjpeg(blobs)
+        return [self._to_device(decode_cv2(b, i)) for i, b in enumerate(blobs)]
+
+    def _to_device(self, rgb: Tensor) -> Tensor:
+        if self.device.type == "cpu":
+            return rgb
+        return rgb.contiguous().pin_memory().to(self.device, non_blocking=True)
+
+    def _nvjpeg(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+        try:
+            return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device))
+        except RuntimeError:
+            # One bad frame fails the whole batch: decode one by one to name it.
+            out = []
+            for i, d in enumerate(data):
+                try:
+                    out.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=self.device))
+                except RuntimeError as exc:
+                    raise DecodeError(i, f"nvJPEG: {exc}") from None
+            return out
+
+
+def _taps(src: int, dst: int, clamp: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV's bilinear taps along one axis: source indices (lo, hi) and 11-bit weights.
+
+    Mirrors ``cv::resize``'s float32 arithmetic: ``f = (float)((d + 0.5) * scale - 0.5)``,
+    ``s = floor(f)``, ``f -= s``, weights ``round((1 - f) * 2048)``, ``round(f * 2048)``
+    (round half to even, as ``cvRound``). Along x (``clamp``) a tap left of the image or on its
+    last column gets weight (2048, 0); along y the weights stay and the rows are clamped.
+    """
+    scale = 1.0 / (dst / src)
+    lo, w_lo, w_hi = np.empty(dst, np.int64), np.empty(dst, np.int32), np.empty(dst, np.int32)
+    for d in range(dst):
+        f = np.float32((d + 0.5) * scale - 0.5)
+        s = math.floor(f)
+        f = np.float32(f - np.float32(s))
+        if clamp and s < 0:
+            f, s = np.float32(0.0), 0
+        if clamp and s >= src - 1:
+            f, s = np.float32(0.0), src - 1
+        lo[d] = s
+        w_lo[d] = int(np.rint((np.float32(1.0) - f) * np.float32(COEF_SCALE)))
+        w_hi[d] = int(np.rint(f * np.float32(COEF_SCALE)))
+    return np.clip(lo, 0, src - 1), np.clip(lo + 1, 0, src - 1), w_lo, w_hi
+
+
+class Resizer:
+    """``(B, 3, H, W) uint8`` → ``(B, 3, height, width) uint8`` on the input's device, equal to
+    ``cv2.resize(rgb, (width, height), interpolation=cv2.INTER_LINEAR)`` per frame.
+
+    The tap tables are built once per source size and device. Eager, the fixed-point arithmetic
+    is about a dozen ``int32`` passes over the output; ``compile=True`` fuses them with
+    ``torch.compile`` (dynamic batch size; if compiling fails, ``compile_error`` says why and
+    the eager version runs).
+    """
+
+    def __init__(self, height: int, width: int, compile: bool = False) -> None:
+        self.height, self.width = height, width
+        self._tables: dict[tuple[int, int, torch.device], tuple[Tensor, ...]] = {}
+        self._core = torch.compile(_resize_taps, dynamic=True) if compile else _resize_taps
+        self.compile_error: str | None = None
+
+    def _table(self, src_h: int, src_w: int, device: torch.device) -> tuple[Tensor, ...]:
+        key = (src_h, src_w, device)
+        if key not in self._tables:
+            x = _taps(src_w, self.width, clamp=True)
+            y = _taps(src_h, self.height, clamp=False)
+            xs = [torch.from_numpy(a).to(device) for a in x]
+            ys = [torch.from_numpy(a).to(device) for a in y]
+            ys[2], ys[3] = ys[2][:, None], ys[3][:, None]  # row weights broadcast along x
+            self._tables[key] = (*xs, *ys)
+        return self._tables[key]
+
+    def __call__(self, frames: Tensor) -> Tensor:
+        if frames.dtype != torch.uint8 or frames.dim() != 4:
+            raise ValueError(f"expected (B, C, H, W) uint8 frames, got {frames.dtype} {tuple(frames.shape)}")
+        src_h, src_w = frames.shape[-2:]
+        if (src_h, src_w) == (self.height, self.width):
+            return frames  # cv2.resize copies; so do the taps (weights 2048, 0)
+        tables = self._table(src_h, src_w, frames.device)
+        if self._core is _resize_taps:
+            return _resize_taps(frames, *tables)
+        try:
+            return self._core(frames, *tables)
+        except Exception as exc:  # noqa: BLE001  (reported in compile_error; eager is exact too)
+            self.compile_error = f"{type(exc).__name__}: {exc}"
+            self._core = _resize_taps
+            return _resize_taps(frames, *tables)
+
+
+def _resize_taps(frames: Tensor, x_lo: Tensor, x_hi: Tensor, a_lo: Tensor, a_hi: Tensor,
+                 y_lo: Tensor, y_hi: Tensor, b_lo: Tensor, b_hi: Tensor) -> Tensor:
+    """OpenCV's 8-bit bilinear: horizontal taps in ``int32`` (exact), ``>> 4``, then per row
+    the high 16 bits of each product with the row weight, summed, ``(t + 2) >> 2``."""
+
+    def row_pass(rows: Tensor) -> Tensor:
+        wide = rows.index_select(3, x_lo).to(torch.int32) * a_lo
+        wide += rows.index_select(3, x_hi).to(torch.int32) * a_hi
+        return wide >> 4
+
+    top = (row_pass(frames.index_select(2, y_lo)) * b_lo) >> 16
+    bottom = (row_pass(frames.index_select(2, y_hi)) * b_hi) >> 16
+    return ((top + bottom + 2) >> 2).clamp_(0, 255).to(torch.uint8)
+
+
+def stack_windows(windows: Sequence[Sequence[Tensor]]) -> Tensor:
+    """Windows of three ``(3, h, w) uint8`` frames, oldest first → ``(B, 9, h, w) uint8``."""
+    frames = [f for window in windows for f in window]
+    h, w = frames[0].shape[-2:]
+    return torch.stack(frames).view(len(windows), 9, h, w)
