@@ -17,6 +17,7 @@ import torch
 from ttball.cli import fusion as cli
 from ttball.errors import BackendUnavailable, UserError
 from ttball.lab import fusion as fu
+from ttball.passes.fold_bn import fold_conv_bn
 
 CPU = torch.device("cpu")
 CHAIN_NUMEL = 4096
@@ -40,7 +41,7 @@ def _relative_max_diff(ref: torch.Tensor, out: torch.Tensor) -> float:
 
 def test_folded_conv_matches_conv_bn() -> None:
     model = fu.make_conv_bn(SMALL, CPU)
-    folded = fu.fold_conv_bn(model[0], model[1])
+    folded = fold_conv_bn(model[0], model[1])
     x = torch.randn(2, SMALL.conv_in, SMALL.height, SMALL.width)
     with torch.no_grad():
         ref, out, bare = model(x), folded(x), model[0](x)
@@ -60,14 +61,14 @@ def test_fold_keeps_conv_bias_stride_and_groups() -> None:
     bn.eval()
     x = torch.randn(1, 4, 9, 11)
     with torch.no_grad():
-        ref, out = bn(conv(x)), fu.fold_conv_bn(conv, bn)(x)
+        ref, out = bn(conv(x)), fold_conv_bn(conv, bn)(x)
     assert out.shape == ref.shape == (1, 6, 5, 6)
     assert _relative_max_diff(ref, out) < 1e-5
 
 
 def test_fold_refuses_training_mode_bn() -> None:
     with pytest.raises(ValueError, match="eval mode"):
-        fu.fold_conv_bn(torch.nn.Conv2d(2, 2, 1), torch.nn.BatchNorm2d(2).train())
+        fold_conv_bn(torch.nn.Conv2d(2, 2, 1), torch.nn.BatchNorm2d(2).train())
 
 
 # ---------------------------------------------------------------- chain and timing
