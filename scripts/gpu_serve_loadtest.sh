@@ -8,7 +8,9 @@
 # Writes $OUT/serve/ (logs, ready-*.json, loadtest-N.json, metrics-N.txt, summary.json,
 # SUMMARY.md). Total ≤ BUDGET_S (235 s); elapsed time is printed per step.
 # Usage (GPU machine, repo root, wheels in .whl/): OUT=/some/dir bash scripts/gpu_serve_loadtest.sh
-# Knobs: BACKEND, BATCHES, SESSIONS (the counts to try), DURATION, CLIP, DECODE_THREADS, VERIFY=1.
+# Knobs: BACKEND, BATCHES, SESSIONS (the counts to try), DURATION, CLIP, DECODE_THREADS, VERIFY=1,
+#   DEVICE_PIPELINE=1 (serve --device-pipeline: JPEG decode to tracker on the GPU; run the script
+#   once without and once with it, OUT differing, to compare the two modes).
 # CPU smoke test of the script itself (skip the wheel line):
 #   tail -n +N scripts/gpu_serve_loadtest.sh | DEVICE=cpu BACKEND=eager-fp32 BATCHES=1 \
 #     SESSIONS="1 2" DURATION=2 OUT=/tmp/x bash
@@ -26,6 +28,8 @@ SESSIONS="${SESSIONS:-1 4 8 12 16 24 32 48 64}"
 DURATION="${DURATION:-10}"
 DECODE_THREADS="${DECODE_THREADS:-12}"
 PORT="${PORT:-8700}"
+DEVICE_PIPELINE="${DEVICE_PIPELINE:-}"
+MODE=$([ -n "$DEVICE_PIPELINE" ] && echo device-pipeline || echo host)
 URL="http://127.0.0.1:$PORT"
 S="$OUT/serve"
 W="$(mktemp -d)"
@@ -88,6 +92,7 @@ start() {
   python3 "$W/tt.py" serve --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
     --max-queue 1024 --max-sessions 256 --log-level warning $([ -n "${VERIFY:-}" ] && echo --verify) \
+    $([ -n "$DEVICE_PIPELINE" ] && echo --device-pipeline) \
     > "$S/server-$label.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( $(left) - 20 ))
@@ -104,7 +109,7 @@ label, t0, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 r = json.load(open(path))
 r["time_to_ready_s"] = round(time.time() - t0, 2)
 json.dump(r, open(path, "w"), indent=2)
-print(f"{label}: ready in {r['time_to_ready_s']} s (server: {r['startup_seconds']}; warm-up per batch {r['warmup']['seconds']})")
+print(f"{label}: ready in {r['time_to_ready_s']} s (server: {r['startup_seconds']}; warm-up per batch {r['warmup']['seconds']}; device pipeline {r.get('device_pipeline')})")
 PY
 }
 
@@ -115,7 +120,7 @@ stop() {  # SIGTERM, expect exit 0
   say "server stopped: exit $rc after $(( $(date +%s) - t )) s"
 }
 
-say "cold start ($BACKEND, batches $BATCHES, empty cache)"
+say "cold start ($BACKEND, batches $BATCHES, $MODE path, empty cache)"
 start cold || exit 1
 stop
 say "warm start (same cache)"
@@ -137,17 +142,19 @@ done
 stop
 
 say "summary"
-python3 - "$S" "$BEST" "$BACKEND" "$BATCHES" <<'PY'
+python3 - "$S" "$BEST" "$BACKEND" "$BATCHES" "$MODE" <<'PY'
 import glob, json, os, sys
-s, best, backend, batches = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s, best, backend, batches, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 ready = {k: json.load(open(f"{s}/ready-{k}.json")) for k in ("cold", "warm") if os.path.exists(f"{s}/ready-{k}.json")}
 runs = sorted((json.load(open(p)) for p in glob.glob(f"{s}/loadtest-*.json")), key=lambda r: r["sessions"])
-summary = {"backend": backend, "warmup_batches": batches, "best_sessions_p99_under_50ms": best,
+summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
+           "device_pipeline": {k: v.get("device_pipeline") for k, v in ready.items()},
+           "best_sessions_p99_under_50ms": best,
            "time_to_ready_s": {k: v.get("time_to_ready_s") for k, v in ready.items()},
            "startup_seconds": {k: v.get("startup_seconds") for k, v in ready.items()},
            "runs": [{k: r[k] for k in ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")} for r in runs]}
 json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
-lines = [f"# ttball serve on the H200: {backend}, warm-up batches {batches}", "",
+lines = [f"# ttball serve on the H200: {backend}, warm-up batches {batches}, {mode} path", "",
          f"Highest session count at 60 fps (step 3) with p99 < 50 ms and nothing dropped: **{best}**", "",
          "| start | time to ready s | server phases s |", "|---|---|---|"]
 lines += [f"| {k} | {v.get('time_to_ready_s')} | {v.get('startup_seconds')} |" for k, v in ready.items()]

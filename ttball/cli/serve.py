@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="threads for JPEG decode, resize and post-processing")
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads for CPU backends (1 is fastest on a busy host)")
+    p.add_argument("--device-pipeline", action="store_true",
+                   help="decode (nvJPEG on CUDA), resize, window, run and post-process the JPEG "
+                        "frames of every session on the backend's device in one batched push; "
+                        "sessions with dedup_ssim keep the host path, PNG/raw RGB frames get 415 "
+                        "(docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -81,6 +86,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         compile_cache=args.compile_cache, max_sessions=args.max_sessions,
         session_ttl_s=args.session_ttl, token=token or None, verify=args.verify,
         decode_threads=args.decode_threads, torch_threads=args.torch_threads,
+        device_pipeline=args.device_pipeline,
     )
     settings.validate()
     return settings

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -62,6 +62,7 @@ __all__ = [
     "DecodeError",
     "DeviceStream",
     "DeviceWindow",
+    "FrameRejected",
     "GpuPipeline",
     "GraphedStats",
     "JpegDecoder",
@@ -77,6 +78,16 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+class FrameRejected(ValueError):
+    """A frame :meth:`GpuPipeline.push` refuses before any session has changed: it does not
+    decode (``reason == "decode"``) or its size differs from its session's (``"size"``).
+    ``index`` is its position in the pushed ``frames``; ``detail`` says what is wrong."""
+
+    def __init__(self, index: int, reason: str, sid: str, detail: str) -> None:
+        super().__init__(f"session {sid}, frame {index} of the push: {detail}")
+        self.index, self.reason, self.detail = index, reason, detail
 
 
 @dataclass
@@ -167,14 +178,23 @@ class GpuPipeline:
         timer: StageTimer | None = None,
         graphs: bool | None = None,
         compile_resize: bool = False,
+        max_batch: int | None = None,
+        on_batch: Callable[[int, int], None] | None = None,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
-        ``compile_resize``: the resize fused by ``torch.compile``."""
+        ``compile_resize``: the resize fused by ``torch.compile``; ``max_batch``: windows per
+        backend call at most (default: the largest batch size), each call padded up to one of
+        ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call."""
         self.backend, self.config = backend, config
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
         self.resizer = Resizer(config.input_height, config.input_width, compile=compile_resize)
         self.sizes = sorted(set(batch_sizes))
+        self.max_batch = max_batch or self.sizes[-1]
+        if not 1 <= self.max_batch <= self.sizes[-1]:
+            raise ValueError(f"max_batch {self.max_batch} must be in 1..{self.sizes[-1]}, the "
+                             "largest batch size")
+        self.on_batch = on_batch
         self.post = post or PostOptions()
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
         self._graphed = GraphedStats(self.post) if use_graphs else None
@@ -185,10 +205,14 @@ class GpuPipeline:
         self.heatmaps = 0
 
     # -- sessions ---------------------------------------------------------------------------------
-    def open(self, sid: str, options: StreamOptions | None = None, fps: float = 30.0) -> None:
+    def open(self, sid: str, options: StreamOptions | None = None,
+             fps: float = 30.0) -> DeviceStream:
+        """A new session; its stream (read its counters and geometry; feed it through push)."""
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
-        self._sessions[sid] = _Session(DeviceStream(self.config, options, sid), fps)
+        stream = DeviceStream(self.config, options, sid)
+        self._sessions[sid] = _Session(stream, fps)
+        return stream
 
     def close(self, sid: str) -> None:
         self._sessions.pop(sid, None)
@@ -196,9 +220,17 @@ class GpuPipeline:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._sessions
+
     # -- frames in --------------------------------------------------------------------------------
-    def push(self, frames: Sequence[tuple[str, bytes]]) -> dict[str, list[FrameResult]]:
-        """JPEG frames ``(session id, bytes)`` in arrival order → rows each session finished."""
+    def push(self, frames: Sequence[tuple[str, bytes]],
+             stamps: Sequence[tuple[int, float]] | None = None) -> dict[str, list[FrameResult]]:
+        """JPEG frames ``(session id, bytes)`` in arrival order → rows each session finished.
+
+        ``stamps``: each frame's ``(index, time_s)`` (increasing per session); default: the
+        session's next index and ``index / fps``. A frame that does not decode or has another
+        size than its session's raises :class:`FrameRejected` and nothing is taken."""
         sessions = [self._get(sid) for sid, _ in frames]
         with self.timer.stage("decode"):
             images, repeats = self._decode(frames, sessions)
@@ -206,11 +238,13 @@ class GpuPipeline:
             smalls, duplicates = self._prepare(images, repeats, sessions)
         windows: list[Window] = []
         touched: dict[str, _Session] = {}
-        for (sid, _), session, image, small, dup in zip(frames, sessions, images, smalls, duplicates):
-            index = session.next_index
-            session.next_index += 1
+        for k, ((sid, _), session, image, small, dup) in enumerate(
+                zip(frames, sessions, images, smalls, duplicates)):
+            index, time_s = (stamps[k] if stamps is not None
+                             else (session.next_index, session.next_index / session.fps))
+            session.next_index = index + 1
             size = (image.shape[-1], image.shape[-2])
-            windows.extend(session.stream.push_device(index, index / session.fps, size, dup, small))
+            windows.extend(session.stream.push_device(index, time_s, size, dup, small))
             touched[sid] = session
         self._run(windows)
         for session in touched.values():
@@ -243,19 +277,25 @@ class GpuPipeline:
         reuses that frame's tensor). Sizes are checked before any session changes, so a bad
         frame never half-enters a stream."""
         last_bytes = {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
-        repeats, todo = [], []
-        for (_, data), session in zip(frames, sessions):
+        repeats, todo, where = [], [], []
+        for position, ((_, data), session) in enumerate(zip(frames, sessions)):
             repeats.append(last_bytes[id(session)] == data)
             if not repeats[-1]:
                 todo.append(data)
+                where.append(position)
             last_bytes[id(session)] = data
-        decoded = iter(self.decoder(todo))
+        try:
+            decoded = iter(self.decoder(todo))
+        except DecodeError as exc:
+            position = where[exc.index]
+            raise FrameRejected(position, "decode", frames[position][0],
+                                "not a decodable JPEG") from exc
         images: list[Tensor] = []
         last: dict[int, Tensor | None] = {id(s): s.last_frame for s in sessions}
-        for (sid, _), repeat, session in zip(frames, repeats, sessions):
+        for position, ((sid, _), repeat, session) in enumerate(zip(frames, repeats, sessions)):
             image = last[id(session)] if repeat else next(decoded)
             assert image is not None
-            self._check_size(sid, session, last[id(session)], image)
+            self._check_size(position, sid, session, last[id(session)], image)
             images.append(image)
             last[id(session)] = image
         for (_, data), session in zip(frames, sessions):
@@ -263,15 +303,17 @@ class GpuPipeline:
         return images, repeats
 
     @staticmethod
-    def _check_size(sid: str, session: _Session, previous: Tensor | None, image: Tensor) -> None:
+    def _check_size(position: int, sid: str, session: _Session, previous: Tensor | None,
+                    image: Tensor) -> None:
         geom = session.stream.geometry
         expected = (geom.source_height, geom.source_width) if geom is not None else None
         if expected is None and previous is not None:
             expected = tuple(previous.shape[-2:])
         got = tuple(image.shape[-2:])
         if expected is not None and got != expected:
-            raise ValueError(f"session {sid}: frame is {got[1]}x{got[0]}, the session's frames "
-                             f"are {expected[1]}x{expected[0]}")
+            raise FrameRejected(position, "size", sid,
+                                f"frame is {got[1]}x{got[0]}, the session's frames are "
+                                f"{expected[1]}x{expected[0]}")
 
     def _prepare(self, images: list[Tensor], repeats: list[bool], sessions: Sequence[_Session]
                  ) -> tuple[list[Tensor], list[bool]]:
@@ -308,9 +350,8 @@ class GpuPipeline:
 
     # -- windows through the backend ----------------------------------------------------------------
     def _run(self, windows: list[Window]) -> None:
-        limit = self.sizes[-1]
-        for start in range(0, len(windows), limit):
-            self._run_batch(windows[start : start + limit])
+        for start in range(0, len(windows), self.max_batch):
+            self._run_batch(windows[start : start + self.max_batch])
 
     def _run_batch(self, windows: list[Window]) -> None:
         if not windows:
@@ -322,6 +363,8 @@ class GpuPipeline:
             batch = normalize(stack_windows([w.frames for w in padded]), self.config)  # type: ignore[attr-defined]
         with self.timer.stage("network"):
             logits = self.backend(batch)
+        if self.on_batch is not None:
+            self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
             found = self._post(logits[: len(windows)], streams)
         with self.timer.stage("track"):

@@ -6,6 +6,7 @@ Layout::
     app.py       create_app(settings): routes for /v1 (sessions, track), health, metrics, web page
     sessions.py  frame bodies → decoded frames; a session = one FrameStream; the session store
     batcher.py   dynamic batching of windows from every session onto the one backend
+    device.py    --device-pipeline: sessions' JPEG bytes through one GpuPipeline (decode to rows)
     oip.py       the Open Inference Protocol (KServe v2 / Triton HTTP) for the raw network
     metrics.py   Prometheus metrics in a per-app registry
 

@@ -366,8 +366,8 @@ async def _ws_sender(ws: WebSocket, session: Session,
         if kind == "step":
             try:
                 await item
-            except ApiError as exc:
-                await ws.send_json({"type": "error", "frame": None, **exc.body()})
+            except ApiError as exc:  # a frame refused after queueing (exc.frame), or a failure
+                await ws.send_json({"type": "error", "frame": exc.frame, **exc.body()})
             for row in _rows(session):
                 await ws.send_json({"type": "result", **row})
         elif kind == "error":

@@ -15,6 +15,11 @@ batch runs, the next one gathers.
 Admission is bounded: callers :meth:`Batcher.reserve` room before they touch a session's stream
 (so a refused frame leaves no half-open window behind) and get :class:`Overloaded` (429 with
 ``Retry-After``) when queued + reserved jobs would exceed ``capacity``.
+
+With ``--device-pipeline`` (:mod:`ttball.serve.device`) the same queue also holds *uploads*:
+the undecoded JPEG frames of one request, run by a runner of their own kind. Work is counted in
+thirds of a window (:data:`WINDOW` units per window), so an upload of ``k`` frames at step 3
+costs ``k`` units and ``capacity``/``max_batch`` keep meaning windows.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -45,10 +50,13 @@ from ttball.serve.settings import ApiError, ServeSettings
 from ttball.stream import Window
 
 if TYPE_CHECKING:
+    from ttball.serve.device import DevicePath
     from ttball.serve.sessions import Feeder, SessionStore
 
 
 CUDA_WARM_CALLS = 3
+WINDOW = 3  # admission units per window: a frame at step 3 (a third of a window) costs 1
+Runner = Callable[[list[Any]], Sequence[Any]]  # backend thread: items → one result each
 
 
 class Overloaded(ApiError):
@@ -58,13 +66,16 @@ class Overloaded(ApiError):
 
 @dataclass
 class Job:
-    """One row of a batch. ``raw``: float32 network input in, logits out (the /v2 route);
-    otherwise a session's ``uint8`` window in, probabilities ``(3, h, w)`` float32 out."""
+    """One item of a batch, run by the runner of its ``kind``: ``"window"``, a session's
+    ``uint8`` window in, probabilities ``(3, h, w)`` float32 out; ``"raw"``, float32 network
+    input in, logits out (the /v2 route); others as registered (``"device"``: an upload).
+    A runner's result that is an exception is raised to that job's caller alone."""
 
-    window: Window
-    future: asyncio.Future[np.ndarray]
-    raw: bool
+    item: Any
+    future: asyncio.Future[Any]
+    kind: str
     enqueued: float
+    cost: int = WINDOW
 
 
 class Batcher:
@@ -81,14 +92,20 @@ class Batcher:
         max_delay_s: float,
         capacity: int,
         executor: ThreadPoolExecutor,
+        runners: Mapping[str, Runner] | None = None,
     ) -> None:
+        """``max_batch``, ``capacity``: in windows; ``runners``: more job kinds."""
         self.backend, self.config, self.metrics = backend, config, metrics
         self.sizes = sorted(set(sizes))
         if max_batch > self.sizes[-1]:
             raise ValueError(f"max_batch {max_batch} exceeds the largest warmed size {self.sizes[-1]}")
         self.max_batch, self.max_delay_s, self.capacity = max_batch, max_delay_s, capacity
+        self._runners: dict[str, Runner] = {
+            "window": lambda windows: self._run_windows(windows, raw=False),
+            "raw": lambda windows: self._run_windows(windows, raw=True), **(runners or {})}
         self._queue: deque[Job] = deque()
-        self._reserved = 0
+        self._queued = 0  # units in the queue
+        self._reserved = 0  # units
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -98,33 +115,40 @@ class Batcher:
 
     # -- admission ----------------------------------------------------------------------------
     @property
-    def depth(self) -> int:
-        return len(self._queue)
+    def depth(self) -> float:
+        """Work queued, in windows."""
+        return self._queued / WINDOW
 
-    def reserve(self, n: int) -> None:
-        """Hold room for ``n`` jobs, or raise :class:`Overloaded` (or 503 when stopping)."""
+    def reserve(self, n: int, cost: int = WINDOW) -> None:
+        """Hold room for ``n`` jobs of ``cost`` units, or raise :class:`Overloaded` (or 503
+        when stopping)."""
         if self._stopping:
             raise ApiError(503, "shutting_down", "the worker is shutting down")
-        if self._reserved + len(self._queue) + n > self.capacity:
+        if self._reserved + self._queued + n * cost > self.capacity * WINDOW:
             raise Overloaded(
-                f"{len(self._queue)} windows queued and {self._reserved} reserved (capacity "
-                f"{self.capacity}); retry later", self._retry_after()
+                f"{_windows(self._queued)} windows queued and {_windows(self._reserved)} "
+                f"reserved (capacity {self.capacity}); retry later", self._retry_after()
             )
-        self._reserved += n
+        self._reserved += n * cost
 
-    def release(self, n: int) -> None:
-        self._reserved = max(0, self._reserved - n)
+    def release(self, n: int, cost: int = WINDOW) -> None:
+        self._reserved = max(0, self._reserved - n * cost)
 
     def _retry_after(self) -> int:
-        batches_ahead = math.ceil((len(self._queue) + self._reserved) / self.max_batch)
+        batches_ahead = math.ceil((self._queued + self._reserved) / (self.max_batch * WINDOW))
         return max(1, math.ceil(batches_ahead * self._batch_s))
 
     def submit(self, window: Window, raw: bool = False) -> asyncio.Future[np.ndarray]:
-        """Queue one reserved job; the future gets its output row."""
-        self.release(1)
-        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        self._queue.append(Job(window, future, raw, time.perf_counter()))
-        self.metrics.queue_depth.set(len(self._queue))
+        """Queue one reserved window; the future gets its output row."""
+        return self.submit_job("raw" if raw else "window", window)
+
+    def submit_job(self, kind: str, item: Any, cost: int = WINDOW) -> asyncio.Future[Any]:
+        """Queue one reserved job of ``kind``; the future gets its runner's result."""
+        self.release(1, cost)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(Job(item, future, kind, time.perf_counter(), cost))
+        self._queued += cost
+        self.metrics.queue_depth.set(self.depth)
         self._wake.set()
         return future
 
@@ -153,9 +177,9 @@ class Batcher:
                 await self._run(jobs)
 
     async def _gather(self) -> None:
-        """Wait until max_batch jobs are queued or the oldest has waited max_delay."""
+        """Wait until max_batch windows of work are queued or the oldest has waited max_delay."""
         deadline = self._queue[0].enqueued + self.max_delay_s
-        while len(self._queue) < self.max_batch and not self._stopping:
+        while self._queued < self.max_batch * WINDOW and not self._stopping:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return
@@ -166,30 +190,33 @@ class Batcher:
                 return
 
     def _take(self) -> list[Job]:
+        """Jobs of one kind from the head, up to ``max_batch`` windows of work (at least one)."""
         jobs: list[Job] = []
-        while self._queue and len(jobs) < self.max_batch:
+        units = 0
+        while self._queue:
             head = self._queue[0]
-            if head.future.done():  # its client went away
-                self._queue.popleft()
-                continue
-            if jobs and head.raw != jobs[0].raw:
+            if jobs and (head.kind != jobs[0].kind or units + head.cost > self.max_batch * WINDOW):
                 break
-            jobs.append(self._queue.popleft())
-        self.metrics.queue_depth.set(len(self._queue))
+            self._queue.popleft()
+            self._queued -= head.cost
+            if head.future.done():  # its client went away
+                continue
+            jobs.append(head)
+            units += head.cost
+        self.metrics.queue_depth.set(self.depth)
         return jobs
 
     def padded_size(self, n: int) -> int:
         return self.sizes[bisect.bisect_left(self.sizes, n)]
 
     async def _run(self, jobs: list[Job]) -> None:
-        size = self.padded_size(len(jobs))
-        windows = [j.window for j in jobs] + [jobs[-1].window] * (size - len(jobs))
         started = time.perf_counter()
         for job in jobs:
             self.metrics.stage_seconds.labels("queue").observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
+        run = self._runners[jobs[0].kind]
         try:
-            out = await loop.run_in_executor(self._executor, self._infer, windows, jobs[0].raw)
+            out = await loop.run_in_executor(self._executor, run, [j.item for j in jobs])
         except Exception as exc:  # noqa: BLE001  (every waiting client hears about it)
             self.metrics.errors.labels("backend").inc()
             for job in jobs:
@@ -198,19 +225,25 @@ class Batcher:
                         ApiError(500, "backend_error", f"{type(exc).__name__}: {exc}"))
             return
         finished = time.perf_counter()
-        self._note_batch(len(jobs), size, finished - started)
-        for job, row in zip(jobs, out):
-            self.metrics.window_seconds.observe(finished - job.enqueued)
-            if not job.future.done():
-                job.future.set_result(row)
-
-    def _note_batch(self, n: int, size: int, seconds: float) -> None:
         self.batches += 1
+        seconds = finished - started
         self._batch_s = seconds if self.batches == 1 else 0.9 * self._batch_s + 0.1 * seconds
-        self.metrics.stage_seconds.labels("network").observe(seconds)
-        self.metrics.batch_size.observe(n)
-        self.metrics.batch_padding.inc(size - n)
-        self.metrics.windows.inc(n)
+        for job, result in zip(jobs, out):
+            self.metrics.window_seconds.observe(finished - job.enqueued)
+            if job.future.done():
+                continue
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)
+
+    def _run_windows(self, windows: list[Window], raw: bool) -> list[np.ndarray]:
+        """Backend thread: one batch, padded to a warmed size; one output row per window."""
+        size = self.padded_size(len(windows))
+        start = time.perf_counter()
+        out = self._infer(windows + [windows[-1]] * (size - len(windows)), raw)
+        self.metrics.note_batch(len(windows), size, time.perf_counter() - start)
+        return list(out[: len(windows)])
 
     def _infer(self, windows: list[Window], raw: bool) -> np.ndarray:
         """Backend thread: ``(B, 3, h, w)`` float32 probabilities, or logits when ``raw``."""
@@ -235,6 +268,7 @@ class Worker:
         self.model: Any = None
         self.config: WeightsConfig | None = None
         self.batcher: Batcher | None = None
+        self.device: DevicePath | None = None  # --device-pipeline
         self.feeder: Feeder | None = None
         self.store: SessionStore | None = None
         self.verification: Any = None
@@ -293,6 +327,11 @@ class Worker:
         self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
         self.config = self.model.config
         self.backend = self._timed("build", self._build_backend)
+        if s.device_pipeline:
+            from ttball.serve.device import DevicePath
+
+            self.device = DevicePath(self.backend, self.config, s, self.metrics,
+                                     self.backend_thread)
         self._timed("warmup", self._warm)
         if s.verify:
             self._timed("verify", self._verify)
@@ -324,7 +363,8 @@ class Worker:
     def _warm(self) -> None:
         """Run every batch size: the first call compiles. On CUDA two more calls follow, as
         torch.compile's CUDA graphs are recorded on the second call and replayed from the third;
-        the reported time is the first call's."""
+        the reported time is the first call's. With the device pipeline, a push of every size
+        follows (its decoder and post-processing graphs)."""
         assert self.config is not None
         h, w = self.config.input_size
         calls = CUDA_WARM_CALLS if self.backend.device.type == "cuda" else 1
@@ -336,6 +376,8 @@ class Worker:
                 self.backend.warmup([size], h, w)
             self.warmup_s[size] = float(seconds.get(size, 0.0))
             self.metrics.warmup_seconds.labels(str(size)).set(self.warmup_s[size])
+        if self.device is not None:
+            self.device.warm(self.settings.warmup_batches)
 
     def _verify(self) -> None:
         """The warm backend against eager FP32 on the bundled reference clips (ttball.verify)."""
@@ -354,22 +396,28 @@ class Worker:
             raise RuntimeError(f"verification failed: {self.verification.reason()}")
 
     def _go_live(self) -> None:
+        from ttball.serve.device import KIND, DeviceFeeder
         from ttball.serve.sessions import Feeder, SessionStore
 
         s = self.settings
+        runners = {KIND: self.device.run} if self.device is not None else {}
         self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
-                               capacity=s.max_queue, executor=self.backend_thread)
+                               capacity=s.max_queue, executor=self.backend_thread,
+                               runners=runners)
         self.batcher.start()
-        self.store = SessionStore(self.config, s, self.metrics)
-        self.feeder = Feeder(self.batcher, self.pool, s, self.metrics)
+        self.store = SessionStore(self.config, s, self.metrics, self.device)
+        device = DeviceFeeder(self.batcher, s) if self.device is not None else None
+        self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
         self._reaper = asyncio.get_running_loop().create_task(self.store.reap_forever())
         self.seconds["total"] = time.monotonic() - self.started
         self.metrics.startup_seconds.labels("total").set(self.seconds["total"])
         self.metrics.ready.set(1)
         self.phase = "ready"
+        pipeline = (f", device pipeline with {self.device.pipeline.decoder.kind} decode"
+                    if self.device is not None else "")
         print(f"ttball serve: ready after {self.seconds['total']:.1f} s "
-              f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}, "
+              f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}{pipeline}, "
               f"warm-up {_fmt_warm(self.warmup_s)})", flush=True)
 
     async def shut_down(self) -> None:
@@ -402,6 +450,7 @@ class Worker:
                        "pending": [b for b in sizes if b not in self.warmup_s],
                        "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()}},
             "verified": getattr(self.verification, "passed", None),
+            "device_pipeline": self.device.describe() if self.device is not None else None,
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }
@@ -422,6 +471,10 @@ class Worker:
             "max_sessions": s.max_sessions, "session_ttl_s": s.session_ttl_s,
             "sessions": len(self.store) if self.store else 0,
         }
+
+
+def _windows(units: int) -> str:
+    return f"{units / WINDOW:.4g}"
 
 
 def _fmt_warm(seconds: dict[int, float]) -> str:

@@ -7,8 +7,10 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 - ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
 - ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
 
-``ttball_window_seconds`` is a window's whole stay, queued → result. The full list with meanings
-is in docs/serve.md.
+``ttball_window_seconds`` is a window's whole stay, queued → result. With ``--device-pipeline``
+(:meth:`Metrics.watch_device`) ``ttball_push_seconds{stage=...}`` splits each GpuPipeline push
+(``decode``, ``preprocess``, ``network``, ``postprocess``, ``track``, ``total``). The full list
+with meanings is in docs/serve.md.
 """
 
 from __future__ import annotations
@@ -89,6 +91,17 @@ class Metrics:
         self.info = Info("ttball_worker", "Backend, device and weights of this worker",
                          registry=r)
         self._gpu: list[Gauge] = []
+        self.push_seconds: Histogram | None = None
+        self.push_frames: Histogram | None = None
+        self.heatmaps: Counter | None = None
+
+    def note_batch(self, n: int, size: int, seconds: float | None = None) -> None:
+        """One network call of ``n`` windows padded to ``size`` (``seconds``: its time)."""
+        if seconds is not None:
+            self.stage_seconds.labels("network").observe(seconds)
+        self.batch_size.observe(n)
+        self.batch_padding.inc(size - n)
+        self.windows.inc(n)
 
     def frame_accepted(self, n: int = 1) -> None:
         self.frames.inc(n)
@@ -110,6 +123,22 @@ class Metrics:
         for kind, read in readers.items():
             gauge.labels(kind).set_function(lambda read=read: float(read(device)))
         self._gpu.append(gauge)
+
+    def watch_device(self) -> None:
+        """The device pipeline's metrics (``--device-pipeline`` only)."""
+        if self.push_seconds is not None:
+            return
+        r = self.registry
+        self.push_seconds = Histogram(
+            "ttball_push_seconds", "Device pipeline: seconds per push, by stage (GPU work is "
+            "asynchronous: it lands on the stage that waits for it)", ["stage"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.push_frames = Histogram("ttball_push_frames", "Device pipeline: frames per push",
+                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512),
+                                     registry=r)
+        self.heatmaps = Counter("ttball_heatmaps", "Device pipeline: heatmaps post-processed on "
+                                "the device, or on the host (the exact fallback)", ["where"],
+                                registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

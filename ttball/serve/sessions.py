@@ -25,18 +25,22 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cv2
 import numpy as np
 
 from ttball.frames import Frame
+from ttball.kernels.prepost import DeviceStream
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import Batcher
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.stream import FrameStream, StreamOptions, Window
+
+if TYPE_CHECKING:
+    from ttball.serve.device import DeviceFeeder, DevicePath
 
 T = TypeVar("T")
 IMAGE_TYPES = ("image/jpeg", "image/png")
@@ -149,17 +153,24 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def decode(part: Part, settings: ServeSettings) -> np.ndarray:
-    """RGB ``uint8 (H, W, 3)``; 400 for a body that is no image, 413 for a huge one."""
-    if part.raw_size is not None:
-        w, h = part.raw_size
-        return np.frombuffer(part.data, np.uint8).reshape(h, w, 3)
+def header_size(part: Part, settings: ServeSettings) -> tuple[int, int]:
+    """(width, height) of an encoded frame from its header; 400 for a body that is no image,
+    413 for a huge one."""
     size = image_size(part.data)
     if size is None:
         raise ApiError(400, "not_an_image", "the frame is not a JPEG or PNG image")
     if size[0] * size[1] > settings.max_frame_pixels:
         raise ApiError(413, "frame_too_large",
                        f"{size[0]}x{size[1]} exceeds {settings.max_frame_pixels} pixels")
+    return size
+
+
+def decode(part: Part, settings: ServeSettings) -> np.ndarray:
+    """RGB ``uint8 (H, W, 3)``; 400 for a body that is no image, 413 for a huge one."""
+    if part.raw_size is not None:
+        w, h = part.raw_size
+        return np.frombuffer(part.data, np.uint8).reshape(h, w, 3)
+    header_size(part, settings)
     bgr = cv2.imdecode(np.frombuffer(part.data, np.uint8), cv2.IMREAD_COLOR)
     if bgr is None or bgr.ndim != 3 or bgr.size == 0:
         raise ApiError(400, "not_an_image", "the frame could not be decoded (corrupt image?)")
@@ -246,25 +257,35 @@ class Session:
         if self.finished:
             raise ApiError(409, "session_finished", f"session {self.id} is finished")
 
-    def number(self, rgbs: list[np.ndarray], frame: int | None, t: float | None) -> list[Frame]:
-        """Give decoded frames their index and time; 409/422 if they can't join this stream."""
+    @property
+    def on_device(self) -> bool:
+        """Its frames go through the device pipeline (``--device-pipeline``)."""
+        return isinstance(self.stream, DeviceStream)
+
+    def stamps(self, sizes: list[tuple[int, int]], frame: int | None,
+               t: float | None) -> list[tuple[int, float]]:
+        """Index and time of frames of ``sizes`` (width, height) that would join this stream
+        now; 409/422 if they can't."""
         first = self.last_index + 1 if frame is None else frame
         if first <= self.last_index:
             raise ApiError(409, "frame_order",
                            f"frame {first} is not after frame {self.last_index}, the last received")
         expected = self._expected_size()
-        frames = []
-        for k, rgb in enumerate(rgbs):
-            h, w = rgb.shape[:2]
+        stamps = []
+        for k, (w, h) in enumerate(sizes):
             if expected is None:
                 expected = (w, h)
             if (w, h) != expected:
                 raise ApiError(422, "frame_size",
                                f"frame is {w}x{h}; this session's frames are {expected[0]}x{expected[1]}")
             index = first + k
-            time_s = (t + k / self.fps) if t is not None else index / self.fps
-            frames.append(Frame(index, time_s, rgb))
-        return frames
+            stamps.append((index, (t + k / self.fps) if t is not None else index / self.fps))
+        return stamps
+
+    def number(self, rgbs: list[np.ndarray], frame: int | None, t: float | None) -> list[Frame]:
+        """Give decoded frames their index and time; 409/422 if they can't join this stream."""
+        stamps = self.stamps([(rgb.shape[1], rgb.shape[0]) for rgb in rgbs], frame, t)
+        return [Frame(index, time_s, rgb) for (index, time_s), rgb in zip(stamps, rgbs)]
 
     def _expected_size(self) -> tuple[int, int] | None:
         g = self.stream.geometry
@@ -301,6 +322,11 @@ class Session:
         with self.mutex:
             self.outbox.extend(self.stream.complete(window, probs))
 
+    def deliver(self, rows: list[FrameResult]) -> None:
+        """Any thread: finished rows to the outbox (the device pipeline's results)."""
+        with self.mutex:
+            self.outbox.extend(rows)
+
     def take(self) -> list[FrameResult]:
         with self.mutex:
             rows, self.outbox = self.outbox, []
@@ -325,11 +351,14 @@ class Session:
 
 # -- frames through the batcher ----------------------------------------------------------------
 class Feeder:
-    """Runs frames of a session through decode → stream → batcher → stream, keeping order."""
+    """Runs frames of a session through decode → stream → batcher → stream, keeping order.
+
+    Sessions on the device pipeline are handed to ``device`` (:class:`~.device.DeviceFeeder`)."""
 
     def __init__(self, batcher: Batcher, pool: Executor, settings: ServeSettings,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, device: DeviceFeeder | None = None) -> None:
         self.batcher, self.pool, self.settings, self.metrics = batcher, pool, settings, metrics
+        self.device = device
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -341,6 +370,9 @@ class Feeder:
         Nothing is pushed unless every part decodes and fits (a bad frame never half-enters a
         stream). Room for one window per frame is reserved first (429 when the queue is full).
         """
+        if session.on_device:
+            assert self.device is not None
+            return self.device.push(session, parts, frame, t)
         return await self._push(session, len(parts), self._decode_and_push, session, parts,
                                 frame, t)
 
@@ -378,6 +410,9 @@ class Feeder:
 
     async def finish(self, session: Session) -> asyncio.Task[None]:
         """No more frames: run the trailing windows; the step leaves every row in the outbox."""
+        if session.on_device:
+            assert self.device is not None
+            return self.device.finish(session)
         session.check_usable()
         self.batcher.reserve(1)
         windows: list[Window] = []
@@ -420,8 +455,11 @@ class Feeder:
 class SessionStore:
     """Open sessions by id, bounded in number; idle ones expire after ``session_ttl_s``."""
 
-    def __init__(self, config: WeightsConfig, settings: ServeSettings, metrics: Metrics) -> None:
+    def __init__(self, config: WeightsConfig, settings: ServeSettings, metrics: Metrics,
+                 device: DevicePath | None = None) -> None:
+        """``device``: open sessions on it unless they need the host path (``dedup_ssim``)."""
         self.config, self.settings, self.metrics = config, settings, metrics
+        self.device = device
         self._sessions: dict[str, Session] = {}
 
     def __len__(self) -> int:
@@ -434,8 +472,12 @@ class SessionStore:
                            f"{len(self._sessions)} sessions open (the limit); close one or retry",
                            {"Retry-After": str(max(1, round(self.settings.session_ttl_s / 4)))})
         sid = sid or secrets.token_urlsafe(12)
-        session = Session(sid, options, self.new_stream(options, sid),
-                          options.fps or self.settings.fps)
+        fps = options.fps or self.settings.fps
+        if self.device is not None and options.dedup_ssim is None:
+            stream: FrameStream = self.device.open(sid, options.stream_options(), fps)
+        else:
+            stream = self.new_stream(options, sid)
+        session = Session(sid, options, stream, fps)
         self._sessions[sid] = session
         self._changed("created")
         return session
@@ -454,6 +496,8 @@ class SessionStore:
         if session is not None:
             if session.tail is not None and not session.tail.done():
                 session.tail.cancel()
+            if self.device is not None and session.on_device:
+                self.device.close(session.stream.stream_id)
             self._changed(event)
         return session
 

@@ -47,6 +47,9 @@ class ServeSettings:
     decode_threads: int = 4
     torch_threads: int | None = None  # torch intra-op threads (CPU backends); None: torch's default
     web_dir: str | None = None  # None: ttball/web when it holds an index.html
+    # JPEG bytes of every session decoded, resized, windowed, run and post-processed on the
+    # backend's device by one GpuPipeline (ttball/serve/device.py); off: today's host path.
+    device_pipeline: bool = False
     # Build the backend with this instead of the registry: (model, device) -> Backend.
     backend_factory: Callable[..., Any] | None = field(default=None, compare=False)
 
@@ -105,15 +108,18 @@ class ApiError(Exception):
     """An error the client can act on: HTTP status, a stable ``code`` and a message.
 
     Rendered as ``{"error": {"code": code, "message": message}}`` (the /v2 routes render the
-    Open Inference Protocol's ``{"error": message}`` instead).
+    Open Inference Protocol's ``{"error": message}`` instead). ``frame``: the frame number it
+    refers to, when one frame was refused (a WebSocket's error message carries it).
     """
 
     def __init__(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+        frame: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.headers = headers or {}
+        self.frame = frame
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}

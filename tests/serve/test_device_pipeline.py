@@ -1,0 +1,494 @@
+"""``ttball serve --device-pipeline`` on loopback, CPU (GpuPipeline with CPU tensors and cv2
+decode), the small checkpoint: JPEG sessions over HTTP and WebSocket give the rows of the
+default mode and of ``ttball track`` on the same JPEG files; bad frames get clear 4xx and
+disturb nobody (also when they share a push); batching, 429, readiness and SIGTERM as in the
+default mode."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from conftest import draw_clip
+
+from ttball.backends import BackendBase, create
+from ttball.client import Client, ServeError, pack_records
+from ttball.frames import FrameSource
+from ttball.pipeline import track
+from ttball.serve import ServeSettings, create_app
+from ttball.serve.app import serve_in_thread
+from ttball.serve.device import DevicePath, FrameRefused, Upload
+from ttball.serve.metrics import Metrics
+
+FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
+
+
+def jpeg(rgb: np.ndarray) -> bytes:
+    return cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
+                        [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+@pytest.fixture(scope="module")
+def jpeg_dir(tmp_path_factory):
+    """The clip's frames as JPEG files (what ``ttball track`` reads as a folder of images)."""
+    root = tmp_path_factory.mktemp("jpegs")
+    draw_clip(root / "clip.mp4", frames=FRAMES)
+    folder = root / "frames"
+    folder.mkdir()
+    for f in FrameSource(root / "clip.mp4"):
+        (folder / f"{f.index:04d}.jpg").write_bytes(jpeg(f.rgb))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def jpegs(jpeg_dir):
+    return [p.read_bytes() for p in sorted(jpeg_dir.glob("*.jpg"))]
+
+
+@pytest.fixture(scope="module")
+def reference(jpeg_dir, small_weights):
+    """``ttball track`` on the same JPEG files, per step (30 fps, as the sessions)."""
+    return {step: [r.as_dict() for r in track(jpeg_dir, weights=small_weights, device="cpu",
+                                              step=step).rows] for step in (1, 3)}
+
+
+@pytest.fixture(scope="module")
+def servers(small_weights):
+    """The default mode and the device pipeline, same weights and settings otherwise."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
+            "torch_threads": 1, "max_frame_bytes": 300_000, "max_body_bytes": 1_000_000}
+    try:
+        with serve_in_thread(create_app(ServeSettings(**base))) as host_url, \
+                serve_in_thread(create_app(ServeSettings(**base, device_pipeline=True))) as dev_url, \
+                Client(host_url) as host, Client(dev_url) as device:
+            host.wait_ready(timeout=90, poll=0.1)
+            device.wait_ready(timeout=90, poll=0.1)
+            yield {"host": host, "device": device}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def assert_rows_equal(got, want) -> None:
+    assert [r["frame"] for r in got] == [r["frame"] for r in want]
+    assert [r["visible"] for r in got] == [r["visible"] for r in want]
+    for g, w in zip(got, want):
+        for key in ("x", "y", "blur_angle_deg", "blur_length_px", "score", "time_s"):
+            assert g[key] == pytest.approx(w[key], abs=1e-3), (g, w)
+
+
+def _post(client, sid, body, kind="image/jpeg", **params):
+    return client.http.post(f"/v1/sessions/{sid}/frames", content=body, params=params,
+                            headers={"Content-Type": kind})
+
+
+def test_reference_is_not_trivial(reference) -> None:
+    assert any(r["visible"] for r in reference[3]) and any(r["visible"] for r in reference[1])
+
+
+@pytest.mark.parametrize("step", [3, 1])
+def test_http_frames_equal_track_and_the_default_mode(servers, jpegs, reference, step) -> None:
+    got = {}
+    for mode, client in servers.items():
+        session = client.open_session(step=step, fps=30)
+        rows = []
+        for data in jpegs:
+            rows += session.send(data)
+        got[mode] = rows + session.finish()
+    assert_rows_equal(got["device"], reference[step])
+    assert_rows_equal(got["device"], got["host"])
+
+
+def test_records_bodies_and_explicit_numbers_equal_the_default_mode(servers, jpegs) -> None:
+    got = {}
+    for mode, client in servers.items():
+        session = client.open_session(step=1, fps=30)
+        rows = session.send_many(jpegs[:4])
+        rows += session.send(jpegs[4], frame=10, t=2.0)  # ?frame= and ?t= are the client's
+        rows += session.send(jpegs[5])
+        rows += session.send_many(jpegs[6:])
+        got[mode] = rows + session.finish()
+    assert [r["frame"] for r in got["device"]] == [0, 1, 2, 3, 10, 11, 12]
+    assert got["device"][4]["time_s"] == 2.0
+    assert_rows_equal(got["device"], got["host"])
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_websocket_stream_equals_track(servers, jpegs, reference, step) -> None:
+    session = servers["device"].open_session(step=step, fps=30)
+    with session.stream() as ws:
+        for data in jpegs:
+            ws.send(data)  # no waiting: frames queue up and share pushes
+        messages = ws.finish()
+    assert all(m["type"] == "result" for m in messages), messages
+    assert_rows_equal(messages, reference[step])
+
+
+def test_concurrent_sessions_share_pushes(servers, jpegs, reference) -> None:
+    client = servers["device"]
+    before = _push_counts(client.metrics())
+
+    def one(step: int) -> list[dict]:
+        with client.open_session(step=step, fps=30).stream() as ws:
+            for data in jpegs:
+                ws.send(data)
+            return ws.finish()
+
+    steps = [3, 1, 3, 1]
+    with ThreadPoolExecutor(len(steps)) as pool:
+        results = list(pool.map(one, steps))
+    for step, messages in zip(steps, results):
+        assert_rows_equal(messages, reference[step])
+    pushes, frames = (a - b for a, b in zip(_push_counts(client.metrics()), before))
+    assert frames == len(steps) * len(jpegs) and pushes < frames  # some pushes held several
+
+
+def _push_counts(text: str) -> tuple[float, float]:
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("ttball_push_frames_"))
+    return float(values["ttball_push_frames_count"]), float(values["ttball_push_frames_sum"])
+
+
+def corrupt(jpegs):
+    return jpegs[0][: len(jpegs[0]) // 2]  # the header reads fine; the data does not decode
+
+
+def other_size(_):
+    return jpeg(np.zeros((36, 64, 3), np.uint8))
+
+
+def png(jpegs):
+    """The first frame as a PNG (the session's size)."""
+    return cv2.imencode(".png", cv2.imdecode(np.frombuffer(jpegs[0], np.uint8),
+                                             cv2.IMREAD_COLOR))[1].tobytes()
+
+
+BAD_FRAMES = [
+    pytest.param(corrupt, "image/jpeg", {}, 400, "not_an_image", id="corrupt-jpeg"),
+    pytest.param(other_size, "image/jpeg", {}, 422, "frame_size", id="other-size"),
+    pytest.param(lambda _: b"GIF89a not really", "image/jpeg", {}, 400, "not_an_image",
+                 id="not-an-image"),
+    pytest.param(png, "image/png", {}, 415, "unsupported_media_type", id="png"),
+    pytest.param(lambda _: b"\0" * (64 * 36 * 3), "application/octet-stream",
+                 {"width": 64, "height": 36}, 415, "unsupported_media_type", id="raw-rgb"),
+    pytest.param(lambda j: pack_records([j[1], corrupt(j)]), "application/x-ttball-frames", {},
+                 400, "not_an_image", id="records-all-or-nothing"),
+]
+
+
+@pytest.mark.parametrize(("make", "kind", "params", "status", "code"), BAD_FRAMES)
+def test_bad_frames_get_4xx_and_disturb_nobody(servers, jpegs, make, kind, params, status,
+                                               code) -> None:
+    client = servers["device"]
+    session = client.open_session(step=3)
+    assert _post(client, session.id, jpegs[0]).status_code == 200
+    reply = _post(client, session.id, make(jpegs), kind, **params)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == code and error["message"]
+    rows = session.send(jpegs[1]) + session.send(jpegs[2]) + session.send(jpegs[3])
+    assert [r["frame"] for r in rows] == [0, 1, 2]  # the bad frame took no frame number
+    session.delete()
+
+
+def test_websocket_bad_frames_are_reported_in_order_like_the_default_mode(servers, jpegs) -> None:
+    sequence = [jpegs[0], corrupt(jpegs), jpegs[1], other_size(jpegs), jpegs[2], jpegs[3],
+                png(jpegs), jpegs[4]]
+    got = {}
+    for mode, client in servers.items():
+        with client.open_session(step=3, fps=30).stream() as ws:
+            for data in sequence:
+                ws.send(data)
+            got[mode] = ws.finish()
+    # PNG is a frame on the host path, a 415 on the device pipeline
+    assert ("error", 6) in [(m["type"], m.get("frame")) for m in got["device"]]
+    kinds = [(m["type"], m.get("frame"), m.get("error", {}).get("code")) for m in got["device"]]
+    assert ("error", 1, "not_an_image") in kinds and ("error", 3, "frame_size") in kinds
+    rows = [m for m in got["device"] if m["type"] == "result"]
+    host_rows = [m for m in got["host"] if m["type"] == "result" and m["frame"] != 6]
+    assert [r["frame"] for r in rows] == [0, 2, 4, 5, 7]  # refused frames used up their numbers
+    # the host path takes the PNG frame 6 into its stream: compare the rows before it
+    assert_rows_equal(rows[:3], host_rows[:3])
+    host_kinds = [(m["type"], m.get("frame"), m.get("error", {}).get("code"))
+                  for m in got["host"] if m["type"] == "error"]
+    assert host_kinds == [k for k in kinds if k[0] == "error" and k[1] != 6]
+
+
+def test_dedup_sessions_and_track_keep_the_host_path(servers, jpegs, jpeg_dir) -> None:
+    got = {}
+    for mode, client in servers.items():
+        session = client.open_session(step=3, fps=30, dedup_ssim=0.99)
+        got[mode] = session.send_many(jpegs[:3] + [jpegs[2]] + jpegs[3:]) + session.finish()
+    assert_rows_equal(got["device"], got["host"])
+    assert len(got["device"]) == FRAMES + 1
+    # a PNG is fine there: the host path decodes it
+    session = servers["device"].open_session(dedup_ssim=0.99)
+    assert session.send(png(jpegs)) == []
+    session.delete()
+
+
+def test_readiness_info_and_metrics(servers, jpegs) -> None:
+    client = servers["device"]
+    assert client.readiness()["device_pipeline"]["decoder"] == "cv2"
+    assert servers["host"].readiness()["device_pipeline"] is None
+    session = client.open_session()
+    for data in jpegs[:4]:
+        session.send(data)
+    _post(client, session.id, corrupt(jpegs))
+    session.delete()
+    text = client.metrics()
+    for name in ('ttball_push_seconds_count{stage="decode"}', 'stage="network"',
+                 'stage="postprocess"', 'stage="total"', 'ttball_stage_seconds_count{stage="queue"}',
+                 "ttball_push_frames_bucket", 'ttball_heatmaps_total{where="device"}',
+                 "ttball_batch_size_bucket", "ttball_windows_total", "ttball_frames_total",
+                 "ttball_ready 1.0", 'ttball_errors_total{kind="not_an_image"}',
+                 "ttball_queue_depth", "ttball_sessions"):
+        assert name in text, name
+    assert "ttball_push_seconds" not in servers["host"].metrics()
+
+
+# -- a shared push with a bad frame, at the runner itself -------------------------------------------
+def test_a_refused_frame_leaves_the_other_uploads_of_its_push_alone(small_model, small_config,
+                                                                    jpegs) -> None:
+    backend = create("eager-fp32", small_model, "cpu")
+    settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True)
+    path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
+    rows: dict[str, list] = {"a": [], "b": [], "alone": []}
+
+    def upload(name, key, blobs, first):
+        return Upload(key, tuple(blobs), tuple((first + k, (first + k) / 30) for k in range(len(blobs))),
+                      rows[name].extend)
+
+    from ttball.stream import StreamOptions
+
+    keys = {name: path.open(name, StreamOptions(step=1), 30.0).stream_id for name in rows}
+    results = path.run([upload("a", keys["a"], jpegs[:3], 0),
+                        upload("b", keys["b"], [jpegs[0], corrupt(jpegs)], 0),
+                        upload("a", keys["a"], jpegs[3:5], 3)])
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], FrameRefused) and results[1].status == 400
+    assert results[1].frame == 1 and results[1].code == "not_an_image"
+    # the size is checked from decoded pixels too (a header can't be trusted)
+    results = path.run([upload("a", keys["a"], [other_size(jpegs)], 5),
+                        upload("b", keys["b"], jpegs[:2], 0)])  # b never saw its frame 0
+    assert results[1] is None and isinstance(results[0], FrameRefused)
+    assert (results[0].status, results[0].code, results[0].frame) == (422, "frame_size", 5)
+    path.run([upload("alone", keys["alone"], jpegs[:5], 0)])
+    for name in ("a", "alone"):
+        path.run([Upload(keys[name], (), (), rows[name].extend, finish=True)])
+    assert [r.frame for r in rows["a"]] == list(range(5))
+    for got, want in zip(rows["a"], rows["alone"]):
+        assert got.visible == want.visible and abs(got.x - want.x) < 1e-3
+
+
+# -- batching and back-pressure with a gated backend -------------------------------------------------
+class GatedBackend(BackendBase):
+    """Zero logits; ``run_gate`` (once set up) holds every batch; ``sizes`` records them."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"))
+        self.run_gate: threading.Event | None = None
+        self.warm_gate: threading.Event | None = None
+        self.sizes: list[int] = []
+
+    def warmup(self, batch_sizes, height, width):
+        if self.warm_gate is not None:
+            assert self.warm_gate.wait(30)
+        return super().warmup(batch_sizes, height, width)
+
+    def run(self, batch):
+        self.sizes.append(batch.shape[0])
+        if self.run_gate is not None:
+            assert self.run_gate.wait(30)
+        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
+
+
+@pytest.fixture()
+def gated(small_weights):
+    """gated(backend, **settings) → (Client, worker) of a device-pipeline worker."""
+    opened = []
+
+    def go(backend, wait=True, **overrides):
+        settings = ServeSettings(**{"weights": str(small_weights), "device": "cpu",
+                                    "device_pipeline": True,
+                                    "backend_factory": lambda model, device: backend,
+                                    **overrides})
+        app = create_app(settings)
+        cm = serve_in_thread(app)
+        client = Client(cm.__enter__())
+        opened.append((cm, client))
+        if wait:
+            client.wait_ready(timeout=60, poll=0.05)
+        return client, app.state.worker
+
+    yield go
+    for cm, client in reversed(opened):
+        client.close()
+        cm.__exit__(None, None, None)
+
+
+def _until(condition, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_windows_of_sessions_share_batches_and_overload_gets_429(gated, jpegs) -> None:
+    backend = GatedBackend()
+    client, worker = gated(backend, warmup_batches=(1, 2), max_batch=2, max_queue=2,
+                           max_delay_ms=20)
+    a, b, c, d = (client.open_session(step=3) for _ in range(4))
+    for s in (a, b, c):
+        s.send(jpegs[0])
+        s.send(jpegs[1])
+    warm_calls = len(backend.sizes)
+    backend.run_gate = gate = threading.Event()
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(a.send, jpegs[2])  # its window runs and blocks on the gate
+        _until(lambda: len(backend.sizes) > warm_calls, "a's window never ran")
+        queued = [pool.submit(s.send, jpegs[2]) for s in (b, c)]
+        _until(lambda: worker.batcher.depth * 3 == 2, "b's and c's frames never queued")
+        # capacity: 2 windows = 6 frames at step 3; 2 are queued, 5 more are too many
+        reply = _post(client, d.id, pack_records(jpegs[:5]), "application/x-ttball-frames")
+        assert reply.status_code == 429, reply.text
+        assert reply.json()["error"]["code"] == "overloaded"
+        assert int(reply.headers["Retry-After"]) >= 1
+        gate.set()
+        assert [r["frame"] for r in first.result(30)] == [0, 1]
+        assert [[r["frame"] for r in q.result(30)] for q in queued] == [[0, 1], [0, 1]]
+    assert backend.sizes[warm_calls:] == [1, 2]  # b's and c's windows in one network call
+    assert [r["frame"] for r in d.send_many(jpegs[:4])] == [0, 1, 2]  # d goes on normally
+
+
+def test_ready_only_after_warmup_of_backend_and_pipeline(gated, jpegs) -> None:
+    backend = GatedBackend()
+    backend.warm_gate = gate = threading.Event()
+    client, _ = gated(backend, wait=False, warmup_batches=(1, 2))
+    _until(lambda: client.readiness()["phase"] == "warmup", "never reached warm-up", 30)
+    refused = client.http.post("/v1/sessions", json={})
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "not_ready"
+    gate.set()
+    client.wait_ready(timeout=30, poll=0.02)
+    # the pipeline's warm-up ran a push of every size through the backend
+    assert backend.sizes[-2:] == [1, 2]
+    assert 'ttball_windows_total 0.0' in client.metrics()  # warm-up is not counted as work
+
+
+def test_the_session_of_a_failed_batch_fails_and_others_go_on(gated, jpegs) -> None:
+    class Broken(GatedBackend):
+        broken = False
+
+        def run(self, batch):
+            if self.broken:
+                raise RuntimeError("device lost")
+            return super().run(batch)
+
+    backend = Broken()
+    client, _ = gated(backend, warmup_batches=(1,))
+    session = client.open_session()
+    session.send(jpegs[0])
+    session.send(jpegs[1])
+    backend.broken = True
+    with pytest.raises(ServeError) as err:
+        session.send(jpegs[2])
+    assert err.value.status == 500 and err.value.code == "backend_error"
+    with pytest.raises(ServeError) as again:
+        session.send(jpegs[3])
+    assert again.value.status == 409 and again.value.code == "session_failed"
+    backend.broken = False
+    other = client.open_session()
+    assert [other.send(j) for j in jpegs[:3]][-1][0]["frame"] == 0
+
+
+# -- the command line and SIGTERM ----------------------------------------------------------------------
+def test_cli_flag_sets_the_mode() -> None:
+    import argparse
+
+    from ttball.cli.serve import add_arguments, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert settings_from(parser.parse_args(["--device-pipeline"])).device_pipeline is True
+    assert settings_from(parser.parse_args([])).device_pipeline is False
+
+
+SERVER = textwrap.dedent("""
+    import sys, time
+    import torch
+    from ttball.backends import BackendBase, register
+
+    class Slow(BackendBase):
+        slow = False
+
+        def run(self, batch):
+            if self.slow:
+                time.sleep(1.5)
+            return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
+
+    backend = []
+    def build(model, device):
+        backend.append(Slow(device))
+        return backend[-1]
+
+    register("slow-fake-device", description="test: 1.5 s per batch once ready")(build)
+    import ttball.serve.batcher as b
+    go_live = b.Worker._go_live
+    def live(self):
+        go_live(self)
+        backend[-1].slow = True  # after the pipeline's warm-up push
+    b.Worker._go_live = live
+    from ttball.cli import COMMANDS, main
+    COMMANDS["serve"] = ("ttball.cli.serve", "the worker")
+    sys.exit(main(["serve", "--backend", "slow-fake-device", "--device", "cpu", "--weights",
+                   sys.argv[1], "--port", sys.argv[2], "--warmup-batches", "1",
+                   "--device-pipeline", "--log-level", "warning"]))
+""")
+
+
+def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path, jpegs) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "server.log").open("w+")
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(small_weights), str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with Client(f"http://127.0.0.1:{port}") as client:
+            client.wait_ready(timeout=60, poll=0.1)
+            session = client.open_session()
+            session.send(jpegs[0])
+            session.send(jpegs[1])
+            with ThreadPoolExecutor(1) as pool:
+                in_flight = pool.submit(session.send, jpegs[2])  # its push takes 1.5 s
+                _until(lambda: 'ttball_stage_seconds_count{stage="queue"} 3.0' in client.metrics(),
+                       "the upload never reached the backend", 20)
+                proc.send_signal(signal.SIGTERM)
+                rows = in_flight.result(timeout=30)
+            assert [r["frame"] for r in rows] == [0, 1]
+            assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert "Traceback" not in output, output

@@ -1,0 +1,248 @@
+"""``ttball serve --device-pipeline``: sessions' JPEG bytes → tracked rows, every pixel on the
+backend's device (:class:`~ttball.kernels.prepost.GpuPipeline`; issue 9's end-to-end path).
+
+In this mode a session opened without ``dedup_ssim`` lives in the worker's one GpuPipeline (its
+stream is the pipeline's :class:`~ttball.kernels.prepost.DeviceStream`) and takes JPEG frames
+only. The routes do not decode them:
+
+1. :class:`DeviceFeeder` (event loop) reads each frame's size from its JPEG header, numbers the
+   frames (``?frame=``, ``?t=``, the session's size: :meth:`Session.stamps`) and queues one
+   :class:`Upload` per request in the shared :class:`~.batcher.Batcher`, which admits it at
+   ``WINDOW // step`` units per frame (a third of a window at step 3);
+2. the batcher hands consecutive uploads, up to ``--max-batch`` windows of work, to
+   :meth:`DevicePath.run` on the backend thread: one ``GpuPipeline.push`` decodes (nvJPEG on
+   CUDA), resizes, windows, batches, runs and post-processes the frames of every session in
+   them; rows go to each session's outbox in frame order, then the uploads' futures resolve;
+3. a frame the pipeline refuses (it does not decode, or has another size) refuses its upload
+   alone (400 ``not_an_image`` / 422 ``frame_size``); the other uploads are pushed again
+   without it, so other sessions are never disturbed.
+
+Sessions with ``dedup_ssim`` (the SSIM filter needs host pixels), ``/v1/track`` and ``/v2``
+keep the host path (:class:`~.sessions.Feeder`, windows in the same batcher). PNG and raw RGB
+frames of a device session get 415.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from ttball.backends import Backend
+from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline
+from ttball.model.config import WeightsConfig
+from ttball.results import FrameResult
+from ttball.serve.batcher import WINDOW, Batcher
+from ttball.serve.metrics import Metrics
+from ttball.serve.sessions import _PNG, Part, Session, header_size
+from ttball.serve.settings import ApiError, ServeSettings
+from ttball.stream import StreamOptions
+
+KIND = "device"  # the batcher's job kind of an Upload
+
+
+class FrameRefused(ApiError):
+    """A frame the pipeline refused (its upload is not taken; the session goes on)."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """The frames of one request for one session, undecoded, or its ``finish``."""
+
+    key: str  # the session's id in the pipeline (its DeviceStream's stream_id)
+    blobs: tuple[bytes, ...]
+    stamps: tuple[tuple[int, float], ...]  # (index, time_s) per frame
+    deliver: Callable[[list[FrameResult]], None]  # rows to the session's outbox (any thread)
+    finish: bool = False
+
+
+class DevicePath:
+    """The worker's GpuPipeline: sessions open and close here; :meth:`run` (backend thread)
+    is the batcher's runner of uploads."""
+
+    def __init__(self, backend: Backend, config: WeightsConfig, settings: ServeSettings,
+                 metrics: Metrics, executor: Executor) -> None:
+        """``executor``: the backend thread (closing a session waits for a push in flight)."""
+        self.metrics, self._executor = metrics, executor
+        self.pipeline = GpuPipeline(backend, config, batch_sizes=settings.warmup_batches,
+                                    max_batch=settings.batch_limit, on_batch=metrics.note_batch)
+        self.config = config
+        metrics.watch_device()
+        self._keys = itertools.count()
+
+    def describe(self) -> dict[str, object]:
+        decoder = self.pipeline.decoder
+        return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
+                "graph_error": self.pipeline.graph_error}
+
+    # -- sessions (event loop) ---------------------------------------------------------------------
+    def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
+        """A session's stream in the pipeline, under a key of its own (a session removed and
+        opened again under the same id, as a Ray replica resumes it, never meets its old self)."""
+        return self.pipeline.open(f"{sid}#{next(self._keys)}", options, fps)
+
+    def close(self, key: str) -> None:
+        """Drop a session on the backend thread, after any push in flight."""
+        try:
+            self._executor.submit(self.pipeline.close, key)
+        except RuntimeError:  # the backend thread is shut down: so is the pipeline
+            pass
+
+    # -- the backend thread ------------------------------------------------------------------------
+    def warm(self, sizes: Sequence[int]) -> None:
+        """Run a push of ``b`` windows for every batch size ``b`` (decoder, resize tables and,
+        on CUDA, the post-processing graph of each size), so a ready worker never captures."""
+        h, w = self.config.input_size
+        blanks = [cv2.imencode(".jpg", np.full((2 * h, 2 * w, 3), v, np.uint8))[1].tobytes()
+                  for v in (0, 64, 128)]  # three distinct frames: one step-3 window
+        report, self.pipeline.on_batch = self.pipeline.on_batch, None  # not counted as work
+        try:
+            for size in sorted(sizes):
+                keys = [f"warm-{size}-{k}" for k in range(size)]
+                for key in keys:
+                    self.pipeline.open(key)
+                self.pipeline.push([(key, blank) for blank in blanks for key in keys])
+                for key in keys:
+                    self.pipeline.close(key)
+        finally:
+            self.pipeline.on_batch = report
+
+    def run(self, uploads: list[Upload]) -> list[ApiError | None]:
+        """Every upload's frames in one push, then the finishes; one result per upload
+        (``None``, or the refusal of its frames). Uploads of sessions closed meanwhile are
+        skipped."""
+        results: list[ApiError | None] = [None] * len(uploads)
+        live = [i for i, u in enumerate(uploads) if u.key in self.pipeline]
+        self._push(uploads, live, results)
+        for i in live:
+            if uploads[i].finish:
+                uploads[i].deliver(self.pipeline.finish(uploads[i].key))
+        return results
+
+    def _push(self, uploads: list[Upload], live: list[int], results: list[ApiError | None]) -> None:
+        """Push the frames of ``uploads[live]``; a refused frame's upload is dropped from the
+        push (its result says why) and the rest pushed again (nothing changed on a refusal)."""
+        while True:
+            owner = [i for i in live for _ in uploads[i].blobs]
+            if not owner:
+                return
+            frames = [(uploads[i].key, blob) for i in live for blob in uploads[i].blobs]
+            stamps = [stamp for i in live for stamp in uploads[i].stamps]
+            try:
+                rows = self._timed_push(frames, stamps)
+            except FrameRejected as exc:
+                bad = owner[exc.index]
+                results[bad] = _refusal(exc, uploads[bad].stamps[exc.index - owner.index(bad)][0])
+                live.remove(bad)
+                continue
+            sinks = {uploads[i].key: uploads[i].deliver for i in live}
+            for key, done in rows.items():
+                if done:
+                    sinks[key](done)
+            self.metrics.frame_accepted(len(frames))
+            return
+
+    def _timed_push(self, frames: list[tuple[str, bytes]],
+                    stamps: list[tuple[int, float]]) -> dict[str, list[FrameResult]]:
+        pipeline = self.pipeline
+        before = dict(pipeline.timer.seconds)
+        heatmaps, fallbacks = pipeline.heatmaps, pipeline.fallbacks
+        start = time.perf_counter()
+        rows = pipeline.push(frames, stamps)
+        seconds = self.metrics.push_seconds
+        assert seconds is not None and self.metrics.push_frames and self.metrics.heatmaps
+        seconds.labels("total").observe(time.perf_counter() - start)
+        for stage, total in pipeline.timer.seconds.items():
+            seconds.labels(stage).observe(total - before.get(stage, 0.0))
+        self.metrics.push_frames.observe(len(frames))
+        host = pipeline.fallbacks - fallbacks
+        self.metrics.heatmaps.labels("device").inc(pipeline.heatmaps - heatmaps - host)
+        self.metrics.heatmaps.labels("host").inc(host)
+        return rows
+
+
+def _refusal(exc: FrameRejected, frame: int) -> FrameRefused:
+    if exc.reason == "size":
+        return FrameRefused(422, "frame_size", f"frame {frame}: {exc.detail}", frame=frame)
+    return FrameRefused(400, "not_an_image",
+                        f"frame {frame} could not be decoded (corrupt JPEG?)", frame=frame)
+
+
+class DeviceFeeder:
+    """The event-loop side of device sessions: frames checked from their headers and queued as
+    uploads; each push or finish returns a *step* (a task) that ends once its rows are in the
+    session's outbox, as :class:`~.sessions.Feeder`'s steps do."""
+
+    def __init__(self, batcher: Batcher, settings: ServeSettings) -> None:
+        self.batcher, self.settings = batcher, settings
+
+    def push(self, session: Session, parts: list[Part], frame: int | None = None,
+             t: float | None = None) -> asyncio.Task[None]:
+        """Queue ``parts`` (JPEG frames) as one upload: all of them are taken, or none.
+        4xx now for what the headers show (not a JPEG, too large, other size, frame order),
+        429 when the queue is full; the step raises :class:`FrameRefused` for a frame that does
+        not decode."""
+        session.check_usable()
+        session.touch()
+        stamps = session.stamps([self._jpeg_size(p) for p in parts], frame, t)
+        cost = len(parts) * (WINDOW // session.options.step)
+        self.batcher.reserve(1, cost)
+        upload = Upload(session.stream.stream_id, tuple(p.data for p in parts), tuple(stamps),
+                        session.deliver)
+        future = self.batcher.submit_job(KIND, upload, cost)
+        session.last_index = stamps[-1][0]
+        return self._step(session, future, stamps[0][0], stamps[-1][0])
+
+    def finish(self, session: Session) -> asyncio.Task[None]:
+        """No more frames: the step leaves every row in the outbox; the pipeline closes it."""
+        session.check_usable()
+        self.batcher.reserve(1)
+        session.finished = True
+        upload = Upload(session.stream.stream_id, (), (), session.deliver, finish=True)
+        return self._step(session, self.batcher.submit_job(KIND, upload), None, None)
+
+    def _jpeg_size(self, part: Part) -> tuple[int, int]:
+        if part.raw_size is not None or part.data.startswith(_PNG):
+            kind = "raw RGB" if part.raw_size is not None else "PNG"
+            raise ApiError(415, "unsupported_media_type",
+                           f"{kind} frames are not taken by this worker's device pipeline "
+                           "(--device-pipeline): send JPEG, or open the session with dedup_ssim "
+                           "to use the host path")
+        return header_size(part, self.settings)
+
+    def _step(self, session: Session, future: asyncio.Future[None], first: int | None,
+              last: int | None) -> asyncio.Task[None]:
+        step = asyncio.get_running_loop().create_task(
+            self._settle(session, session.tail, future, first, last))
+        session.tail = step
+        return step
+
+    @staticmethod
+    async def _settle(session: Session, previous: asyncio.Task[None] | None,
+                      future: asyncio.Future[None], first: int | None, last: int | None) -> None:
+        """Wait for the previous step (so removing a session cancels all of its queued uploads)
+        and this one's upload. A refused HTTP upload gives its frame numbers back (nothing later
+        was queued); a WebSocket's stay used, as on the host path."""
+        try:
+            if previous is not None:
+                try:
+                    await previous
+                except FrameRefused:
+                    pass
+            await future
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except FrameRefused:
+            if not session.attached and first is not None and session.last_index == last:
+                session.last_index = first - 1
+            raise
+        except ApiError as exc:
+            session.failed = session.failed or exc.message
+            raise
