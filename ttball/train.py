@@ -1,11 +1,13 @@
 """Training BlurBall on synthetic rallies (``ttball.synth``) and/or labelled clips.
 
-Data: each worker renders (or decodes) a clip, resizes its frames to the network's size, draws
-one target heatmap per frame, then cuts ``windows_per_clip`` random 3-frame windows from it,
-each a random crop (``crop``; the network is fully convolutional) with a random horizontal flip,
-temporal reversal and brightness/contrast jitter. Targets follow the blur: a Gaussian "capsule"
-along the streak whose 0.5 contour has the streak's half-length, so post-processing reads the
-ground-truth blur length and angle back from a perfect prediction.
+Data (``ttball.train_data``): each worker renders (or decodes) a clip, then cuts
+``windows_per_clip`` random 3-frame windows from it at the network's size, each a random crop
+(``crop``; the network is fully convolutional) with a random horizontal flip, temporal reversal
+and brightness/contrast jitter. Targets (``ttball.train_targets``) follow the blur: a Gaussian
+"capsule" along the streak whose 0.5 contour has the streak's half-length, so post-processing
+reads the ground-truth blur length and angle back from a perfect prediction. Workers send uint8
+pixels and a few numbers per frame; jitter, normalisation and target maps are made on the
+training device.
 
 Loss: the weighted binary cross-entropy of TrackNetV2/WASB,
 ``-(1-p)^2 y log p - p^2 (1-y) log(1-p)``, which keeps the rare ball pixels from drowning.
@@ -21,19 +23,31 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ttball.errors import UserError
 from ttball.model import BlurBall, load_model, save_checkpoint
 from ttball.model.config import WeightsConfig
-from ttball.results import FrameResult, read_track_csv
+from ttball.train_data import SYNTH_SIZES, Window, WindowStream, labelled_clips, loader, to_device
+from ttball.train_profile import StepProfile, format_line, next_batch
+from ttball.train_targets import TARGET_SIGMA, draw_target
 
-TARGET_SIGMA = 1.5  # heatmap px; the 0.5 contour sits at sigma * sqrt(2 ln 2) = 1.77 px
-SYNTH_SIZES = ((1280, 720), (960, 540), (640, 360), (1920, 1080))
+# Read the losses back every this many steps, not every step: without the wait for the GPU, the
+# host queues the next steps while the GPU runs (the eager step is host-bound on the H200:
+# docs/benchmarks/LOG.md), so a step costs max(host, GPU) instead of host + GPU.
+READ_LOSS_EVERY = 10
+
+__all__ = [
+    "SYNTH_SIZES",
+    "TARGET_SIGMA",
+    "TrainConfig",
+    "WindowStream",
+    "draw_target",
+    "focal_wbce",
+    "labelled_clips",
+    "make_loaders",
+    "train",
+]
 
 
 @dataclass(frozen=True)
@@ -64,160 +78,6 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def draw_target(rows: list[FrameResult], src_size: tuple[int, int], net_size: tuple[int, int]) -> np.ndarray:
-    """Target heatmaps ``(N, h, w)`` float32 in [0, 1] for rows of one clip.
-
-    ``src_size`` and ``net_size`` are (width, height).
-    """
-    sw, sh = src_size
-    w, h = net_size
-    sx, sy = w / sw, h / sh
-    out = np.zeros((len(rows), h, w), np.float32)
-    core = TARGET_SIGMA * math.sqrt(2 * math.log(2))
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
-    for i, r in enumerate(rows):
-        if not r.visible:
-            continue
-        u, v = (r.x + 0.5) * sx - 0.5, (r.y + 0.5) * sy - 0.5
-        t = math.radians(r.blur_angle_deg)
-        dx, dy = math.cos(t) * sx, math.sin(t) * sy
-        norm = math.hypot(dx, dy)
-        dx, dy = dx / norm, dy / norm
-        half = max(r.blur_length_px * norm - core, 0.0)
-        x0, x1 = int(max(u - half - 8, 0)), int(min(u + half + 9, w))
-        y0, y1 = int(max(v - half - 8, 0)), int(min(v + half + 9, h))
-        if x0 >= x1 or y0 >= y1:
-            continue
-        px, py = xs[y0:y1, x0:x1] - u, ys[y0:y1, x0:x1] - v
-        along = np.clip(px * dx + py * dy, -half, half)
-        d2 = (px - along * dx) ** 2 + (py - along * dy) ** 2
-        out[i, y0:y1, x0:x1] = np.exp(-d2 / (2 * TARGET_SIGMA**2))
-    return out
-
-
-def prepare_clip(frames_bgr: list[np.ndarray], rows: list[FrameResult], net_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Frames → ``(N, 3, h, w)`` uint8 RGB at the network's size, and ``(N, h, w)`` targets."""
-    w, h = net_size
-    src = (frames_bgr[0].shape[1], frames_bgr[0].shape[0])
-    small = np.stack(
-        [cv2.cvtColor(cv2.resize(f, (w, h), interpolation=cv2.INTER_LINEAR), cv2.COLOR_BGR2RGB)
-         for f in frames_bgr]
-    ).transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(small), draw_target(rows, src, net_size)
-
-
-def labelled_clips(folders: tuple[str, ...]) -> list[tuple[Path, Path]]:
-    """(video, csv) pairs: every ``NAME.csv`` beside a ``NAME.mp4/avi/mov/mkv`` in the folders."""
-    pairs = []
-    for folder in folders:
-        root = Path(folder)
-        if not root.is_dir():
-            raise UserError(f"--clips {folder}: not a folder")
-        for csv_path in sorted(root.glob("*.csv")):
-            for ext in (".mp4", ".avi", ".mov", ".mkv"):
-                video = csv_path.with_suffix(ext)
-                if video.exists():
-                    pairs.append((video, csv_path))
-                    break
-    if folders and not pairs:
-        raise UserError(f"no labelled clips (VIDEO + CSV of the same name) in {', '.join(folders)}")
-    return pairs
-
-
-def _read_video(path: Path) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        frames.append(img)
-    cap.release()
-    return frames
-
-
-class WindowStream(IterableDataset):
-    """Endless training windows: ``(x (9, h, w) uint8, y (3, h, w) float32)``."""
-
-    def __init__(self, cfg: TrainConfig, crop: tuple[int, int] | None) -> None:
-        self.cfg = cfg
-        self.crop = crop
-        self.labelled = labelled_clips(cfg.clips)
-        if not cfg.synth and not self.labelled:
-            raise UserError("nothing to train on: give --clips or leave synthetic clips on")
-
-    def _clip(self, rng: np.random.Generator, counter: int) -> tuple[np.ndarray, np.ndarray]:
-        from ttball.synth import ClipConfig, clip_seed, generate_clip
-
-        use_labelled = self.labelled and (not self.cfg.synth or rng.random() < 0.5)
-        if use_labelled:
-            video, csv_path = self.labelled[int(rng.integers(len(self.labelled)))]
-            frames, rows = _read_video(video), read_track_csv(csv_path)
-            n = min(len(frames), len(rows))
-            frames, rows = frames[:n], rows[:n]
-        else:
-            size = SYNTH_SIZES[int(rng.integers(len(SYNTH_SIZES)))]
-            it, rows = generate_clip(
-                clip_seed(self.cfg.synth_seed, counter),
-                ClipConfig(size=size, frames=self.cfg.synth_frames),
-            )
-            frames = list(it)
-        return prepare_clip(frames, rows, (self.cfg.width, self.cfg.height))
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        info = get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info else (0, 1)
-        rng = np.random.default_rng([self.cfg.seed, wid, 0 if self.crop else 1])
-        counter = wid
-        cv2.setNumThreads(1)
-        while True:
-            frames, targets = self._clip(rng, counter)
-            counter += nw
-            if len(frames) < 3:
-                continue
-            for _ in range(self.cfg.windows_per_clip):
-                yield self._window(rng, frames, targets)
-
-    def _window(self, rng: np.random.Generator, frames: np.ndarray, targets: np.ndarray) -> tuple[Tensor, Tensor]:
-        n = len(frames)
-        # Prefer windows whose frames hold the ball (3 in 4), like a rally-focused sampler.
-        visible = np.flatnonzero(targets.reshape(n, -1).max(axis=1) > 0.5)
-        if len(visible) and rng.random() < 0.75:
-            start = int(np.clip(rng.choice(visible) - rng.integers(0, 3), 0, n - 3))
-        else:
-            start = int(rng.integers(0, n - 2))
-        x = frames[start : start + 3]
-        y = targets[start : start + 3]
-        if rng.random() < 0.5:
-            x, y = x[::-1], y[::-1]
-        if rng.random() < 0.5:
-            x, y = x[..., ::-1], y[..., ::-1]
-        if self.crop:
-            x, y = self._crop(rng, x, y)
-        x = _jitter(rng, np.ascontiguousarray(x))
-        return torch.from_numpy(x.reshape(9, *x.shape[2:])), torch.from_numpy(np.ascontiguousarray(y))
-
-    def _crop(self, rng: np.random.Generator, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ch, cw = self.crop  # type: ignore[misc]
-        h, w = y.shape[1:]
-        peak = np.argwhere(y[1] > 0.5)
-        if len(peak) and rng.random() < 0.8:
-            cy, cx = peak[int(rng.integers(len(peak)))]
-            top = int(np.clip(cy - rng.integers(8, ch - 8), 0, h - ch))
-            left = int(np.clip(cx - rng.integers(8, cw - 8), 0, w - cw))
-        else:
-            top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-        return x[:, :, top : top + ch, left : left + cw], y[:, top : top + ch, left : left + cw]
-
-
-def _jitter(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
-    """Same brightness/contrast change on all three frames (uint8 in, uint8 out)."""
-    if rng.random() < 0.2:
-        return x
-    gain, bias = rng.uniform(0.7, 1.3), rng.uniform(-25, 25)
-    return np.clip(x.astype(np.float32) * gain + bias, 0, 255).astype(np.uint8)
-
-
 def focal_wbce(logits: Tensor, target: Tensor) -> Tensor:
     """``-(1-p)^2 y log p - p^2 (1-y) log(1-p)``, averaged; computed stably from logits."""
     p = torch.sigmoid(logits)
@@ -227,12 +87,6 @@ def focal_wbce(logits: Tensor, target: Tensor) -> Tensor:
     return loss.mean()
 
 
-def _normalize(x: Tensor, config: WeightsConfig) -> Tensor:
-    from ttball.frames import normalize
-
-    return normalize(x, config)
-
-
 def _lr_at(step: int, cfg: TrainConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -240,21 +94,22 @@ def _lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _loader(cfg: TrainConfig, crop: tuple[int, int] | None, batch: int, workers: int) -> Iterator[tuple[Tensor, Tensor]]:
-    ds = WindowStream(cfg, crop)
-    loader = DataLoader(
-        ds, batch_size=batch, num_workers=workers, pin_memory=torch.cuda.is_available(),
-        persistent_workers=workers > 0, prefetch_factor=4 if workers else None,
-    )
-    return iter(loader)
+def make_loaders(cfg: TrainConfig) -> tuple[Iterator[Window], Iterator[Window] | None]:
+    """Crop batches, and whole-frame batches (a quarter of the batch size and of the workers)."""
+    crops = loader(cfg, cfg.crop, cfg.batch, cfg.workers)
+    if not cfg.full_frame_every:
+        return crops, None
+    return crops, loader(cfg, None, max(cfg.batch // 4, 1), (cfg.workers + 3) // 4)
 
 
 def _state_path(out: Path) -> Path:
     return out / "last.pt"
 
 
-def train(cfg: TrainConfig, device: str = "auto", progress: bool = True) -> dict[str, Any]:
-    """Train (or resume from ``cfg.out/last.pt``); returns a summary with the loss curve."""
+def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
+          profile_every: int = 0) -> dict[str, Any]:
+    """Train (or resume from ``cfg.out/last.pt``); returns a summary with the loss curve and
+    the time breakdown (``profile``; printed every ``profile_every`` steps when not 0)."""
     from tqdm import tqdm
 
     from ttball.backends import resolve_device
@@ -276,54 +131,81 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True) -> dict
         opt.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
     config = WeightsConfig(name="ttball-synth", input_height=cfg.height, input_width=cfg.width)
-    crops = _loader(cfg, cfg.crop, cfg.batch, cfg.workers)
-    fulls = None
-    if cfg.full_frame_every:
-        fulls = _loader(cfg, None, max(cfg.batch // 4, 1), (cfg.workers + 3) // 4)
+    crops, fulls = make_loaders(cfg)
     amp = cfg.amp and dev.type == "cuda"
     started, seen, ema = time.perf_counter(), 0, None
     half_warm = (step, started)
+    total, recent = StepProfile(), StepProfile()
+    pending: list[tuple[int, Tensor]] = []  # losses not yet read back: the GPU may lag behind
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
     while step < cfg.steps:
         if cfg.max_minutes and time.perf_counter() - started > 60 * cfg.max_minutes:
             break
-        source = fulls if fulls is not None and step % cfg.full_frame_every == cfg.full_frame_every - 1 else crops
-        x, y = next(source)
-        x = _normalize(x.to(dev, non_blocking=True), config)
-        y = y.to(dev, non_blocking=True)
-        if dev.type == "cuda":
-            x = x.contiguous(memory_format=torch.channels_last)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            logits = model(x)[0]
-        loss = focal_wbce(logits.float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
+        t0 = time.perf_counter()
+        batch = next(next_batch(fulls, crops, step, cfg.full_frame_every))
+        t1 = time.perf_counter()
+        pending.append((step + 1, _step(model, opt, batch, config, dev, amp, _lr_at(step, cfg))))
+        t2 = time.perf_counter()
         step += 1
-        seen += x.shape[0]
+        seen += batch.x.shape[0]
+        due = step % cfg.checkpoint_every == 0 or step in (cfg.steps, cfg.warmup_steps)
+        if due or step % READ_LOSS_EVERY == 0 or (profile_every and step % profile_every == 0):
+            ema = _read_losses(pending, ema, history, cfg)  # waits for the GPU
+        for prof in (total, recent):
+            prof.add(batch, t1 - t0, t2 - t1, time.perf_counter() - t2)
         if step == cfg.warmup_steps // 2:
             half_warm = (step, time.perf_counter())
         if cfg.max_minutes and step == cfg.warmup_steps:
             cfg = _fit_to_budget(cfg, step, half_warm, time.perf_counter() - started)
             bar.total = cfg.steps
-        value = float(loss.detach())
-        ema = value if ema is None else 0.98 * ema + 0.02 * value
-        if step % 50 == 0 or step == cfg.steps:
-            history.append({"step": step, "loss": round(ema, 6), "lr": _lr_at(step, cfg)})
+        if profile_every and step % profile_every == 0:
+            tqdm.write(f"step {step}: {format_line(recent.summary())}")
+            recent = StepProfile()
         elapsed = time.perf_counter() - started
-        bar.set_postfix(loss=f"{ema:.4f}", win_s=f"{seen / max(elapsed, 1e-9):.0f}")
+        bar.set_postfix(loss=f"{ema or 0:.4f}", win_s=f"{seen / max(elapsed, 1e-9):.0f}")
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             _checkpoint(out, model, opt, step, history, config, cfg)
+    ema = _read_losses(pending, ema, history, cfg)
     bar.close()
     _checkpoint(out, model, opt, step, history, config, cfg)
     elapsed = time.perf_counter() - started
     return {"steps": step, "planned_steps": cfg.steps, "seconds": elapsed, "windows": seen,
             "windows_per_s": seen / max(elapsed, 1e-9), "loss": ema, "history": history,
-            "weights": str(out / "weights.safetensors")}
+            "profile": total.summary(), "weights": str(out / "weights.safetensors")}
+
+
+def _read_losses(pending: list[tuple[int, Tensor]], ema: float | None,
+                 history: list[dict[str, Any]], cfg: TrainConfig) -> float | None:
+    """Read back the (step, loss) in ``pending`` (one sync for all), fold them into the moving
+    average and the history (every 50th step and the last); empties ``pending``."""
+    if not pending:
+        return ema
+    values = torch.stack([loss for _, loss in pending]).tolist()
+    for (step, _), value in zip(pending, values):
+        ema = value if ema is None else 0.98 * ema + 0.02 * value
+        if step % 50 == 0 or step == cfg.steps:
+            history.append({"step": step, "loss": round(ema, 6), "lr": _lr_at(step, cfg)})
+    pending.clear()
+    return ema
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Window,
+          config: WeightsConfig, dev: torch.device, amp: bool, lr: float) -> Tensor:
+    """One optimiser step on ``batch``; returns the loss (not yet read back from the device)."""
+    x, y = to_device(batch, config, dev)
+    if dev.type == "cuda":
+        x = x.contiguous(memory_format=torch.channels_last)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(x)[0]
+    loss = focal_wbce(logits.float(), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+    opt.step()
+    return loss.detach()
 
 
 def _fit_to_budget(

@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=500)
     p.add_argument("--init", help="fine-tune from these weights")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="print where step time goes (waiting for data, host, GPU) every N steps; "
+                   "train.json has the whole run's breakdown either way")
+    p.add_argument("--data-only", action="store_true",
+                   help="measure the data pipeline alone: draw --steps batches without a model, "
+                   "print windows/s and the CPU per window of the workers and the main process")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("steps", "batch", "windows_per_clip"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.profile < 0:
+        raise UserError("--profile must be 0 (off) or a number of steps")
     cfg = TrainConfig(
         out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, crop=args.crop,
         full_frame_every=args.full_frame_every, windows_per_clip=args.windows_per_clip,
@@ -56,7 +64,14 @@ def run(args: argparse.Namespace) -> int:
         amp=not args.no_amp, max_minutes=args.max_minutes,
         checkpoint_every=args.checkpoint_every, init=args.init,
     )
-    summary = train(cfg, device=args.device, progress=not args.quiet)
+    if args.data_only:
+        from ttball.train_profile import data_only
+
+        # The first steps wait for every worker's first clip: leave them out.
+        warmup = min(args.steps // 4, 2 * max(args.workers, 1))
+        print(json.dumps({"workers": args.workers, **data_only(cfg, args.steps, warmup)}))
+        return 0
+    summary = train(cfg, device=args.device, progress=not args.quiet, profile_every=args.profile)
     write_json(f"{args.out}/train.json", {"config": cfg.__dict__, **summary})
     if not args.quiet:
         print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=1))

@@ -11,7 +11,7 @@ player in front of it, or by the table when the ball is below and behind it).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,11 +115,22 @@ class ClipPlan:
     distractors: list[Distractor] = field(default_factory=list)
     frame_seed: int = 0
 
-    def frames(self) -> Iterator[np.ndarray]:
-        """Frames (H, W, 3) uint8 BGR, in order."""
+    def frames(
+        self,
+        wanted: Sequence[bool] | None = None,
+        regions: Sequence[tuple[int, int, int, int]] | None = None,
+    ) -> Iterator[np.ndarray]:
+        """Frames (H, W, 3) uint8 BGR, in order. With ``wanted`` (one flag per frame), only the
+        wanted ones, each the same as without it: a skipped frame still makes its random draws.
+        With ``regions`` (one (x0, y0, x1, y1) per frame), only the pixels inside each region
+        are sure to be the same: the camera effects (noise, JPEG) are computed around the region
+        only. Training renders only the frames, and the parts of them, its windows use."""
         rng = np.random.default_rng(self.frame_seed)
         cam = self.camera
         for i, row in enumerate(self.rows):
+            draws = self.effects.draw(rng)
+            if wanted is not None and not wanted[i]:
+                continue
             img = self.backdrop.image.copy()
             for d in self.distractors:
                 d.draw(img, row.time_s)
@@ -130,7 +141,7 @@ class ClipPlan:
                 composite(img, sprite, self.ball.colour)
             for p in self.front[i]:
                 draw_player(img, cam, p, i)
-            yield self.effects.apply(img, i, rng)
+            yield self.effects.apply(img, i, draws, None if regions is None else regions[i])
 
 
 def clip_seed(seed: int, index: int) -> int:

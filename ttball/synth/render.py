@@ -21,6 +21,7 @@ import numpy as np
 
 SUPERSAMPLE = 4
 MAX_SPRITE_PX = 1200  # a ball this close to the camera is not drawn (and not labelled visible)
+JPEG_BLOCK = 16  # pixels of one JPEG MCU with 4:2:0 chroma, OpenCV's default
 
 
 @dataclass(frozen=True)
@@ -192,22 +193,60 @@ class CameraEffects:
         jpeg = int(rng.integers(35, 93)) if rng.random() < 0.5 else 0
         return cls(gains, sigma, jpeg, bank)
 
-    def apply(self, img: np.ndarray, i: int, rng: np.random.Generator) -> np.ndarray:
+    def draw(self, rng: np.random.Generator) -> tuple[int, int, int] | None:
+        """One frame's random draws: the noise field's offset (dy, dx) and which field."""
+        if not self.noise_bank:
+            return None
+        dy, dx = rng.integers(0, 16, 2)
+        return int(dy), int(dx), int(rng.integers(len(self.noise_bank)))
+
+    def apply(
+        self,
+        img: np.ndarray,
+        i: int,
+        draws: tuple[int, int, int] | None,
+        region: tuple[int, int, int, int] | None = None,
+    ) -> np.ndarray:
+        """Frame ``i``'s effects on ``img`` (which it may change in place) with ``draw``'s draws.
+
+        With ``region`` (x0, y0, x1, y1), the effects are computed only on a block-aligned area
+        around it: the pixels inside ``region`` are the same as with the whole frame, those
+        far outside it are left without the effects.
+        """
+        h, w = img.shape[:2]
+        x0, y0, x1, y1 = (0, 0, w, h) if region is None else _jpeg_aligned(region, w, h)
+        whole = (x0, y0, x1, y1) == (0, 0, w, h)
+        part = img if whole else np.ascontiguousarray(img[y0:y1, x0:x1])
         g = float(self.gains[i])
         if abs(g - 1.0) > 1e-3:
-            img = cv2.convertScaleAbs(img, alpha=g)
-        if self.noise_bank:
-            h, w = img.shape[:2]
-            dy, dx = rng.integers(0, 16, 2)
-            noise = self.noise_bank[int(rng.integers(len(self.noise_bank)))][
-                dy : dy + h, dx : dx + w
-            ]
-            img = cv2.add(img, noise, dtype=cv2.CV_8U)
+            cv2.convertScaleAbs(part, dst=part, alpha=g)
+        if draws is not None:
+            dy, dx, k = draws
+            noise = self.noise_bank[k][dy + y0 : dy + y1, dx + x0 : dx + x1]
+            cv2.add(part, noise, dst=part, dtype=cv2.CV_8U)
         if self.jpeg_quality:
-            ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
+            ok, buf = cv2.imencode(".jpg", part, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
             if ok:
-                img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+                part = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+        if whole:
+            return part
+        img[y0:y1, x0:x1] = part
         return img
+
+
+def _jpeg_aligned(region: tuple[int, int, int, int], w: int, h: int) -> tuple[int, int, int, int]:
+    """``region`` grown to JPEG's 16-pixel blocks (4:2:0) on the frame's grid, plus one block
+    of margin, within the frame. A JPEG of that part codes the same blocks as a JPEG of the whole
+    frame (the encoder works block by block), and its decoder's chroma upsampling, which reads
+    one pixel into the neighbouring block, differs from the whole frame's only in the margin."""
+    x0, y0, x1, y1 = region
+    b = JPEG_BLOCK
+    return (
+        max((x0 // b - 1) * b, 0),
+        max((y0 // b - 1) * b, 0),
+        min((-(-x1 // b) + 1) * b, w),
+        min((-(-y1 // b) + 1) * b, h),
+    )
 
 
 def _noise(rng: np.random.Generator, width: int, height: int, sigma: float) -> np.ndarray:
