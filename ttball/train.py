@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ class TrainConfig:
     max_minutes: float = 0.0  # 0: no limit
     checkpoint_every: int = 500
     init: str | None = None  # fine-tune from these weights
+    compile: bool = False  # torch.compile the forward pass (and through it the backward)
     height: int = 288
     width: int = 512
     extra: dict[str, Any] = field(default_factory=dict)
@@ -123,7 +124,10 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     if dev.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
         torch.backends.cudnn.benchmark = True
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # fused: one kernel for all 464 tensors instead of a few per tensor (CUDA only)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                            fused=dev.type == "cuda")
+    forward = torch.compile(model, dynamic=False) if cfg.compile else model
     step, history = 0, []
     if _state_path(out).exists():
         state = torch.load(_state_path(out), map_location="cpu", weights_only=True)
@@ -144,7 +148,8 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
         t0 = time.perf_counter()
         batch = next(next_batch(fulls, crops, step, cfg.full_frame_every))
         t1 = time.perf_counter()
-        pending.append((step + 1, _step(model, opt, batch, config, dev, amp, _lr_at(step, cfg))))
+        pending.append((step + 1, _step(forward, model, opt, batch, config, dev, amp,
+                                        _lr_at(step, cfg))))
         t2 = time.perf_counter()
         step += 1
         seen += batch.x.shape[0]
@@ -190,16 +195,18 @@ def _read_losses(pending: list[tuple[int, Tensor]], ema: float | None,
     return ema
 
 
-def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Window,
-          config: WeightsConfig, dev: torch.device, amp: bool, lr: float) -> Tensor:
-    """One optimiser step on ``batch``; returns the loss (not yet read back from the device)."""
+def _step(forward: Callable[[Tensor], dict[int, Tensor]], model: torch.nn.Module,
+          opt: torch.optim.Optimizer, batch: Window, config: WeightsConfig, dev: torch.device,
+          amp: bool, lr: float) -> Tensor:
+    """One optimiser step on ``batch`` through ``forward`` (``model`` or its compiled
+    version); returns the loss (not yet read back from the device)."""
     x, y = to_device(batch, config, dev)
     if dev.type == "cuda":
         x = x.contiguous(memory_format=torch.channels_last)
     for group in opt.param_groups:
         group["lr"] = lr
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-        logits = model(x)[0]
+        logits = forward(x)[0]
     loss = focal_wbce(logits.float(), y)
     opt.zero_grad(set_to_none=True)
     loss.backward()

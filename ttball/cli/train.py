@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-amp", action="store_true", help="no bf16 autocast on the GPU")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the network for training (worth it when --profile says "
+                        "the host, not the data, limits the steps; costs a compile per crop size)")
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
     p.add_argument("--checkpoint-every", type=int, default=500)
     p.add_argument("--init", help="fine-tune from these weights")
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         clips=tuple(args.clips), synth=not args.no_synth, synth_seed=args.synth_seed,
         synth_frames=args.synth_frames, workers=args.workers, seed=args.seed,
         amp=not args.no_amp, max_minutes=args.max_minutes,
-        checkpoint_every=args.checkpoint_every, init=args.init,
+        checkpoint_every=args.checkpoint_every, init=args.init, compile=args.compile,
     )
     if args.data_only:
         from ttball.train_profile import data_only
