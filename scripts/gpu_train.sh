@@ -8,7 +8,8 @@ MINUTES="${1:-6.5}"
 LR="${LR:-2e-3}"
 WORKERS="${WORKERS:-14}"  # data workers render clips on the CPU: the limit, not the GPU
 INIT_ARGS=()
-[ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")  # fine-tune from earlier weights
+[ -n "${COMPILE:-}" ] && INIT_ARGS+=(--compile)  # torch.compile the training step
+[ -n "${INIT:-}" ] && INIT_ARGS+=(--init "$INIT")  # fine-tune from earlier weights
 W="$(mktemp -d)"
 T0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
@@ -22,7 +23,7 @@ nproc
 step "train ($MINUTES min budget)"
 timeout 600 python3 -m ttball.cli train --out "$W/run" --steps 40000 --batch 32 --lr "$LR" "${INIT_ARGS[@]}" \
   --workers "$WORKERS" --windows-per-clip 64 --seed 0 --synth-seed 1 --max-minutes "$MINUTES" --checkpoint-every 1000 \
-  --device cuda --quiet
+  --device cuda --quiet --profile 500
 python3 -c "import json,sys; d=json.load(open('$W/run/train.json')); d.pop('history'); print(d)"
 cp "$W/run/weights.safetensors" "$W/run/train.json" "$OUT/" 2>/dev/null  # first, in case a later step runs out of time
 
