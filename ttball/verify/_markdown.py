@@ -184,7 +184,7 @@ def _acc(a: dict[str, Any] | None) -> list[Any]:
 def _side(d: dict[str, Any] | None) -> str:
     if d is None:
         return "not visible"
-    return f"({d['x']:.2f}, {d['y']:.2f}) score {d['score']:.3g}"
+    return f"({d['x']:.2f}, {d['y']:.2f}) score {d['score']:.4g}"
 
 
 def _worst(worst: list[dict[str, Any]], images: list[str]) -> list[str]:
