@@ -2,7 +2,9 @@
 the small random-weight model behind the ingress.
 
 Interleaved sessions (HTTP and WebSocket) give the single worker's rows; killing the replica
-that holds some sessions keeps the others untouched and resumes the killed ones elsewhere.
+that holds some sessions keeps the others untouched and resumes the killed ones elsewhere. Both
+also in the device-pipeline mode (``--device-pipeline``: the ``mode`` fixture, one application
+deployed at a time), whose bad frames are refused as the single worker refuses them.
 Run inside a loopback-only network namespace (see test_archive.py).
 """
 
@@ -25,7 +27,7 @@ pytest.importorskip("fastapi")
 
 from conftest import SMALL
 
-from ttball.client import Client, ServeError
+from ttball.client import Client, ServeError, pack_records
 from ttball.distributed.serve import RayServeSettings, parse_autoscale, start, stop
 from ttball.errors import UserError
 from ttball.serve import ServeSettings, create_app
@@ -35,10 +37,12 @@ pytestmark = pytest.mark.ray
 
 FRAMES = 12  # per session: four step-3 windows
 SESSIONS = 4
+MODES = {"host": {}, "device": {"device_pipeline": True}}  # worker settings of each mode
 
 
 def clip(seed: int, n: int = FRAMES) -> list[bytes]:
-    """PNG frames (lossless, so both servers decode the same pixels) of a ball crossing."""
+    """JPEG frames of a ball crossing (both servers decode them with cv2: the same pixels;
+    the device pipeline takes JPEG only)."""
     h, w = SMALL
     rng = np.random.default_rng(seed)
     frames = []
@@ -46,7 +50,7 @@ def clip(seed: int, n: int = FRAMES) -> list[bytes]:
         img = np.full((h, w, 3), (40, 90, 30), np.uint8)
         img = cv2.add(img, rng.integers(0, 20, img.shape, dtype=np.uint8))
         cv2.circle(img, (8 + i * (w - 16) // n, h // 2 + seed * 3), 3, (255, 255, 255), -1)
-        frames.append(cv2.imencode(".png", img)[1].tobytes())
+        frames.append(cv2.imencode(".jpg", img)[1].tobytes())
     return frames
 
 
@@ -71,9 +75,24 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def url(cluster, small_weights: Path):
-    settings = RayServeSettings(worker=worker_settings(small_weights, port=free_port()),
-                                replicas=2, cpus_per_replica=1)
+def port() -> int:
+    """Serve's HTTP proxy keeps the port it was started with: one for every application."""
+    return free_port()
+
+
+@pytest.fixture(scope="module", params=["host"])
+def mode(request) -> str:
+    """The worker's mode, a key of MODES: "host" unless a test parametrizes it (indirect).
+    Tests are grouped by mode, so each mode's application is deployed once."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def url(cluster, port: int, small_weights: Path, mode: str):
+    """The application in ``mode`` (pytest tears one mode's down before it deploys the next)."""
+    settings = RayServeSettings(
+        worker=worker_settings(small_weights, port=port, **MODES[mode]),
+        replicas=2, cpus_per_replica=1)
     started = start(settings)
     base = f"http://127.0.0.1:{settings.worker.port}"
     with Client(base) as client:
@@ -83,9 +102,10 @@ def url(cluster, small_weights: Path):
 
 
 @pytest.fixture(scope="module")
-def expected(small_weights: Path) -> dict[int, list[dict]]:
-    """The single worker's rows for each clip, sent frame by frame."""
-    with serve_in_thread(create_app(worker_settings(small_weights))) as base, Client(base) as c:
+def expected(small_weights: Path, mode: str) -> dict[int, list[dict]]:
+    """The single worker's rows (in ``mode``) for each clip, sent frame by frame."""
+    app = create_app(worker_settings(small_weights, **MODES[mode]))
+    with serve_in_thread(app) as base, Client(base) as c:
         c.wait_ready(timeout=60, poll=0.05)
         out = {}
         for seed in range(SESSIONS):
@@ -108,6 +128,7 @@ def _replica_of(client: Client, sid: str) -> str:
     return str(client._json("GET", f"/v1/sessions/{sid}")["replica"])
 
 
+@pytest.mark.parametrize("mode", list(MODES), indirect=True)
 def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expected) -> None:
     with Client(url) as client:
         sessions = [client.open_session() for _ in range(SESSIONS)]
@@ -165,8 +186,70 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
             client._json("POST", "/v1/sessions/nope/frames", content=b"x",
                          headers={"Content-Type": "image/png"})
         assert unknown.value.status == 404
+        session = client.open_session()  # an error raised on the replica comes back as it is
+        with pytest.raises(ServeError) as garbage:
+            session.send(b"GIF89a not really")
+        assert (garbage.value.status, garbage.value.code) == (400, "not_an_image")
+        session.delete()
 
 
+def bad_frames(good: bytes) -> dict[str, tuple[bytes, str, int, str]]:
+    """name → (body, Content-Type, the single worker's status and code in device mode);
+    as tests/serve/test_device_pipeline.py's BAD_FRAMES."""
+    h, w = SMALL
+    png = cv2.imencode(".png", cv2.imdecode(np.frombuffer(good, np.uint8), cv2.IMREAD_COLOR))
+    return {
+        "corrupt": (good[:len(good) // 2], "image/jpeg", 400, "not_an_image"),
+        "other-size": (cv2.imencode(".jpg", np.zeros((h // 2, w // 2, 3), np.uint8))[1].tobytes(),
+                       "image/jpeg", 422, "frame_size"),
+        "png": (png[1].tobytes(), "image/png", 415, "unsupported_media_type"),
+        "raw": (bytes(h * w * 3), "application/octet-stream", 415, "unsupported_media_type"),
+        "records": (pack_records([good, good[:len(good) // 2]]), "application/x-ttball-frames",
+                    400, "not_an_image"),
+    }
+
+
+@pytest.mark.parametrize("mode", ["device"], indirect=True)
+def test_device_pipeline_refuses_bad_frames_like_the_single_worker(url, expected) -> None:
+    """Bad frames of session 0 (HTTP) and 2 (WebSocket), sent among every session's good ones,
+    get the single worker's 4xx; the two go on, and the other sessions never notice."""
+    clips = {seed: clip(seed) for seed in range(SESSIONS)}
+    bad = bad_frames(clips[0][0])
+    with Client(url) as client:
+        sessions = [client.open_session() for _ in range(SESSIONS)]
+        got: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
+        with sessions[2].stream() as ws:
+            for k in range(FRAMES):
+                for seed in (0, 1, 3):
+                    got[seed] += sessions[seed].send(clips[seed][k])
+                ws.send(clips[2][k])
+                if k != 3:
+                    continue
+                for body, kind, status, code in bad.values():
+                    reply = client.http.post(
+                        f"/v1/sessions/{sessions[0].id}/frames", content=body,
+                        params={"width": SMALL[1], "height": SMALL[0]},
+                        headers={"Content-Type": kind})
+                    assert (reply.status_code, reply.json()["error"]["code"]) == (status, code)
+                for name in ("corrupt", "other-size", "png"):  # frames 4, 5, 6 of the socket
+                    ws.send(bad[name][0])
+            messages = ws.finish()
+        for seed in (0, 1, 3):
+            got[seed] += sessions[seed].finish()
+            assert_rows_equal(got[seed], expected[seed])  # refused HTTP frames take no number
+        errors = [(m["frame"], m["error"]["code"]) for m in messages if m["type"] == "error"]
+        assert errors == [(4, "not_an_image"), (5, "frame_size"), (6, "unsupported_media_type")]
+        rows = [{k: v for k, v in m.items() if k != "type"} for m in messages
+                if m["type"] == "result"]
+        assert [r["frame"] for r in rows] == [f for f in range(FRAMES + 3) if f not in (4, 5, 6)]
+        assert_rows_equal(rows[:3], expected[2][:3])  # the window before the refused frames
+        assert client.readiness()["device_pipeline"]["decoder"] == "cv2"
+        metrics = client.metrics()
+        assert metrics.count("ttball_push_frames_count{replica=") == 2
+        assert 'ttball_errors_total{kind="unsupported_media_type"}' in metrics
+
+
+@pytest.mark.parametrize("mode", list(MODES), indirect=True)
 def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None:
     """Kill the replica of two sessions halfway: the other two never notice; the two go on from
     the next window on another replica. Sessions 0, 1 send by HTTP, 2, 3 by WebSocket; each
@@ -184,7 +267,7 @@ def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None
                 streams[seed].send(clips[seed][k])
                 return
             reply = client._json("POST", f"/v1/sessions/{sessions[seed].id}/frames",
-                                 content=clips[seed][k], headers={"Content-Type": "image/png"})
+                                 content=clips[seed][k], headers={"Content-Type": "image/jpeg"})
             got[seed] += reply["results"]
             notes[seed] += [reply["moved"]] if "moved" in reply else []
 

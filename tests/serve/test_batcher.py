@@ -148,3 +148,18 @@ def test_backend_failure_reaches_every_waiting_client() -> None:
 def test_max_batch_above_warmed_sizes_is_refused() -> None:
     with pytest.raises(ValueError):
         make(RecordingBackend(), sizes=(1, 2), max_batch=3)
+
+
+def test_api_errors_pickle_with_every_field() -> None:
+    """A Ray replica's errors travel pickled: status, code, headers and frame must survive."""
+    import pickle
+
+    from ttball.serve.batcher import Overloaded
+    from ttball.serve.settings import ApiError
+
+    refused = pickle.loads(pickle.dumps(ApiError(422, "frame_size", "other size", frame=7)))
+    assert (type(refused), refused.status, refused.code, refused.message, refused.frame) == (
+        ApiError, 422, "frame_size", "other size", 7)
+    overloaded = pickle.loads(pickle.dumps(Overloaded("queue full", 3)))
+    assert type(overloaded) is Overloaded and overloaded.status == 429
+    assert overloaded.headers == {"Retry-After": "3"} and str(overloaded) == "queue full"

@@ -203,7 +203,8 @@ class Ingress:
     def readiness(self) -> dict[str, Any]:
         ready = [r for r in self.replicas if r["readiness"]["ready"]]
         first = ready[0]["readiness"] if ready else {}
-        keys = ("backend", "device", "weights", "warmup", "verified", "startup_seconds")
+        keys = ("backend", "device", "weights", "warmup", "verified", "device_pipeline",
+                "startup_seconds")
         return {"ready": bool(ready), "phase": self.phase, "error": None if ready else self.error,
                 **{k: first.get(k) for k in keys},
                 "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],

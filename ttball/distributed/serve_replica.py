@@ -17,6 +17,9 @@ Resuming: a call for a session this replica does not hold (its replica died, the
 it here) opens it from the options the call carries, numbering frames on from the ingress's
 count. The new session starts with an empty window and a fresh tracker; the reply says
 ``resumed``. What the old replica held is lost: the frames whose rows had not been returned yet.
+
+Errors: an :class:`ApiError` a call raises (a refused frame, 429, 409, ...) pickles with all its
+fields (``ApiError.__reduce__``), so the ingress answers the client as the single worker would.
 """
 
 from __future__ import annotations
@@ -42,8 +45,6 @@ from ttball.stream import Window
 # skipped rather than stalling the session forever. Ten seconds is far longer than any call takes
 # on a live replica (a CPU window is ~0.5 s, docs/serve.md) and short enough to recover.
 TURN_TIMEOUT_S = 10.0
-
-
 @dataclass
 class _Order:
     """The call order of one session: whose turn it is and the previous call's reply."""

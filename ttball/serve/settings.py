@@ -121,5 +121,18 @@ class ApiError(Exception):
         self.headers = headers or {}
         self.frame = frame
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle as ``cls(*args)`` and ``args`` holds only the message, so without
+        # this an error raised on a Ray replica would reach the ingress as Ray's
+        # UnserializableException (a 500) instead of its own 4xx. Works for every subclass.
+        return _restore_api_error, (type(self), self.args, dict(self.__dict__))
+
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
+
+
+def _restore_api_error(cls: type[ApiError], args: tuple[Any, ...], state: dict[str, Any]) -> ApiError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
