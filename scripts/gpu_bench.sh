@@ -13,6 +13,8 @@
 # each step gets min(its share, what is left), passes `--time-budget` (no new variant after it)
 # and runs under `timeout` (hard stop). Elapsed time is printed per step.
 #
+# DEVICE=cpu (with PATH=.venv/bin:$PATH) runs the same steps on the CPU: a smoke test of the
+# script only, since full-size CPU calls take ~0.7 s each and the steps run out of time.
 # Estimates behind the shares (H200 baseline, 2026-11-30): eager calls 4-20 ms at batch 1-3;
 # torch.compile first call 9-25 s per batch size (default / reduce-overhead), max-autotune
 # 106-134 s per batch size, so max-autotune runs at batch 1 (default) and 64 (`more`) only.
@@ -37,7 +39,7 @@ step() {
   fi
   local start=$(now)
   say "$name: start (limit ${limit}s)"
-  timeout -k 10 "$limit" python3 -m ttball.cli bench --device cuda --out "$OUT/$name" \
+  timeout -k 10 "$limit" python3 -m ttball.cli bench --device "${DEVICE:-cuda}" --out "$OUT/$name" \
     --cache-dir "$CACHE/$name" --time-budget $(( limit - 45 )) "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   grep -v '^USDT' "$OUT/$name.log" | tail -n 60
