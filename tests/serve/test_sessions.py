@@ -24,7 +24,7 @@ from ttball.frames import FrameSource
 from ttball.pipeline import track
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
-from ttball.serve.sessions import image_size
+from ttball.serve.uploads import image_size
 
 FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
 

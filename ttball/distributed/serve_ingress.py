@@ -43,8 +43,9 @@ from ttball.serve.app import (
     _mount_web,
     _spool,
 )
-from ttball.serve.sessions import Part, SessionOptions, read_body, split_body
+from ttball.serve.sessions import SessionOptions
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import Part, read_body, split_body
 
 POLL_S = 2.0  # replica status round: readiness, replica count, session expiry
 CALL_TIMEOUT_S = 5.0  # a status call; a replica slower than this is counted as absent

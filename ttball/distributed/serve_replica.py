@@ -37,8 +37,9 @@ import numpy as np
 from ttball.errors import UserError
 from ttball.serve.batcher import Worker
 from ttball.serve.metrics import Metrics
-from ttball.serve.sessions import Feeder, Part, Session, SessionOptions, SessionStore
+from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import Part
 from ttball.stream import Window
 
 # A call waits this long for its predecessor (same session, seq - 1); one lost in transit is then

@@ -18,8 +18,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from ttball.distributed.serve_ingress import Ingress, RemoteSession, ReplicaLost
 from ttball.serve.app import _is_finish, _queue
-from ttball.serve.sessions import split_body
 from ttball.serve.settings import ApiError
+from ttball.serve.uploads import split_body
 
 
 def add_stream(app: FastAPI, ingress: Ingress) -> None:

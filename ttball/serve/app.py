@@ -41,15 +41,9 @@ from ttball import __version__
 from ttball.errors import UserError
 from ttball.serve.batcher import Overloaded, Worker
 from ttball.serve.metrics import Metrics
-from ttball.serve.sessions import (
-    Feeder,
-    Session,
-    SessionOptions,
-    SessionStore,
-    read_body,
-    split_body,
-)
+from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import read_body, split_body
 
 OPEN_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
 PROTECTED_PREFIXES = ("/v1", "/v2", "/metrics")

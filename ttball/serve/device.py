@@ -40,8 +40,9 @@ from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import WINDOW, Batcher
 from ttball.serve.metrics import Metrics
-from ttball.serve.sessions import _PNG, Part, Session, header_size
+from ttball.serve.sessions import Session
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import PNG_MAGIC, Part, header_size
 from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
@@ -208,7 +209,7 @@ class DeviceFeeder:
         return self._step(session, self.batcher.submit_job(KIND, upload), None, None)
 
     def _jpeg_size(self, part: Part) -> tuple[int, int]:
-        if part.raw_size is not None or part.data.startswith(_PNG):
+        if part.raw_size is not None or part.data.startswith(PNG_MAGIC):
             kind = "raw RGB" if part.raw_size is not None else "PNG"
             raise ApiError(415, "unsupported_media_type",
                            f"{kind} frames are not taken by this worker's device pipeline "

@@ -30,8 +30,8 @@ from fastapi.responses import JSONResponse, Response
 
 from ttball import __version__
 from ttball.serve.batcher import Worker
-from ttball.serve.sessions import read_body
 from ttball.serve.settings import ApiError
+from ttball.serve.uploads import read_body
 from ttball.stream import Window
 
 MODEL, VERSION = "blurball", "1"

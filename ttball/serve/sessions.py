@@ -7,19 +7,13 @@ stream in window order: every push of frames creates a *step* that waits for the
 step, so completion order never depends on which batch finished first. Finished rows go to the
 session's outbox in frame order; a response (or a WebSocket send) takes what is there.
 
-Frame bodies (``POST /v1/sessions/{id}/frames``):
-
-- ``image/jpeg`` or ``image/png``: one frame.
-- ``application/octet-stream`` with ``?width=&height=``: raw RGB ``uint8`` rows, ``k·W·H·3``
-  bytes for ``k`` frames.
-- ``application/x-ttball-frames``: records of ``[u32 big-endian length][JPEG/PNG bytes]``.
+Frame bodies and their decoding: :mod:`ttball.serve.uploads`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -27,7 +21,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import cv2
 import numpy as np
 
 from ttball.frames import Frame
@@ -37,144 +30,13 @@ from ttball.results import FrameResult
 from ttball.serve.batcher import Batcher
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import Part, decode
 from ttball.stream import FrameStream, StreamOptions, Window
 
 if TYPE_CHECKING:
     from ttball.serve.device import DeviceFeeder, DevicePath
 
 T = TypeVar("T")
-IMAGE_TYPES = ("image/jpeg", "image/png")
-RAW_TYPE = "application/octet-stream"
-RECORDS_TYPE = "application/x-ttball-frames"
-_PNG = b"\x89PNG\r\n\x1a\n"
-
-
-# -- bodies → encoded parts → RGB arrays ------------------------------------------------------
-async def read_body(request: Any, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "body_too_large", f"body of {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "body_too_large", f"body over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-@dataclass(frozen=True)
-class Part:
-    """One frame as received: encoded image bytes, or raw RGB with its size."""
-
-    data: bytes
-    raw_size: tuple[int, int] | None = None  # (width, height) for raw RGB
-
-
-def split_body(
-    content_type: str, body: bytes, settings: ServeSettings,
-    width: int | None = None, height: int | None = None,
-) -> list[Part]:
-    """The frames in one request body; 4xx :class:`ApiError` for anything malformed."""
-    kind = content_type.split(";")[0].strip().lower()
-    if not body:
-        raise ApiError(400, "empty_frame", "the request body is empty")
-    if kind in IMAGE_TYPES:
-        return [_checked(Part(body), settings)]
-    if kind == RAW_TYPE:
-        return _raw_parts(body, width, height, settings)
-    if kind == RECORDS_TYPE:
-        return [_checked(p, settings) for p in _records(body)]
-    raise ApiError(415, "unsupported_media_type",
-                   f"Content-Type {kind or '(none)'} not supported; use "
-                   f"{', '.join(IMAGE_TYPES)}, {RAW_TYPE} (with ?width=&height=) or {RECORDS_TYPE}")
-
-
-def _checked(part: Part, settings: ServeSettings) -> Part:
-    if not part.data:
-        raise ApiError(400, "empty_frame", "a frame is empty (0 bytes)")
-    if len(part.data) > settings.max_frame_bytes:
-        raise ApiError(413, "frame_too_large",
-                       f"a frame is {len(part.data)} bytes; the limit is {settings.max_frame_bytes}")
-    return part
-
-
-def _records(body: bytes) -> list[Part]:
-    parts, offset = [], 0
-    while offset < len(body):
-        if offset + 4 > len(body):
-            raise ApiError(400, "bad_body", f"truncated record header at byte {offset}")
-        (length,) = struct.unpack_from(">I", body, offset)
-        offset += 4
-        if offset + length > len(body):
-            raise ApiError(400, "bad_body",
-                           f"record at byte {offset - 4} claims {length} bytes; {len(body) - offset} left")
-        parts.append(Part(body[offset:offset + length]))
-        offset += length
-    return parts
-
-
-def _raw_parts(body: bytes, width: int | None, height: int | None,
-               settings: ServeSettings) -> list[Part]:
-    if not width or not height or width < 1 or height < 1:
-        raise ApiError(400, "wrong_shape", f"{RAW_TYPE} needs ?width=&height= (positive integers)")
-    if width * height > settings.max_frame_pixels:
-        raise ApiError(413, "frame_too_large",
-                       f"{width}x{height} exceeds {settings.max_frame_pixels} pixels")
-    size = width * height * 3
-    if len(body) % size:
-        raise ApiError(400, "wrong_shape",
-                       f"{len(body)} bytes is not a whole number of {width}x{height} RGB frames "
-                       f"({size} bytes each)")
-    return [_checked(Part(body[i:i + size], (width, height)), settings)
-            for i in range(0, len(body), size)]
-
-
-def image_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a PNG or JPEG header without decoding; None if not found."""
-    if data.startswith(_PNG) and len(data) >= 24:
-        return struct.unpack(">II", data[16:24])
-    if not data.startswith(b"\xff\xd8"):
-        return None
-    i = 2
-    while i + 9 < len(data):
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
-            i += 1 if marker == 0xFF else 2
-            continue
-        (length,) = struct.unpack(">H", data[i + 2:i + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height, width = struct.unpack(">HH", data[i + 5:i + 9])
-            return width, height
-        i += 2 + length
-    return None
-
-
-def header_size(part: Part, settings: ServeSettings) -> tuple[int, int]:
-    """(width, height) of an encoded frame from its header; 400 for a body that is no image,
-    413 for a huge one."""
-    size = image_size(part.data)
-    if size is None:
-        raise ApiError(400, "not_an_image", "the frame is not a JPEG or PNG image")
-    if size[0] * size[1] > settings.max_frame_pixels:
-        raise ApiError(413, "frame_too_large",
-                       f"{size[0]}x{size[1]} exceeds {settings.max_frame_pixels} pixels")
-    return size
-
-
-def decode(part: Part, settings: ServeSettings) -> np.ndarray:
-    """RGB ``uint8 (H, W, 3)``; 400 for a body that is no image, 413 for a huge one."""
-    if part.raw_size is not None:
-        w, h = part.raw_size
-        return np.frombuffer(part.data, np.uint8).reshape(h, w, 3)
-    header_size(part, settings)
-    bgr = cv2.imdecode(np.frombuffer(part.data, np.uint8), cv2.IMREAD_COLOR)
-    if bgr is None or bgr.ndim != 3 or bgr.size == 0:
-        raise ApiError(400, "not_an_image", "the frame could not be decoded (corrupt image?)")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 # -- one session ---------------------------------------------------------------------------------
