@@ -14,10 +14,9 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
-from starlette.websockets import WebSocketDisconnect
 
 from ttball.distributed.serve_ingress import Ingress, RemoteSession, ReplicaLost
-from ttball.serve.app import _is_finish, _queue
+from ttball.serve.app import ws_end, ws_receive
 from ttball.serve.settings import ApiError
 from ttball.serve.uploads import split_body
 
@@ -61,34 +60,17 @@ async def _websocket_session(ws: WebSocket, session: RemoteSession, ingress: Ing
     outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(ingress.settings.max_ws_inflight)
     sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, ingress, outbox))
     next_frame = session.last_index + 1
-    try:
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return "disconnected"
-            if message.get("bytes") is not None:
-                item = _ws_frame(session, ingress, next_frame, message["bytes"])
-                next_frame += 1
-            elif _is_finish(message.get("text")):
-                for it in (("step", (None, ingress.send_finish(session, next_frame))),
-                           ("end", None)):
-                    if not await _queue(outbox, it, sender):
-                        return "disconnected"
-                await sender
-                await ws.close(1000)
-                return "finished"
-            else:
-                item = ("error", (None, ApiError(400, "bad_message",
-                                                 'text messages: {"type": "finish"} only')))
-            if not await _queue(outbox, item, sender):
-                return "disconnected"
-    except WebSocketDisconnect:
-        return "disconnected"
-    finally:
-        if not sender.done():
-            sender.cancel()
-        elif not sender.cancelled():
-            sender.exception()  # retrieved: a client gone mid-send is not an error here
+
+    async def frame(data: bytes) -> tuple[str, Any]:
+        nonlocal next_frame
+        next_frame += 1
+        return _ws_frame(session, ingress, next_frame - 1, data)
+
+    async def finish() -> str:
+        last = ("step", (None, ingress.send_finish(session, next_frame)))
+        return await ws_end(ws, outbox, sender, last)
+
+    return await ws_receive(ws, outbox, sender, frame, finish)
 
 
 def _ws_frame(session: RemoteSession, ingress: Ingress, index: int,

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -285,15 +285,40 @@ async def _websocket_session(ws: WebSocket, session: Session, feeder: Feeder,
     """
     outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(settings.max_ws_inflight)
     sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, outbox))
+
+    async def finish() -> str:
+        try:
+            item: tuple[str, Any] = ("step", await feeder.finish(session))
+        except ApiError as exc:
+            item = ("error", (None, exc))
+        return await ws_end(ws, outbox, sender, item)
+
+    try:
+        return await ws_receive(ws, outbox, sender,
+                                lambda data: _ws_frame(session, feeder, settings, data), finish)
+    finally:
+        if session.tail is not None and not session.tail.done():
+            session.tail.cancel()
+
+
+async def ws_receive(
+    ws: WebSocket, outbox: asyncio.Queue[tuple[str, Any]], sender: asyncio.Task[None],
+    on_frame: Callable[[bytes], Awaitable[tuple[str, Any]]],
+    on_finish: Callable[[], Awaitable[str]],
+) -> str:
+    """The receiving half of the session WebSocket (this worker's and ``serve --ray``'s): each
+    binary message becomes ``on_frame(data)``'s outbox item, ``{"type": "finish"}`` hands over
+    to ``on_finish``, other text is a ``bad_message`` error. Returns ``finished`` or
+    ``disconnected``; stops ``sender`` when the client is gone."""
     try:
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 return "disconnected"
             if message.get("bytes") is not None:
-                item = await _ws_frame(session, feeder, settings, message["bytes"])
+                item = await on_frame(message["bytes"])
             elif _is_finish(message.get("text")):
-                return await _ws_finish(ws, session, feeder, outbox, sender)
+                return await on_finish()
             else:
                 item = ("error", (None, ApiError(400, "bad_message",
                                                  'text messages: {"type": "finish"} only')))
@@ -306,8 +331,17 @@ async def _websocket_session(ws: WebSocket, session: Session, feeder: Feeder,
             sender.cancel()
         elif not sender.cancelled():
             sender.exception()  # retrieved: a client gone mid-send is not an error here
-        if session.tail is not None and not session.tail.done():
-            session.tail.cancel()
+
+
+async def ws_end(ws: WebSocket, outbox: asyncio.Queue[tuple[str, Any]],
+                 sender: asyncio.Task[None], last: tuple[str, Any]) -> str:
+    """Queue the last item and the ``end`` message, wait until they are sent, close."""
+    for item in (last, ("end", None)):
+        if not await _queue(outbox, item, sender):
+            return "disconnected"
+    await sender
+    await ws.close(1000)
+    return "finished"
 
 
 async def _queue(outbox: asyncio.Queue[tuple[str, Any]], item: tuple[str, Any],
@@ -319,20 +353,6 @@ async def _queue(outbox: asyncio.Queue[tuple[str, Any]], item: tuple[str, Any],
         put.cancel()
         return False
     return True
-
-
-async def _ws_finish(ws: WebSocket, session: Session, feeder: Feeder,
-                     outbox: asyncio.Queue[tuple[str, Any]], sender: asyncio.Task[None]) -> str:
-    try:
-        item: tuple[str, Any] = ("step", await feeder.finish(session))
-    except ApiError as exc:
-        item = ("error", (None, exc))
-    for it in (item, ("end", None)):
-        if not await _queue(outbox, it, sender):
-            return "disconnected"
-    await sender
-    await ws.close(1000)
-    return "finished"
 
 
 async def _ws_frame(session: Session, feeder: Feeder, settings: ServeSettings,
