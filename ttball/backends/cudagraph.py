@@ -10,6 +10,7 @@ the current stream, so they never overlap. CUDA only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,6 +28,46 @@ from ttball.backends.base import BackendBase, needs_cuda
 from ttball.errors import BackendUnavailable, UserError
 
 _CAPTURE_WARMUP = 3  # side-stream runs before capture (lazy cuDNN/cuBLAS init must not be captured)
+
+
+class GraphCache:
+    """``fn`` replayed from one CUDA graph per input shape, captured on the shape's first call
+    after ``warmup`` runs on a side stream. A call copies the batch into the shape's static
+    input, replays and returns a clone of the static output. ``share_pool``: every graph
+    allocates from the first one's memory pool (safe because replays never overlap)."""
+
+    def __init__(self, fn: Callable[[Tensor], Tensor], device: torch.device, warmup: int,
+                 share_pool: bool = False) -> None:
+        self.fn, self.device, self.warmup, self.share_pool = fn, device, warmup, share_pool
+        self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
+        self._pool: Any = None
+
+    def __contains__(self, shape: tuple[int, ...]) -> bool:
+        return shape in self._graphs
+
+    def _capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
+        static_in = batch.detach().clone().contiguous()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self.fn(static_in)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            static_out = self.fn(static_in)
+        if self.share_pool:
+            self._pool = graph.pool()
+        return graph, static_in, static_out
+
+    def __call__(self, batch: Tensor) -> Tensor:
+        key = tuple(batch.shape)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(batch)
+        graph, static_in, static_out = self._graphs[key]
+        static_in.copy_(batch)
+        graph.replay()
+        return static_out.clone()
 
 
 class CudaGraphBackend(BackendBase):
@@ -48,36 +89,15 @@ class CudaGraphBackend(BackendBase):
                 raise UserError(f"unknown options for cudagraph: {', '.join(sorted(rest))}")
         self.recipe, self.precision = recipe, recipe.precision
         self.model = prepare_model(model, device, recipe)
-        self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
-        self._pool: Any = None
+        self._graphs = GraphCache(self._forward, device, _CAPTURE_WARMUP, share_pool=True)
 
     def _forward(self, x: Tensor) -> Tensor:
         with autocast_context(self.recipe, self.device, cache_enabled=False):
             return self.model(prepare_input(x, self.recipe))[0].float()
 
-    def _capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
-        static_in = batch.detach().clone().contiguous()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(_CAPTURE_WARMUP):
-                self._forward(static_in)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            static_out = self._forward(static_in)
-        self._pool = graph.pool()
-        return graph, static_in, static_out
-
     def run(self, batch: Tensor) -> Tensor:
-        key = tuple(batch.shape)
         with cudnn_benchmark(self.recipe.cudnn_benchmark):
-            if key not in self._graphs:
-                self._graphs[key] = self._capture(batch)
-            graph, static_in, static_out = self._graphs[key]
-            static_in.copy_(batch)
-            graph.replay()
-        return static_out.clone()
+            return self._graphs(batch)
 
 
 register_recipes(

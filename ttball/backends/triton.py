@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import BackendBase, register
+from ttball.backends.cudagraph import GraphCache
 from ttball.errors import BackendUnavailable, UserError
 
 _CAPTURE_WARMUP = 1  # eager runs of a tuned shape before capture (all kernels are compiled by then)
@@ -52,7 +53,7 @@ class TritonBackend(BackendBase):
         self.plan = build_plan(model)
         self.executor = TritonExecutor(self.plan, device, tune=tune)
         self.graph = graph
-        self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
+        self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
     def _check(self, batch: Tensor) -> Tensor:
         if batch.shape[2] % 8 or batch.shape[3] % 8:
@@ -60,31 +61,13 @@ class TritonBackend(BackendBase):
                             f"{tuple(batch.shape[2:])}")
         return batch.float().contiguous()
 
-    def _capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
-        static_in = batch.clone()
-        self.executor(static_in)  # first call of the shape: compiles and tunes
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(_CAPTURE_WARMUP):
-                self.executor(static_in)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = self.executor(static_in)
-        return graph, static_in, static_out
-
     def run(self, batch: Tensor) -> Tensor:
         batch = self._check(batch)
         if not self.graph:
             return self.executor(batch).clone()
-        key = tuple(batch.shape)
-        if key not in self._graphs:
-            self._graphs[key] = self._capture(batch)
-        graph, static_in, static_out = self._graphs[key]
-        static_in.copy_(batch)
-        graph.replay()
-        return static_out.clone()
+        if tuple(batch.shape) not in self._graphs:
+            self.executor(batch)  # first call of the shape, on the current stream: compiles and tunes
+        return self._graphs(batch)
 
 
 @register(
