@@ -50,6 +50,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _stages import Budget, guarded
+
 from ttball.backends import create
 from ttball.frames import Frame
 from ttball.kernels.prepost import (
@@ -75,28 +77,6 @@ STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_cpu_decode", "cpu_p
 # docs/benchmarks/triton-h200.md), so no smaller ones.
 WARM_SIZES = (8,)
 PARITY_BATCH = 8
-
-
-class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.perf_counter() + seconds
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-
-def guarded(results: dict, key: str, budget: Budget, fn: Callable[[], Any]) -> None:
-    if budget.left() <= 0:
-        results[key] = {"skipped": "time budget spent"}
-        print(f"[{key}] skipped: time budget spent", flush=True)
-        return
-    start = time.perf_counter()
-    try:
-        results[key] = fn()
-    except Exception as exc:  # noqa: BLE001  (a failing stage must not stop the run)
-        results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        print(f"[{key}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-    print(f"[{key}] {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def sync() -> None:

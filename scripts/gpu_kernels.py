@@ -34,7 +34,6 @@ import datetime as dt
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -47,8 +46,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _stages import Budget, guarded
+
 from ttball.backends import create
 from ttball.bench.accuracy import agreement
+from ttball.bench.timing import TimingPlan, time_calls
 from ttball.kernels import build_plan, plan_cost
 from ttball.kernels.plan import Conv, Plan, Term, step_cost
 from ttball.model import BlurBall, randomize_batchnorm
@@ -57,42 +59,9 @@ EAGER_GRAPH = "cudagraph-fp16-folded-cl"
 OURS = "triton-fp16"
 
 
-class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.perf_counter() + seconds
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-
 def time_ms(fn: Callable[[], Any], warmup: int = 10, groups: int = 5, reps: int = 20) -> dict:
     """Median / min / max over ``groups`` of the mean ms of ``reps`` calls (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    means = []
-    for _ in range(groups):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        means.append(start.elapsed_time(end) / reps)
-    return {"median_ms": statistics.median(means), "min_ms": min(means), "max_ms": max(means)}
-
-
-def guarded(results: dict, key: str, budget: Budget, fn: Callable[[], Any]) -> None:
-    if budget.left() <= 0:
-        results[key] = {"skipped": "time budget spent"}
-        print(f"[{key}] skipped: time budget spent", flush=True)
-        return
-    start = time.perf_counter()
-    try:
-        results[key] = fn()
-    except Exception as exc:  # noqa: BLE001  (a failing stage must not stop the run)
-        results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        print(f"[{key}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-    print(f"[{key}] {time.perf_counter() - start:.1f} s", flush=True)
+    return time_calls(fn, torch.device("cuda"), TimingPlan(warmup, groups, reps))
 
 
 # --- stage 1: conv shapes ------------------------------------------------------------------

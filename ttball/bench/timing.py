@@ -43,7 +43,8 @@ def first_call(fn: Callable[[], T], device: torch.device) -> tuple[float, T]:
     return time.perf_counter() - start, result
 
 
-def _group_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+def group_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    """Mean ms of ``calls`` back-to-back calls: CUDA events on a GPU, the wall clock otherwise."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -65,5 +66,5 @@ def time_calls(
     for _ in range(plan.warmup):
         fn()
     synchronize(device)
-    means = [_group_ms(fn, device, plan.calls) for _ in range(plan.groups)]
+    means = [group_ms(fn, device, plan.calls) for _ in range(plan.groups)]
     return {"median_ms": statistics.median(means), "min_ms": min(means), "max_ms": max(means)}

@@ -25,6 +25,7 @@ import torch
 import triton
 from torch import Tensor
 
+from ttball.bench.timing import group_ms
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -382,13 +383,7 @@ class TritonExecutor:
         fn()  # compiles; on CPU (interpreter) this is the only run
         if not self.tune:
             return 0.0
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(TUNE_REPS):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / TUNE_REPS
+        return group_ms(fn, self.device, TUNE_REPS)
 
     def chosen(self, shape: tuple[int, ...]) -> list[tuple[str, Config]]:
         """The configuration each step runs with for ``shape`` (after its first call)."""
