@@ -37,14 +37,7 @@ W="$(mktemp -d)"
 CACHE="$W/compile-cache"  # shared by both runs: the second starts from the first's compile
 mkdir -p "$S"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
-say() { echo "== [$(elapsed)s] $*"; }
-left() { echo $(( BUDGET_S - $(elapsed) )); }
-if command -v curl > /dev/null; then
-  fetch() { curl -sf --max-time 10 "$1"; }
-else
-  fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; }
-fi
+source scripts/_loadtest.sh  # elapsed, say, left, fetch, pick_clip
 SERVER_PID=""
 cleanup() {
   if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; sleep 5; kill -KILL "$SERVER_PID" 2>/dev/null; fi
@@ -57,26 +50,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 timeout 60 python3 -c "import torch, ray, fastapi, uvicorn; print('torch', torch.__version__, 'ray', ray.__version__, 'fastapi', fastapi.__version__, 'gpus', torch.cuda.device_count())" || exit 1
 
 say "clip"
-CLIP="${CLIP:-}"
-for c in .gpu/real_rally_a.mp4 shared/data/real_rally_a.mp4 ../shared/data/real_rally_a.mp4; do
-  [ -z "$CLIP" ] && [ -f "$c" ] && CLIP="$c"
-done
-if [ -z "$CLIP" ]; then  # no real clip here: a 1280x720 white ball on a green table
-  CLIP="$W/clip.mp4"
-  timeout 60 python3 - "$CLIP" <<'PY'
-import sys, cv2, numpy as np
-w, h, n = 1280, 720, 120
-out = cv2.VideoWriter(sys.argv[1], cv2.VideoWriter_fourcc(*"mp4v"), 60.0, (w, h))
-rng = np.random.default_rng(0)
-for i in range(n):
-    img = np.full((h, w, 3), (40, 90, 30), np.uint8)
-    img = cv2.add(img, rng.integers(0, 12, img.shape, dtype=np.uint8))
-    cv2.circle(img, (40 + i * 10, int(h / 2 + 150 * np.sin(i / 9))), 8, (255, 255, 255), -1)
-    out.write(img)
-out.release()
-PY
-fi
-echo "clip: $CLIP"
+pick_clip "$W"
 
 # start N: `serve --ray` with N replicas (a private local Ray cluster); waits for /readyz 200.
 # Python itself is the background job, so SIGTERM reaches the CLI (it deletes the app, stops Ray).

@@ -36,15 +36,7 @@ W="$(mktemp -d)"
 CACHE="$W/compile-cache"
 mkdir -p "$S"
 T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
-say() { echo "== [$(elapsed)s] $*"; }
-left() { echo $(( BUDGET_S - $(elapsed) )); }
-# fetch URL: the body on stdout; fails on a non-2xx answer (curl -f, or Python if curl is missing)
-if command -v curl > /dev/null; then
-  fetch() { curl -sf --max-time 10 "$1"; }
-else
-  fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; }
-fi
+source scripts/_loadtest.sh  # elapsed, say, left, fetch, pick_clip
 SERVER_PID=""
 cleanup() { [ -n "$SERVER_PID" ] && kill -KILL "$SERVER_PID" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
@@ -65,26 +57,7 @@ sys.exit(main(sys.argv[1:]))
 PY
 
 say "clip"
-CLIP="${CLIP:-}"
-for c in .gpu/real_rally_a.mp4 shared/data/real_rally_a.mp4; do
-  [ -z "$CLIP" ] && [ -f "$c" ] && CLIP="$c"
-done
-if [ -z "$CLIP" ]; then  # no real clip here: a 1280x720 white ball on a green table
-  CLIP="$W/clip.mp4"
-  python3 - "$CLIP" <<'PY'
-import sys, cv2, numpy as np
-w, h, n = 1280, 720, 120
-out = cv2.VideoWriter(sys.argv[1], cv2.VideoWriter_fourcc(*"mp4v"), 60.0, (w, h))
-rng = np.random.default_rng(0)
-for i in range(n):
-    img = np.full((h, w, 3), (40, 90, 30), np.uint8)
-    img = cv2.add(img, rng.integers(0, 12, img.shape, dtype=np.uint8))
-    cv2.circle(img, (40 + i * 10, int(h / 2 + 150 * np.sin(i / 9))), 8, (255, 255, 255), -1)
-    out.write(img)
-out.release()
-PY
-fi
-echo "clip: $CLIP"
+pick_clip "$W"
 
 # start LABEL: launch the server, wait for /readyz; prints seconds to ready.
 start() {

@@ -1,0 +1,38 @@
+# Shared by gpu_serve_loadtest.sh and gpu_ray_loadtest.sh (sourced from the repository root):
+# elapsed/say/left against T0 and BUDGET_S, fetch URL, and pick_clip DIR.
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+say() { echo "== [$(elapsed)s] $*"; }
+left() { echo $(( BUDGET_S - $(elapsed) )); }
+
+# fetch URL: the body on stdout; fails on a non-2xx answer (curl -f, or Python if curl is missing)
+if command -v curl > /dev/null; then
+  fetch() { curl -sf --max-time 10 "$1"; }
+else
+  fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; }
+fi
+
+# pick_clip DIR: CLIP = $CLIP, else the real rally if present, else a drawn clip in DIR
+# (a 1280x720 white ball on a green table, 120 frames at 60 fps).
+pick_clip() {
+  CLIP="${CLIP:-}"
+  for c in .gpu/real_rally_a.mp4 shared/data/real_rally_a.mp4 ../shared/data/real_rally_a.mp4; do
+    [ -z "$CLIP" ] && [ -f "$c" ] && CLIP="$c"
+  done
+  if [ -z "$CLIP" ]; then
+    CLIP="$1/clip.mp4"
+    timeout 60 python3 - "$CLIP" <<'PY'
+import sys, cv2, numpy as np
+w, h, n = 1280, 720, 120
+out = cv2.VideoWriter(sys.argv[1], cv2.VideoWriter_fourcc(*"mp4v"), 60.0, (w, h))
+rng = np.random.default_rng(0)
+for i in range(n):
+    img = np.full((h, w, 3), (40, 90, 30), np.uint8)
+    img = cv2.add(img, rng.integers(0, 12, img.shape, dtype=np.uint8))
+    cv2.circle(img, (40 + i * 10, int(h / 2 + 150 * np.sin(i / 9))), 8, (255, 255, 255), -1)
+    out.write(img)
+out.release()
+PY
+  fi
+  echo "clip: $CLIP"
+}
