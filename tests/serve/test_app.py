@@ -13,38 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 import cv2
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("fastapi")
 
-from ttball.backends import BackendBase
+from gated_backend import GatedBackend
+
 from ttball.client import Client
 from ttball.errors import UserError
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
-
-
-class GatedBackend(BackendBase):
-    """Zero logits. ``warm_gate`` holds warm-up, ``run_gate`` holds every batch."""
-
-    name = "gated"
-
-    def __init__(self, warm_gate: threading.Event | None = None,
-                 run_gate: threading.Event | None = None) -> None:
-        super().__init__(torch.device("cpu"))
-        self.warm_gate, self.run_gate = warm_gate, run_gate
-        self.sizes: list[int] = []
-
-    def warmup(self, batch_sizes, height, width):
-        if self.warm_gate is not None:
-            assert self.warm_gate.wait(30)
-        return super().warmup(batch_sizes, height, width)
-
-    def run(self, batch):
-        self.sizes.append(batch.shape[0])
-        if self.run_gate is not None:
-            assert self.run_gate.wait(30)
-        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
 
 
 @pytest.fixture()

@@ -23,8 +23,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from conftest import draw_clip
+from gated_backend import GatedBackend
 
-from ttball.backends import BackendBase, create
+from ttball.backends import create
 from ttball.client import Client, ServeError, pack_records
 from ttball.frames import FrameSource
 from ttball.pipeline import track
@@ -295,29 +296,6 @@ def test_a_refused_frame_leaves_the_other_uploads_of_its_push_alone(small_model,
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
-class GatedBackend(BackendBase):
-    """Zero logits; ``run_gate`` (once set up) holds every batch; ``sizes`` records them."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        super().__init__(torch.device("cpu"))
-        self.run_gate: threading.Event | None = None
-        self.warm_gate: threading.Event | None = None
-        self.sizes: list[int] = []
-
-    def warmup(self, batch_sizes, height, width):
-        if self.warm_gate is not None:
-            assert self.warm_gate.wait(30)
-        return super().warmup(batch_sizes, height, width)
-
-    def run(self, batch):
-        self.sizes.append(batch.shape[0])
-        if self.run_gate is not None:
-            assert self.run_gate.wait(30)
-        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
-
-
 @pytest.fixture()
 def gated(small_weights):
     """gated(backend, **settings) → (Client, worker) of a device-pipeline worker."""
