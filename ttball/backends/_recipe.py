@@ -92,6 +92,14 @@ class Recipe:
         recipe = cls(**{k: v for k, v in options.items() if k in names})
         return recipe, {k: v for k, v in options.items() if k not in names}
 
+    @classmethod
+    def from_options(cls, options: dict[str, Any], backend: str) -> Recipe:
+        """The recipe in ``options``; any other option is a :class:`UserError` naming ``backend``."""
+        recipe, rest = cls.split(options)
+        if rest:
+            raise UserError(f"unknown options for {backend}: {', '.join(sorted(rest))}")
+        return recipe
+
 
 def prepare_model(model: nn.Module, device: torch.device, recipe: Recipe) -> nn.Module:
     """``model`` converted by ``recipe`` on ``device``, in eval mode."""

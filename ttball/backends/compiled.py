@@ -73,9 +73,7 @@ class CompiledBackend(BackendBase):
         if MODES[mode] and device.type != "cuda":
             raise BackendUnavailable(f"torch.compile mode {mode} needs a CUDA device")
         if recipe is None:
-            recipe, rest = Recipe.split(options)
-            if rest:
-                raise UserError(f"unknown options for compile: {', '.join(sorted(rest))}")
+            recipe = Recipe.from_options(options, "compile")
         self.recipe, self.mode, self.precision = recipe, mode, recipe.precision
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         self.model = prepare_model(model, device, recipe)

@@ -25,7 +25,7 @@ from ttball.backends._recipe import (
     register_recipes,
 )
 from ttball.backends.base import BackendBase, needs_cuda
-from ttball.errors import BackendUnavailable, UserError
+from ttball.errors import BackendUnavailable
 
 _CAPTURE_WARMUP = 3  # side-stream runs before capture (lazy cuDNN/cuBLAS init must not be captured)
 
@@ -84,9 +84,7 @@ class CudaGraphBackend(BackendBase):
         if device.type != "cuda":
             raise BackendUnavailable("CUDA graphs need a CUDA device")
         if recipe is None:
-            recipe, rest = Recipe.split(options)
-            if rest:
-                raise UserError(f"unknown options for cudagraph: {', '.join(sorted(rest))}")
+            recipe = Recipe.from_options(options, "cudagraph")
         self.recipe, self.precision = recipe, recipe.precision
         self.model = prepare_model(model, device, recipe)
         self._graphs = GraphCache(self._forward, device, _CAPTURE_WARMUP, share_pool=True)

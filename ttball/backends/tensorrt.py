@@ -94,9 +94,7 @@ class TensorRTBackend(BackendBase):
         import tensorrt as trt
 
         if recipe is None:
-            recipe, rest = Recipe.split(options)
-            if rest:
-                raise UserError(f"unknown options for tensorrt: {', '.join(sorted(rest))}")
+            recipe = Recipe.from_options(options, "tensorrt")
         if recipe.autocast or recipe.channels_last:
             raise UserError("tensorrt chooses its own casts and layouts: use precision/fold only")
         self.trt, self.recipe, self.precision = trt, recipe, recipe.precision
