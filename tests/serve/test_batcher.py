@@ -12,9 +12,9 @@ import torch
 
 from ttball.backends import BackendBase
 from ttball.model.config import WeightsConfig
-from ttball.serve.batcher import Batcher, Overloaded
+from ttball.serve.batcher import Batcher, Overloaded, Worker
 from ttball.serve.metrics import Metrics
-from ttball.serve.settings import ApiError
+from ttball.serve.settings import ApiError, ServeSettings
 from ttball.stream import Window
 
 CFG = WeightsConfig(input_height=4, input_width=8)
@@ -163,3 +163,18 @@ def test_api_errors_pickle_with_every_field() -> None:
     overloaded = pickle.loads(pickle.dumps(Overloaded("queue full", 3)))
     assert type(overloaded) is Overloaded and overloaded.status == 429
     assert overloaded.headers == {"Retry-After": "3"} and str(overloaded) == "queue full"
+
+
+@pytest.mark.parametrize("torch_threads", [None, 2])
+def test_worker_threads_use_one_torch_thread_except_a_cpu_backend(torch_threads) -> None:
+    """Decode threads run torch with one thread (a full team per small op starved the H200
+    worker); the backend thread keeps the given count, or torch's default for a CPU backend."""
+    default = torch.get_num_threads()
+    worker = Worker(ServeSettings(device="cpu", torch_threads=torch_threads), Metrics())
+    try:
+        assert worker.pool.submit(torch.get_num_threads).result() == 1
+        assert worker.backend_thread.submit(torch.get_num_threads).result() == (torch_threads or default)
+    finally:
+        worker.pool.shutdown()
+        worker.backend_thread.shutdown()
+    assert torch.get_num_threads() == default  # the caller's thread is left alone

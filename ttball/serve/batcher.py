@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from ttball import __version__
-from ttball.backends import Backend
+from ttball.backends import Backend, resolve_device
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
@@ -272,15 +272,22 @@ class Worker:
         self.feeder: Feeder | None = None
         self.store: SessionStore | None = None
         self.verification: Any = None
-        self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode")
+        # torch's CPU thread pool: one thread on the decode threads, which parallelise by their
+        # number. With torch's default (one per core) every small torch op there wakes a whole
+        # OpenMP team, and the spinning teams starve the event loop and the backend thread: with a
+        # 1.5 ms fake backend on the 2-core machine the network stage took 24 ms per batch
+        # instead of 5.8 ms, and p50 latency 110 ms instead of 40 ms (docs/serve.md).
+        self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode",
+                                       initializer=torch.set_num_threads, initargs=(1,))
         # Everything that touches the backend (build, warm-up, verify, batches) runs on this one
         # thread: CUDA graphs recorded by torch.compile belong to the thread that recorded them,
-        # and oneDNN's thread count (--torch-threads) is per thread.
-        threads = settings.torch_threads
+        # and oneDNN's thread count (--torch-threads) is per thread: the given count, else one for
+        # a GPU backend (its CPU work is a few small ops) and torch's default for a CPU one.
+        threads = settings.torch_threads or (
+            1 if resolve_device(settings.device).type == "cuda" else torch.get_num_threads())
         self.backend_thread = ThreadPoolExecutor(
             1, thread_name_prefix="ttball-backend",
-            initializer=torch.set_num_threads if threads else None,
-            initargs=(threads,) if threads else ())
+            initializer=torch.set_num_threads, initargs=(threads,))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._abort = threading.Event()
