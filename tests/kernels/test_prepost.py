@@ -243,12 +243,13 @@ def test_pipeline_on_cuda_with_graphs_matches_the_cpu_path(small_config: Weights
             assert max(abs(g.x - w.x) + abs(g.y - w.y) for g, w in zip(got[sid], want)) < 0.5
 
 
+@pytest.mark.parametrize("name", ["eager-fp32", "eager-fp32-cl"])  # -cl: channels_last logits
 def test_pipeline_matches_the_cpu_path_with_a_random_model(
-    small_config: WeightsConfig, small_model: torch.nn.Module, one_cpu_thread: None
+    small_config: WeightsConfig, small_model: torch.nn.Module, one_cpu_thread: None, name: str
 ) -> None:
     """The tiny random-weight network: heatmaps near 0.5 everywhere, so blobs of every shape
     (many maps need the host fallback): results must still be equal."""
-    backend = create("eager-fp32", small_model, "cpu")
+    backend = create(name, small_model, "cpu")
     sessions = {
         "a": (session_frames(9, (320, 180), streak=True), StreamOptions(step=3, threshold=0.51)),
         "b": (session_frames(9, (320, 180), streak=False), StreamOptions(step=3)),

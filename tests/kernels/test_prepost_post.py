@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ttball.kernels.prepost_post import PostOptions, blob_stats, detections
+from ttball.kernels.prepost_post import PostOptions, blob_stats, detections, packed_stats
 from ttball.postprocess import Detection, FrameGeometry, detect
 
 H, W = 72, 128
@@ -167,3 +167,15 @@ def test_options_are_checked() -> None:
         PostOptions(crop=30)
     with pytest.raises(ValueError):
         PostOptions(max_blobs=0)
+
+
+def test_packed_stats_takes_channels_last_logits() -> None:
+    """A channels_last backend's logits (``*-cl``, ``triton-fp16``) are not viewable as
+    ``(B·3, h, w)``; the H200 worker failed at start-up on exactly that."""
+    maps = [CASES[name]() for name in ("typical", "streak", "two blobs", "nothing", "corner", "plateau")]
+    probs = torch.from_numpy(np.stack(maps)).clamp(1e-6, 1 - 1e-6)
+    logits = torch.logit(probs).view(2, 3, H, W)
+    channels_last = logits.contiguous(memory_format=torch.channels_last)
+    assert not channels_last.is_contiguous()
+    thresholds = torch.full((6,), 0.5)
+    assert torch.equal(packed_stats(channels_last, thresholds), packed_stats(logits, thresholds))

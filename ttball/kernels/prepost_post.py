@@ -110,7 +110,7 @@ def _flood(mask: Tensor, valid: Tensor, options: PostOptions) -> tuple[Tensor, T
     ``clean (N, K)``: the fill converged and stayed off the window's edge."""
     n, k, s, _ = mask.shape
     r = s // 2
-    m = mask.to(torch.float32).view(n * k, 1, s, s)
+    m = mask.to(torch.float32).reshape(n * k, 1, s, s)
     reach = torch.zeros_like(m)
     reach[:, 0, r, r] = valid.to(torch.float32).flatten()
     for _ in range(options.flood_steps):
@@ -158,7 +158,7 @@ def packed_stats(logits: Tensor, thresholds: Tensor, options: PostOptions = Post
     """Logits ``(B, 3, h, w)`` → sigmoid → :func:`blob_stats`, packed for one copy to the host:
     ``(B·3, max_blobs·8 + 1)`` float64, the last column the fallback flag."""
     b, c, h, w = logits.shape
-    probs = torch.sigmoid(logits.float()).view(b * c, h, w)
+    probs = torch.sigmoid(logits.float()).reshape(b * c, h, w)  # channels_last backends too
     stats, fallback = blob_stats(probs, thresholds, options)
     return torch.cat([stats.flatten(1), fallback[:, None].to(stats.dtype)], dim=1)
 
