@@ -62,3 +62,48 @@ def test_loadtest_refuses_remote_and_unbounded(loadtest, tmp_path, capsys) -> No
     assert "--allow-remote" in capsys.readouterr().err
     assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--duration", 10_000) == 2
     assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--sessions", 0) == 2
+
+
+class SlowBackend(BackendBase):
+    name = "slow"
+
+    def run(self, batch):
+        import time
+
+        time.sleep(0.25)  # far slower than the offered rate: the sends back up
+        return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
+
+
+def test_overloaded_run_ends_on_time_with_unsent_frames(loadtest, small_weights, tmp_path) -> None:
+    """A worker slower than the offered rate: the sends back up (frames of noise, too large for
+    the sockets' buffers), sending stops at the duration, and the report still comes with every
+    scheduled frame either sent or counted as unsent."""
+    import time
+
+    import cv2
+    import numpy as np
+
+    clip = tmp_path / "noise.mp4"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (1280, 720))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        writer.write(rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8))
+    writer.release()
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                             max_batch=1, backend_factory=lambda model, device: SlowBackend(device))
+    out = tmp_path / "report.json"
+    with serve_in_thread(create_app(settings)) as url:
+        from ttball.client import Client
+
+        with Client(url) as client:
+            client.wait_ready(timeout=60, poll=0.05)
+        start = time.perf_counter()
+        code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 100, "--duration", 1,
+                        "--max-frames", 3, "--jpeg-quality", 100, "--drain-timeout", 1,
+                        "--out", out, "--quiet")
+        took = time.perf_counter() - start
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert took < 1 + 1 + 6  # duration + drain + clip encoding, start-up and close
+    assert report["unsent"] > 0 and report["frames_sent"] + report["unsent"] == 200
+    assert report["dropped"] >= report["unsent"]

@@ -110,8 +110,11 @@ def run(args: argparse.Namespace) -> int:
     if settings.backend_factory is None:
         spec(settings.backend)  # an unknown name fails now, not in the background
     app = create_app(settings)
+    # ws_per_message_deflate=False: session frames are JPEG/PNG (or raw pixels, which a client
+    # can compress as PNG): inflating them would cost the event loop CPU for nothing.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.graceful_timeout, lifespan="on")
+                            timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
+                            ws_per_message_deflate=False)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler that
     # was installed before it: make that one a no-op so a clean shutdown exits 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
