@@ -7,7 +7,7 @@
 # Writes $OUT/ray/ (server-N.log, ready-N.json, loadtest-N-S.json, metrics-N-S.txt, summary.json,
 # SUMMARY.md). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
-# Knobs: BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+# Knobs: SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -25,6 +25,7 @@ BATCHES="${BATCHES:-1,2,4,8,16}"
 SESSIONS="${SESSIONS:-8 32 64}"
 REPLICAS="${REPLICAS:-1 2}"
 DURATION="${DURATION:-10}"
+SESSIONS_PER_CLIENT="${SESSIONS_PER_CLIENT:-16}"  # loadtest processes: one per this many sessions
 DECODE_THREADS="${DECODE_THREADS:-8}"
 PORT="${PORT:-8710}"
 URL="http://127.0.0.1:$PORT"
@@ -94,7 +95,7 @@ for n in $REPLICAS; do
     need=$(( DURATION + 20 ))
     if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
-    timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" \
+    timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
       --out "$S/loadtest-$n-$s.json"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"

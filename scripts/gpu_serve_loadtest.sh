@@ -8,7 +8,7 @@
 # Writes $OUT/serve/ (logs, ready-*.json, loadtest-N.json, metrics-N.txt, summary.json,
 # SUMMARY.md). Total ≤ BUDGET_S (235 s); elapsed time is printed per step.
 # Usage (GPU machine, repo root, wheels in .whl/ or .raywhl/): OUT=/some/dir bash scripts/gpu_serve_loadtest.sh
-# Knobs: BACKEND, BATCHES, SESSIONS (the counts to try), DURATION, CLIP, DECODE_THREADS, VERIFY=1,
+# Knobs: SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS (the counts to try), DURATION, CLIP, DECODE_THREADS, VERIFY=1,
 #   DEVICE_PIPELINE=1 (serve --device-pipeline: JPEG decode to tracker on the GPU; run the script
 #   once without and once with it, OUT differing, to compare the two modes), COLD_ONLY=1 (no
 #   warm restart: the cold-started server takes the load; saves ~40 s).
@@ -26,6 +26,7 @@ BACKEND="${BACKEND:-compile-reduce-overhead-fp16-folded-cl}"
 BATCHES="${BATCHES:-1,2,4,8,16}"
 SESSIONS="${SESSIONS:-1 4 8 12 16 24 32 48 64}"
 DURATION="${DURATION:-10}"
+SESSIONS_PER_CLIENT="${SESSIONS_PER_CLIENT:-16}"  # loadtest processes: one per this many sessions
 DECODE_THREADS="${DECODE_THREADS:-12}"
 PORT="${PORT:-8700}"
 DEVICE_PIPELINE="${DEVICE_PIPELINE:-}"
@@ -107,7 +108,7 @@ for n in $SESSIONS; do
   need=$(( DURATION + 20 ))  # clips, connect, send, drain (at most 8 s), close
   if [ "$(left)" -lt $(( need + 10 )) ]; then say "loadtest $n: skipped, $(left) s left"; break; fi
   say "loadtest: $n sessions x 60 fps, step 3, ${DURATION} s"
-  timeout -k 5 $(( need + 15 )) python3 "$W/tt.py" loadtest "$URL" --clips "$CLIP" --sessions "$n" \
+  timeout -k 5 $(( need + 15 )) python3 "$W/tt.py" loadtest "$URL" --clips "$CLIP" --sessions "$n" --processes $(( (n + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
     --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
     --out "$S/loadtest-$n.json"
   fetch "$URL/metrics" > "$S/metrics-$n.txt"

@@ -62,6 +62,7 @@ def test_loadtest_refuses_remote_and_unbounded(loadtest, tmp_path, capsys) -> No
     assert "--allow-remote" in capsys.readouterr().err
     assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--duration", 10_000) == 2
     assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--sessions", 0) == 2
+    assert loadtest("http://127.0.0.1:1", "--clips", tmp_path, "--processes", 0) == 2
 
 
 class SlowBackend(BackendBase):
@@ -107,3 +108,25 @@ def test_overloaded_run_ends_on_time_with_unsent_frames(loadtest, small_weights,
     assert took < 1 + 1 + 6  # duration + drain + clip encoding, start-up and close
     assert report["unsent"] > 0 and report["frames_sent"] + report["unsent"] == 200
     assert report["dropped"] >= report["unsent"]
+
+
+def test_sessions_split_over_processes_give_one_report(loadtest, small_weights, tmp_path) -> None:
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=9)
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2, 4),
+                             backend_factory=lambda model, device: ZeroBackend(device))
+    out = tmp_path / "report.json"
+    with serve_in_thread(create_app(settings)) as url:
+        from ttball.client import Client
+
+        with Client(url) as client:
+            client.wait_ready(timeout=60, poll=0.05)
+        code = loadtest(url, "--clips", clip, "--sessions", 3, "--processes", 2, "--fps", 20,
+                        "--duration", 1, "--max-frames", 9, "--out", out, "--quiet")
+        with Client(url) as client:
+            metrics = client.metrics()
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["sessions"] == 3 and report["frames_sent"] == 60 and report["rows"] == 60
+    assert report["dropped"] == 0 and report["errors"] == {}
+    assert 'ttball_session_events_total{event="created"} 3.0' in metrics
