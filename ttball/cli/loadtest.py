@@ -48,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after the last frame, how long to wait for the remaining rows")
     p.add_argument("--jpeg-quality", type=int, default=90)
     p.add_argument("--processes", type=int, default=1,
-                   help="client processes, sessions dealt round-robin (one Python process "
-                        "tops out near 1,000 frames/s of 1280x720 JPEG)")
+                   help="client processes, sessions dealt round-robin (one process, one "
+                        "event loop, has a limit of its own)")
     p.add_argument("--token", default=None, help="the worker's bearer token")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback URL")
     p.add_argument("--out", default=None, help="write the report as JSON here")
