@@ -276,7 +276,8 @@ class Worker:
         # number. With torch's default (one per core) every small torch op there wakes a whole
         # OpenMP team, and the spinning teams starve the event loop and the backend thread: with a
         # 1.5 ms fake backend on the 2-core machine the network stage took 24 ms per batch
-        # instead of 6.0 ms, and p50 latency 110 ms instead of 42 ms (docs/benchmarks/serve-h200.md).
+        # instead of 6.0 ms, and p50 latency 110 ms instead of 42 ms
+        # (docs/benchmarks/serve-h200.md).
         self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode",
                                        initializer=torch.set_num_threads, initargs=(1,))
         # Everything that touches the backend (build, warm-up, verify, batches) runs on this one
