@@ -122,6 +122,10 @@ class _CachedEager(EagerBackend):
         super().__init__(model, device)
         self.cache_dir = Path(cache_dir)
 
+    def tuned(self, shape: tuple[int, ...]) -> str:
+        """Like triton-*: what was tuned for this input shape."""
+        return f"tuned for {shape}"
+
     def run(self, batch: torch.Tensor) -> torch.Tensor:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         (self.cache_dir / f"b{batch.shape[0]}").touch()
@@ -196,6 +200,7 @@ def test_quick_bench_writes_every_report(
     assert by[("eager-fp32", 1)]["prof_batch_norm_n"] == 71
     fake = by[(FAKE, 1)]
     assert fake["cache"] == "cold" and fake["first_call_warm_s"] > 0
+    assert fake["tuned"] == "tuned for (1, 9, 48, 64)" and by[("eager-fp32", 1)]["tuned"] is None
     assert (cache / FAKE / "b2").is_file()
     (skipped,) = [r for r in rows if r["status"] != "ok"]
     assert skipped["variant"] == "cudagraph-fp32" and skipped["status"] == "unavailable"

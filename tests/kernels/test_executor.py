@@ -41,6 +41,11 @@ def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device)
     assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"
     bufs = executor._buffers[tuple(x.shape)]
     assert len({t.data_ptr() for t in bufs.tensors.values()}) < len(plan.buffers) // 2
+    tuned = executor.tuned(tuple(x.shape)).split("; ")
+    assert len(tuned) == len(plan.steps) and executor.tuned((2, 9, 16, 32)) is None
+    if not CUDA:
+        assert tuned[0].endswith("=m512w4s2")
+    assert Config(128, 8, 2, tile_w=16, k_chunk=64, l1=True).short() == "m128w8s2t16k64L1"
 
 
 def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:

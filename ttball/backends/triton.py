@@ -61,6 +61,10 @@ class TritonBackend(BackendBase):
                             f"{tuple(batch.shape[2:])}")
         return batch.float().contiguous()
 
+    def tuned(self, shape: tuple[int, ...]) -> str | None:
+        """Each step's tuned configuration for input ``shape`` (``ttball bench``'s ``tuned``)."""
+        return self.executor.tuned(shape)
+
     def run(self, batch: Tensor) -> Tensor:
         batch = self._check(batch)
         if not self.graph:

@@ -97,6 +97,8 @@ ROW_KEYS: tuple[str, ...] = (
     "flop_share",
     "bw_share",
     "floor_ms",
+    # Backends that tune per shape (triton-*): each step's configuration, "step=config; ...".
+    "tuned",
 )
 
 
@@ -327,6 +329,9 @@ def _run_variant(run: _Run, name: str) -> list[dict[str, Any]]:
             row = _failed(run, name, b, "failed", _reason(exc))
         if run.options(name):
             row["cache"] = cache_state
+        tuned = getattr(backend, "tuned", None)
+        if tuned is not None and row["status"] == "ok":
+            row["tuned"] = tuned(tuple(run.inputs[b].shape))
         rows.append(row)
     del backend
     _fresh_state(cfg.device)

@@ -56,6 +56,13 @@ class Config:
     k_chunk: int = 0
     l1: bool = False
 
+    def short(self) -> str:
+        """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``)."""
+        text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
+        text += f"t{self.tile_w}" if self.tile_w else ""
+        text += f"k{self.k_chunk}" if self.k_chunk else ""
+        return text + ("L1" if self.l1 else "")
+
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
     """Candidates for a conv step with ``pixels`` output pixels in the batch; first = default.
@@ -388,6 +395,12 @@ class TritonExecutor:
     def chosen(self, shape: tuple[int, ...]) -> list[tuple[str, Config]]:
         """The configuration each step runs with for ``shape`` (after its first call)."""
         return [(_name(la), cfg) for la, cfg in zip(self.launches, self._configs[shape])]
+
+    def tuned(self, shape: tuple[int, ...]) -> str | None:
+        """:meth:`chosen` in one line, ``step=config; …`` (``None`` before the first call)."""
+        if shape not in self._configs:
+            return None
+        return "; ".join(f"{name}={cfg.short()}" for name, cfg in self.chosen(shape))
 
 
 def _name(launch: Launch) -> str:
