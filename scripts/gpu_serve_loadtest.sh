@@ -47,16 +47,6 @@ say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 python3 -c "import torch, fastapi, uvicorn; print('torch', torch.__version__, 'fastapi', fastapi.__version__, 'uvicorn', uvicorn.__version__)" || exit 1
 
-# `ttball serve` / `ttball loadtest` whether or not the lead has listed them in COMMANDS yet.
-cat > "$W/tt.py" <<'PY'
-import sys
-
-from ttball.cli import COMMANDS, main
-
-COMMANDS.setdefault("serve", ("ttball.cli.serve", "the real-time ball worker"))
-COMMANDS.setdefault("loadtest", ("ttball.cli.loadtest", "load-test a worker"))
-sys.exit(main(sys.argv[1:]))
-PY
 
 say "clip"
 pick_clip "$W"
@@ -64,7 +54,7 @@ pick_clip "$W"
 # start LABEL: launch the server, wait for /readyz; prints seconds to ready.
 start() {
   local label="$1" t=$(date +%s.%N)
-  python3 "$W/tt.py" serve --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
+  python3 -m ttball.cli serve --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
     --max-queue 1024 --max-sessions 256 --log-level warning $([ -n "${VERIFY:-}" ] && echo --verify) \
     $([ -n "$DEVICE_PIPELINE" ] && echo --device-pipeline) \
@@ -108,7 +98,7 @@ for n in $SESSIONS; do
   need=$(( DURATION + 20 ))  # clips, connect, send, drain (at most 8 s), close
   if [ "$(left)" -lt $(( need + 10 )) ]; then say "loadtest $n: skipped, $(left) s left"; break; fi
   say "loadtest: $n sessions x 60 fps, step 3, ${DURATION} s"
-  timeout -k 5 $(( need + 15 )) python3 "$W/tt.py" loadtest "$URL" --clips "$CLIP" --sessions "$n" --processes $(( (n + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
+  timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$n" --processes $(( (n + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
     --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
     --out "$S/loadtest-$n.json"
   fetch "$URL/metrics" > "$S/metrics-$n.txt"
