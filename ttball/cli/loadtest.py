@@ -13,7 +13,9 @@ after ``--duration`` and counts the rest as ``unsent``, so an overloaded run sti
 
 Bounded: loopback URLs only unless ``--allow-remote``; at most 1024 sessions, 600 s, 1000 fps,
 64 processes. ``--processes N`` deals the sessions round-robin to N client processes (started
-before the common start time) and merges their logs into one report.
+before the common start time) and merges their logs into one report. They are spawned, so a
+script that calls this command itself needs an ``if __name__ == "__main__":`` guard
+(``ttball``, ``python -m ttball`` and ``python -m ttball.cli`` have one).
 """
 
 from __future__ import annotations
