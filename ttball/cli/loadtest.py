@@ -15,7 +15,8 @@ Bounded: loopback URLs only unless ``--allow-remote``; at most 1024 sessions, 60
 64 processes. ``--processes N`` deals the sessions round-robin to N client processes (started
 before the common start time) and merges their logs into one report. They are spawned, so a
 script that calls this command itself needs an ``if __name__ == "__main__":`` guard
-(``ttball``, ``python -m ttball`` and ``python -m ttball.cli`` have one).
+(``ttball``, ``python -m ttball`` and ``python -m ttball.cli`` are safe: spawn does not re-run a
+package's ``__main__``).
 """
 
 from __future__ import annotations
