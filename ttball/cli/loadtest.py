@@ -116,6 +116,8 @@ class SessionLog:
     unanswered: int = 0
     frames_sent: int = 0
     unsent: int = 0  # scheduled, but the send window had closed (the worker fell behind)
+    first_send: float | None = None  # wall clock (comparable across client processes)
+    last_row: float | None = None
 
 
 async def _session(url: str, token: str | None, clip: list[bytes], args: argparse.Namespace,
@@ -170,6 +172,8 @@ async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: 
             return
         log.sent[k] = now
         log.frames_sent += 1
+        if log.first_send is None:
+            log.first_send = time.time()
         try:
             await asyncio.wait_for(ws.send(clip[k % len(clip)]), end - now)
         except TimeoutError:  # the frame is in the socket's buffer; the rest stay unsent
@@ -186,6 +190,7 @@ async def _receive(ws: Any, log: SessionLog) -> None:
             sent = log.sent.pop(body["frame"], None)
             if sent is not None:
                 log.latency_s.append(now - sent)
+                log.last_row = time.time()
         elif kind == "error":
             code = body.get("error", {}).get("code", "error")
             log.errors[code] = log.errors.get(code, 0) + 1
@@ -204,7 +209,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
+    """The report. ``achieved_fps`` is rows per second over the active span (first frame sent →
+    last row received, over all sessions), not over ``elapsed_s``, which also holds opening
+    and closing the sessions."""
     latencies = [x for log in logs for x in log.latency_s]
+    firsts = [log.first_send for log in logs if log.first_send is not None]
+    lasts = [log.last_row for log in logs if log.last_row is not None]
+    span = max(lasts) - min(firsts) if firsts and lasts else 0.0
     errors: dict[str, int] = {}
     for log in logs:
         for code, n in log.errors.items():
@@ -218,7 +229,8 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
         "url": args.url, "sessions": args.sessions, "fps_per_session": args.fps,
         "duration_s": args.duration, "step": args.step, "elapsed_s": round(elapsed, 2),
         "frames_sent": sent, "rows": len(latencies),
-        "achieved_fps": round(len(latencies) / elapsed, 2) if elapsed else 0.0,
+        "achieved_fps": round(len(latencies) / span, 2) if span else 0.0,
+        "active_s": round(span, 2),
         "offered_fps": round(args.fps * args.sessions, 2),
         "latency_ms": {"p50": round(percentile(ms, 50), 2), "p95": round(percentile(ms, 95), 2),
                        "p99": round(percentile(ms, 99), 2),
