@@ -351,3 +351,33 @@ def test_concurrent_websockets_keep_frame_order(url, expected) -> None:
         results = list(pool.map(one, range(2)))
     for seed, rows in enumerate(results):
         assert_rows_equal(rows, expected[seed])
+
+
+def test_sigterm_during_start_up_stops_cleanly(tmp_path: Path) -> None:
+    """`ttball serve --ray` signalled while its replica still warms up: the app is deleted,
+    its own local cluster stops, exit 0 (Ray's SIGTERM handler used to abort the process)."""
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "ttball", "serve", "--ray", "--replicas", "1",
+           "--gpus-per-replica", "0", "--cpus-per-replica", "1", "--backend", "eager-fp32",
+           "--device", "cpu", "--torch-threads", "1", "--port", str(free_port()),
+           "--warmup-batches", "1,2,3,4,5,6,7,8"]  # full size on the CPU: ~10-20 s of warm-up
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while "Started Serve" not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.2)
+            time.sleep(1.0)  # deploying: the replica is building and warming up
+            proc.terminate()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert code == 0, text[-2000:]
+    assert "stopped during start-up" in text and "ready after" not in text

@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,9 +101,11 @@ def build_app(settings: RayServeSettings) -> Any:
     return ingress.bind(worker.bind(settings.worker), settings.worker, settings.max_replicas)
 
 
-def start(settings: RayServeSettings) -> bool:
+def start(settings: RayServeSettings, connected: Callable[[], None] | None = None) -> bool:
     """Connect (or start a local cluster), start Serve's HTTP proxy on the worker's host and
-    port, deploy and wait until every replica is warm. True if a local cluster was started."""
+    port, deploy and wait until every replica is warm. True if a local cluster was started.
+    ``connected`` runs right after connecting (``ttball serve --ray`` takes SIGTERM back there
+    from ``ray.init``'s handler); an exception from then on deletes the app and stops Ray."""
     from ray import serve
 
     from ttball.distributed.archive import _connect
@@ -110,6 +113,8 @@ def start(settings: RayServeSettings) -> bool:
     app = build_app(settings)
     started = _connect(settings.address, settings.num_cpus)
     try:
+        if connected is not None:
+            connected()
         serve.start(http_options={"host": settings.worker.host, "port": settings.worker.port})
         serve.run(app, name=settings.app_name, route_prefix="/", blocking=False)
     except BaseException:
@@ -193,10 +198,23 @@ def run_serve(args: Any) -> int:
     settings = settings_from(args)
     settings.validate()
     t0 = time.monotonic()
-    started = start(settings)
-    # After ray.init, which installs a SIGTERM handler of its own that aborts the process.
+    previous: dict[int, Any] = {}
+
+    def take_signals() -> None:
+        """After ray.init, whose own SIGTERM handler aborts the process: a signal during the
+        deployment stops it cleanly (start() deletes the app and stops Ray), exit 0."""
+        for s in (signal.SIGTERM, signal.SIGINT):
+            previous.setdefault(s, signal.signal(s, _stop_starting))
+
+    try:
+        started = start(settings, take_signals)
+    except _Stopped:
+        _restore(previous)
+        print("ttball serve --ray: stopped during start-up", flush=True)
+        return 0
     done = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: done.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in previous:
+        signal.signal(s, lambda *_: done.set())
     try:
         w = settings.worker
         scale = (f"autoscaling {settings.autoscale[0]}..{settings.autoscale[1]}" if settings.autoscale
@@ -207,7 +225,20 @@ def run_serve(args: Any) -> int:
               flush=True)
         done.wait()
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        _restore(previous)
         stop(settings, started)
     return 0
+
+
+class _Stopped(BaseException):
+    """SIGTERM or Ctrl-C while ``ttball serve --ray`` deploys (a BaseException, so no
+    ``except Exception`` on the way swallows it)."""
+
+
+def _stop_starting(signum: int, frame: Any) -> None:
+    raise _Stopped
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
