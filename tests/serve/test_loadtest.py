@@ -4,7 +4,12 @@ and the loopback-only rule."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import cv2
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +19,7 @@ from conftest import draw_clip
 
 from ttball.backends import BackendBase
 from ttball.cli import COMMANDS, main
+from ttball.client import Client
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
 
@@ -31,17 +37,23 @@ def loadtest(monkeypatch):
     return lambda *args: main(["loadtest", *map(str, args)])
 
 
+@contextmanager
+def ready_worker(weights, backend: type[BackendBase], **settings) -> Iterator[str]:
+    """A worker on loopback whose network is ``backend``; its URL once it is ready."""
+    app = create_app(ServeSettings(weights=str(weights), device="cpu",
+                                   backend_factory=lambda model, device: backend(device),
+                                   **settings))
+    with serve_in_thread(app) as url:
+        with Client(url) as client:
+            client.wait_ready(timeout=60, poll=0.05)
+        yield url
+
+
 def test_loadtest_reports_every_frame(loadtest, small_weights, tmp_path) -> None:
     clip = tmp_path / "clip.mp4"
     draw_clip(clip, frames=9)
-    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2, 4),
-                             backend_factory=lambda model, device: ZeroBackend(device))
     out = tmp_path / "report.json"
-    with serve_in_thread(create_app(settings)) as url:
-        from ttball.client import Client
-
-        with Client(url) as client:
-            client.wait_ready(timeout=60, poll=0.05)
+    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1, 2, 4)) as url:
         code = loadtest(url, "--clips", clip, "--sessions", 3, "--fps", 20, "--duration", 1,
                         "--max-frames", 9, "--out", out, "--quiet")
         assert code == 0
@@ -71,8 +83,6 @@ class SlowBackend(BackendBase):
     name = "slow"
 
     def run(self, batch):
-        import time
-
         time.sleep(0.25)  # far slower than the offered rate: the sends back up
         return torch.zeros(batch.shape[0], 3, *batch.shape[2:])
 
@@ -81,25 +91,14 @@ def test_overloaded_run_ends_on_time_with_unsent_frames(loadtest, small_weights,
     """A worker slower than the offered rate: the sends back up (frames of noise, too large for
     the sockets' buffers), sending stops at the duration, and the report still comes with every
     scheduled frame either sent or counted as unsent."""
-    import time
-
-    import cv2
-    import numpy as np
-
     clip = tmp_path / "noise.mp4"
     writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (1280, 720))
     rng = np.random.default_rng(0)
     for _ in range(3):
         writer.write(rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8))
     writer.release()
-    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
-                             max_batch=1, backend_factory=lambda model, device: SlowBackend(device))
     out = tmp_path / "report.json"
-    with serve_in_thread(create_app(settings)) as url:
-        from ttball.client import Client
-
-        with Client(url) as client:
-            client.wait_ready(timeout=60, poll=0.05)
+    with ready_worker(small_weights, SlowBackend, warmup_batches=(1,), max_batch=1) as url:
         start = time.perf_counter()
         code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 100, "--duration", 1,
                         "--max-frames", 3, "--jpeg-quality", 100, "--drain-timeout", 1,
@@ -115,14 +114,8 @@ def test_overloaded_run_ends_on_time_with_unsent_frames(loadtest, small_weights,
 def test_sessions_split_over_processes_give_one_report(loadtest, small_weights, tmp_path) -> None:
     clip = tmp_path / "clip.mp4"
     draw_clip(clip, frames=9)
-    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2, 4),
-                             backend_factory=lambda model, device: ZeroBackend(device))
     out = tmp_path / "report.json"
-    with serve_in_thread(create_app(settings)) as url:
-        from ttball.client import Client
-
-        with Client(url) as client:
-            client.wait_ready(timeout=60, poll=0.05)
+    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1, 2, 4)) as url:
         code = loadtest(url, "--clips", clip, "--sessions", 3, "--processes", 2, "--fps", 20,
                         "--duration", 1, "--max-frames", 9, "--out", out, "--quiet")
         with Client(url) as client:
