@@ -74,3 +74,17 @@ def clip(tmp_path: Path) -> Path:
     path = tmp_path / "clip.mp4"
     draw_clip(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A local Ray cluster for one test module (2 CPUs, loopback, no dashboard), started the
+    way ``ttball`` starts its own (tests/distributed: inside a loopback-only namespace)."""
+    import ray
+
+    from ttball.distributed.archive import _connect
+
+    _connect(None, num_cpus=2)
+    yield
+    ray.shutdown()
+

@@ -36,15 +36,6 @@ CORRUPT = "day1/broken.mp4"
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("archive")
     for rel, (codec, frames) in CLIPS.items():
@@ -56,7 +47,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_run(cluster, archive: Path, small_weights: Path, tmp_path_factory):
+def first_run(ray_cluster, archive: Path, small_weights: Path, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     report = track_archive(archive, out, weights=small_weights, device="cpu", retries=1,
                            progress=False)
@@ -115,7 +106,7 @@ def test_changed_settings_are_not_reused(first_run) -> None:
                                                   "weights_sha256": "other"}))
 
 
-def test_run_archive_takes_the_cli_namespace(cluster, small_weights: Path, tmp_path: Path,
+def test_run_archive_takes_the_cli_namespace(ray_cluster, small_weights: Path, tmp_path: Path,
                                              capsys) -> None:
     import argparse
 

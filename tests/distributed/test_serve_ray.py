@@ -66,15 +66,6 @@ def worker_settings(weights: Path, **overrides) -> ServeSettings:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def port() -> int:
     """Serve's HTTP proxy keeps the port it was started with: one for every application."""
     return free_port()
@@ -88,7 +79,7 @@ def mode(request) -> str:
 
 
 @pytest.fixture(scope="module")
-def url(cluster, port: int, small_weights: Path, mode: str):
+def url(ray_cluster, port: int, small_weights: Path, mode: str):
     """The application in ``mode`` (pytest tears one mode's down before it deploys the next)."""
     settings = RayServeSettings(
         worker=worker_settings(small_weights, port=port, **MODES[mode]),
