@@ -6,9 +6,6 @@ default mode."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -24,6 +21,7 @@ pytest.importorskip("uvicorn")
 
 from conftest import draw_clip
 from gated_backend import GatedBackend
+from worker_checks import assert_rows_equal, assert_sigterm_finishes_in_flight
 
 from ttball.backends import create
 from ttball.client import Client, ServeError, pack_records
@@ -82,14 +80,6 @@ def servers(small_weights):
             yield {"host": host, "device": device}
     finally:
         torch.set_num_threads(threads)
-
-
-def assert_rows_equal(got, want) -> None:
-    assert [r["frame"] for r in got] == [r["frame"] for r in want]
-    assert [r["visible"] for r in got] == [r["visible"] for r in want]
-    for g, w in zip(got, want):
-        for key in ("x", "y", "blur_angle_deg", "blur_length_px", "score", "time_s"):
-            assert g[key] == pytest.approx(w[key], abs=1e-3), (g, w)
 
 
 def _post(client, sid, body, kind="image/jpeg", **params):
@@ -440,33 +430,5 @@ SERVER = textwrap.dedent("""
 
 
 def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path, jpegs) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "server.log").open("w+")
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(small_weights), str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        with Client(f"http://127.0.0.1:{port}") as client:
-            client.wait_ready(timeout=60, poll=0.1)
-            session = client.open_session()
-            session.send(jpegs[0])
-            session.send(jpegs[1])
-            with ThreadPoolExecutor(1) as pool:
-                in_flight = pool.submit(session.send, jpegs[2])  # its push takes 1.5 s
-                _until(lambda: 'ttball_stage_seconds_count{stage="queue"} 3.0' in client.metrics(),
-                       "the upload never reached the backend", 20)
-                proc.send_signal(signal.SIGTERM)
-                rows = in_flight.result(timeout=30)
-            assert [r["frame"] for r in rows] == [0, 1]
-            assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.seek(0)
-        output = log.read()
-        log.close()
-    assert "Traceback" not in output, output
+    assert_sigterm_finishes_in_flight(SERVER, small_weights, tmp_path, jpegs,
+                                      'ttball_stage_seconds_count{stage="queue"} 3.0')

@@ -18,6 +18,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from conftest import draw_clip
+from worker_checks import assert_rows_equal
 
 from ttball.client import Client, ServeError, pack_records
 from ttball.frames import FrameSource
@@ -62,14 +63,6 @@ def pngs(clip7):
     """The clip's frames, lossless, as the server will decode them."""
     return [cv2.imencode(".png", cv2.cvtColor(f.rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
             for f in FrameSource(clip7)]
-
-
-def assert_rows_equal(got, want) -> None:
-    assert [r["frame"] for r in got] == [r["frame"] for r in want]
-    assert [r["visible"] for r in got] == [r["visible"] for r in want]
-    for g, w in zip(got, want):
-        for key in ("x", "y", "blur_angle_deg", "blur_length_px", "score", "time_s"):
-            assert g[key] == pytest.approx(w[key], abs=1e-3), (g, w)
 
 
 def test_reference_is_not_trivial(reference) -> None:

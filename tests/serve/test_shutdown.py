@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import signal
-import socket
-import subprocess
-import sys
 import textwrap
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import cv2
 import numpy as np
@@ -16,7 +10,7 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-from ttball.client import Client
+from worker_checks import assert_sigterm_finishes_in_flight
 
 SERVER = textwrap.dedent("""
     import sys, time
@@ -44,40 +38,8 @@ SERVER = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path) -> None:
-    port = free_port()
-    log = (tmp_path / "server.log").open("w+")
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(small_weights), str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        with Client(f"http://127.0.0.1:{port}") as client:
-            client.wait_ready(timeout=60, poll=0.1)
-            frames = [cv2.imencode(".png", np.full((36, 64, 3), v, np.uint8))[1].tobytes()
-                      for v in (1, 2, 3)]
-            session = client.open_session()
-            session.send(frames[0])
-            session.send(frames[1])
-            with ThreadPoolExecutor(1) as pool:
-                in_flight = pool.submit(session.send, frames[2])  # its window takes 1.5 s
-                deadline = time.monotonic() + 20
-                while 'ttball_stage_seconds_count{stage="queue"} 1.0' not in client.metrics():
-                    assert time.monotonic() < deadline, "the window never reached the network"
-                    time.sleep(0.05)
-                proc.send_signal(signal.SIGTERM)  # while the window is on the network
-                rows = in_flight.result(timeout=30)
-            assert [r["frame"] for r in rows] == [0, 1]
-            assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.seek(0)
-        output = log.read()
-        log.close()
-    assert "Traceback" not in output, output
+    frames = [cv2.imencode(".png", np.full((36, 64, 3), v, np.uint8))[1].tobytes()
+              for v in (1, 2, 3)]
+    assert_sigterm_finishes_in_flight(SERVER, small_weights, tmp_path, frames,
+                                      'ttball_stage_seconds_count{stage="queue"} 1.0')
