@@ -81,9 +81,10 @@ def test_squeeze_excitation_sums_per_image(device: torch.device) -> None:
     run_both(step, {"x": nhwc(32, 0)}, device, 64, 0, sums=("s",))
 
 
-def test_fuse_output_with_four_terms_and_an_upsampled_addend(device: torch.device) -> None:
-    """Output at level 1 from a stride-2 3×3 (level 0), a 3×3 (level 1), 1×1 terms read 2× and
-    4× coarser, an addend read 2× coarser; ReLU and SE sums too (every epilogue feature)."""
+def every_term_kind() -> tuple[Conv, dict[str, Tensor]]:
+    """A step writing level 1 from a stride-2 3×3 (level 0), a 3×3 (level 1), 1×1 terms read 2×
+    and 4× coarser, an addend read 2× coarser, with ReLU and SE sums (every epilogue feature);
+    and its input buffers (test_conv_variants.py runs it on tiles)."""
     terms = (
         term("a", 64, 16, 3, stride=2),
         term("b", 64, 32, 3),
@@ -93,4 +94,9 @@ def test_fuse_output_with_four_terms_and_an_upsampled_addend(device: torch.devic
     step = Conv("y", terms, fp16_exact(64), addends=(("e", 1),), relu=True, se_sum="s")
     bufs = {"a": nhwc(16, 0), "b": nhwc(32, 1), "c": nhwc(64, 2), "d": nhwc(128, 3),
             "e": nhwc(64, 2)}
+    return step, bufs
+
+
+def test_fuse_output_with_four_terms_and_an_upsampled_addend(device: torch.device) -> None:
+    step, bufs = every_term_kind()
     run_both(step, bufs, device, 32, 1, sums=("s",))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_env import CUDA, DEVICE, require_triton
-from test_conv import B, H, W, fp16_exact, nhwc, term
+from test_conv import B, H, W, every_term_kind, fp16_exact, nhwc, term
 from torch import Tensor
 
 from ttball.kernels import build_plan, run_reference
@@ -106,15 +106,7 @@ def test_stem_im2col_reads_the_float32_nchw_batch(device: torch.device, k_chunk:
 def test_fuse_output_with_every_term_kind_on_tiles(device: torch.device) -> None:
     """Stride-2 3×3 (level 0 → 1), 3×3, upsampled 1×1 terms, an upsampled addend, ReLU, SE
     sums: terms 1-3 through the tap-chunk loop, 1×1 terms with one tap a chunk."""
-    terms = (
-        term("a", 64, 16, 3, stride=2),
-        term("b", 64, 32, 3),
-        term("c", 64, 64, 1, up=1),
-        term("d", 64, 128, 1, up=2),
-    )
-    step = Conv("y", terms, fp16_exact(64), addends=(("e", 1),), relu=True, se_sum="s")
-    bufs = {"a": nhwc(16, 0), "b": nhwc(32, 1), "c": nhwc(64, 2), "d": nhwc(128, 3),
-            "e": nhwc(64, 2)}
+    step, bufs = every_term_kind()
     used = run_variant(step, bufs, device, 1, cfg(32, 8, 64), sums=("s",))
     assert (used["T0"], used["T1"], used["BK1"]) == (4, 2, 64)
 
