@@ -3,9 +3,11 @@ budget and a guard, so a failing or late stage is recorded in the results and th
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -30,3 +32,15 @@ def guarded(results: dict, key: str, budget: Budget, fn: Callable[[], Any]) -> N
         results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         print(f"[{key}] FAILED: {type(exc).__name__}: {exc}", flush=True)
     print(f"[{key}] {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def run_stages(results: dict, stages: dict[str, Callable[[], Any]], names: str, budget: Budget,
+               out: str) -> None:
+    """The comma-separated ``names`` of ``stages`` in order, each :func:`guarded`; the JSON at
+    ``out`` is rewritten after every stage, so a run cut short keeps what it measured."""
+    for key in names.split(","):
+        print(f"== {key}", flush=True)
+        guarded(results, key, budget, stages[key])
+        Path(out).write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {out}", flush=True)
+

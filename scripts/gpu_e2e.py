@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _stages import Budget, guarded
+from _stages import Budget, run_stages
 
 from ttball.backends import create
 from ttball.frames import Frame
@@ -419,11 +419,7 @@ def main() -> None:
                                            batches[-1]),
         "parity": lambda: stage_parity(*need("backend", "config", "blobs"), args.step),
     }
-    for key in args.stages.split(","):
-        print(f"== {key}", flush=True)
-        guarded(results, key, budget, stages[key])
-        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
-    print(f"wrote {args.out}", flush=True)
+    run_stages(results, stages, args.stages, budget, args.out)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _stages import Budget, guarded
+from _stages import Budget, run_stages
 
 from ttball.backends import create
 from ttball.bench.accuracy import agreement
@@ -386,11 +386,7 @@ def main() -> None:
                                        args.explore),
         "steps": lambda: stage_steps(model, args.height, args.width, shape_batches, budget),
     }
-    for key in args.stages.split(","):
-        print(f"== {key}", flush=True)
-        guarded(results, key, budget, stages[key])
-        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
-    print(f"wrote {args.out}", flush=True)
+    run_stages(results, stages, args.stages, budget, args.out)
 
 
 if __name__ == "__main__":
