@@ -7,7 +7,7 @@
 # Writes $OUT/ray/ (server-N.log, ready-N.json, loadtest-N-S.json, metrics-N-S.txt, summary.json,
 # SUMMARY.md). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
-# Knobs: SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+# Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -57,7 +57,8 @@ start() {
   python3 -m ttball.cli serve --ray --replicas "$n" --gpus-per-replica "$GPUS_PER_REPLICA" \
     --cpus-per-replica "$CPUS_PER_REPLICA" --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
-    --max-queue 1024 --max-sessions 256 > "$S/server-$n.log" 2>&1 &
+    --max-queue 1024 --max-sessions 256 $([ -n "${DEVICE_PIPELINE:-}" ] && echo --device-pipeline) \
+    > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
   # ready = every replica warm and answering (the ingress is ready as soon as one is)
@@ -121,7 +122,10 @@ summary = {"backend": backend, "warmup_batches": batches,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
 json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
-lines = [f"# ttball serve --ray on 2 GPUs: {backend}, warm-up batches {batches}", "",
+mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
+summary["mode"] = mode
+json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
+lines = [f"# ttball serve --ray on 2 GPUs: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
 lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
 lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors |",

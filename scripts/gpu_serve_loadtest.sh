@@ -11,7 +11,8 @@
 # Knobs: SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS (the counts to try), DURATION, CLIP, DECODE_THREADS, VERIFY=1,
 #   DEVICE_PIPELINE=1 (serve --device-pipeline: JPEG decode to tracker on the GPU; run the script
 #   once without and once with it, OUT differing, to compare the two modes), COLD_ONLY=1 (no
-#   warm restart: the cold-started server takes the load; saves ~40 s).
+#   warm restart: the cold-started server takes the load; saves ~40 s), KEEP_GOING=1 (run every
+#   count in SESSIONS even after one misses p99 < 50 ms: the whole curve; still stops on drops).
 # CPU smoke test of the script itself (skip the wheel line):
 #   tail -n +N scripts/gpu_serve_loadtest.sh | DEVICE=cpu BACKEND=eager-fp32 BATCHES=1 \
 #     SESSIONS="1 2" DURATION=2 OUT=/tmp/x bash
@@ -104,7 +105,10 @@ for n in $SESSIONS; do
   fetch "$URL/metrics" > "$S/metrics-$n.txt"
   [ -f "$S/loadtest-$n.json" ] || { say "loadtest $n: no report"; break; }
   ok=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(int(r['latency_ms']['p99'] < 50 and r['dropped'] == 0))" "$S/loadtest-$n.json")
-  if [ "$ok" = 1 ]; then BEST=$n; else say "p99 >= 50 ms or frames dropped at $n sessions: stop"; break; fi
+  dropped=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['dropped'])" "$S/loadtest-$n.json")
+  if [ "$ok" = 1 ]; then BEST=$n
+  elif [ -n "${KEEP_GOING:-}" ] && [ "$dropped" = 0 ]; then say "p99 >= 50 ms at $n sessions: going on (KEEP_GOING)"
+  else say "p99 >= 50 ms or frames dropped at $n sessions: stop"; break; fi
 done
 stop
 

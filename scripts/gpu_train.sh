@@ -7,6 +7,8 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 MINUTES="${1:-6.5}"
 LR="${LR:-2e-3}"
 WORKERS="${WORKERS:-14}"  # data workers render clips on the CPU: the limit, not the GPU
+SEED="${SEED:-0}"  # the training seed (initialisation, data order)
+SYNTH_SEED="${SYNTH_SEED:-1}"  # the synthetic clip stream: a new one gives a fine-tune fresh clips
 INIT_ARGS=()
 [ -n "${COMPILE:-}" ] && INIT_ARGS+=(--compile)  # torch.compile the training step
 [ -n "${INIT:-}" ] && INIT_ARGS+=(--init "$INIT")  # fine-tune from earlier weights
@@ -22,7 +24,7 @@ nproc
 
 step "train ($MINUTES min budget)"
 timeout 600 python3 -m ttball.cli train --out "$W/run" --steps 40000 --batch 32 --lr "$LR" "${INIT_ARGS[@]}" \
-  --workers "$WORKERS" --windows-per-clip 64 --seed 0 --synth-seed 1 --max-minutes "$MINUTES" --checkpoint-every 1000 \
+  --workers "$WORKERS" --windows-per-clip 64 --seed "$SEED" --synth-seed "$SYNTH_SEED" --max-minutes "$MINUTES" --checkpoint-every 1000 \
   --device cuda --quiet --profile 500
 python3 -c "import json,sys; d=json.load(open('$W/run/train.json')); d.pop('history'); print(d)"
 cp "$W/run/weights.safetensors" "$W/run/train.json" "$OUT/" 2>/dev/null  # first, in case a later step runs out of time
