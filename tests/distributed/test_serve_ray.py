@@ -182,6 +182,9 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
             session.send(b"GIF89a not really")
         assert (garbage.value.status, garbage.value.code) == (400, "not_an_image")
         session.delete()
+        metrics = client.metrics()  # the ingress times its calls to the replicas
+        for method in ("infer", "push"):
+            assert f'ttball_ingress_call_seconds_count{{method="{method}"}}' in metrics
 
 
 def bad_frames(good: bytes) -> dict[str, tuple[bytes, str, int, str]]:

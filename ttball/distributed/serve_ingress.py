@@ -59,6 +59,22 @@ class ReplicaLost(ApiError):
                          {"Retry-After": "1"})
 
 
+class TimedCall:
+    """A replica call's response; awaiting it observes the call's time in ``histogram`` (from
+    the call until the reply is in hand, also when the call fails)."""
+
+    __slots__ = ("histogram", "response", "start")
+
+    def __init__(self, response: Any, histogram: Any) -> None:
+        self.response, self.histogram, self.start = response, histogram, time.perf_counter()
+
+    def __await__(self) -> Any:
+        try:
+            return (yield from self.response.__await__())
+        finally:
+            self.histogram.observe(time.perf_counter() - self.start)
+
+
 @dataclass
 class RemoteSession:
     """What the ingress knows of a session; its stream lives on a replica."""
@@ -128,7 +144,10 @@ class Ingress:
         # router matches replicas to waiting calls by that id: the frames of one WebSocket,
         # all in flight at once, would be confused (some never routed). Each call is made in
         # an empty context, so it gets an id of its own.
-        return contextvars.Context().run(handle.remote, *args)
+        response = contextvars.Context().run(handle.remote, *args)
+        if stream:
+            return response
+        return TimedCall(response, self.metrics.call_seconds.labels(method))
 
     @staticmethod
     async def result(response: Any) -> Any:

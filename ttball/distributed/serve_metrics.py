@@ -1,9 +1,12 @@
 """``/metrics`` of ``serve --ray``: the ingress's own families plus every replica's, labelled.
 
 The ingress answers HTTP, so it owns the request, error and session families (the names and
-meanings of docs/serve.md) and adds three of its own: ``ttball_replicas`` (replicas that answered
-the last status round), ``ttball_session_moves`` (sessions resumed on another replica) and
-``ttball_frames_lost`` (frames whose rows never came because their replica died). Everything
+meanings of docs/serve.md) and adds four of its own: ``ttball_replicas`` (replicas that answered
+the last status round), ``ttball_session_moves`` (sessions resumed on another replica),
+``ttball_frames_lost`` (frames whose rows never came because their replica died) and
+``ttball_ingress_call_seconds`` (each call to a replica, by method, from the call until the
+ingress holds the reply: next to the replicas' ``ttball_window_seconds`` it says whether time
+is lost in the replicas or in front of them). Everything
 else (batches, queue, stages, windows, frames, readiness, start-up, GPU memory) is measured by
 the replicas: each replica's samples get a ``replica="<id>"`` label, so a dashboard sums or
 splits them (``sum by (le) (rate(ttball_window_seconds_bucket[1m]))``).
@@ -14,20 +17,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from ttball.serve.metrics import Metrics
+from ttball.serve.metrics import LATENCY_BUCKETS, Metrics
 
 INGRESS_FAMILIES = frozenset({
     "ttball_requests", "ttball_request_seconds", "ttball_errors", "ttball_sessions",
     "ttball_session_events", "ttball_replicas", "ttball_session_moves", "ttball_frames_lost",
+    "ttball_ingress_call_seconds",
 })
 
 
 class IngressMetrics(Metrics):
-    """The single worker's metrics plus the three of the Ray ingress."""
+    """The single worker's metrics plus the four of the Ray ingress."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,6 +44,9 @@ class IngressMetrics(Metrics):
         self.frames_lost = Counter("ttball_frames_lost",
                                    "Frames never answered because their replica died",
                                    registry=r)
+        self.call_seconds = Histogram("ttball_ingress_call_seconds",
+                                      "Calls to a replica, from the call until the ingress holds "
+                                      "the reply", ["method"], buckets=LATENCY_BUCKETS, registry=r)
 
 
 class _Families:
