@@ -118,12 +118,10 @@ for p in glob.glob(f"{s}/loadtest-*-*.json"):
     runs.append({"replicas": n, **json.load(open(p))})
 runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")
-summary = {"backend": backend, "warmup_batches": batches,
+mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
+summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
-json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
-mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
-summary["mode"] = mode
 json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
 lines = [f"# ttball serve --ray on 2 GPUs: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
