@@ -7,7 +7,8 @@
 # Writes $OUT/ray/ (server-N.log, ready-N.json, loadtest-N-S.json, metrics-N-S.txt, summary.json,
 # SUMMARY.md). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
-# Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+# Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
+#   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -58,6 +59,7 @@ start() {
     --cpus-per-replica "$CPUS_PER_REPLICA" --backend "$BACKEND" --device "$DEVICE" --port "$PORT" \
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
     --max-queue 1024 --max-sessions 256 $([ -n "${DEVICE_PIPELINE:-}" ] && echo --device-pipeline) \
+    $([ -n "${DIRECT_STREAMS:-}" ] && echo --direct-streams) \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
@@ -119,6 +121,7 @@ for p in glob.glob(f"{s}/loadtest-*-*.json"):
 runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
+mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}

@@ -7,7 +7,8 @@
 # is measured). Ray needs loopback only; as the Ray tests, run it in a loopback-only network
 # namespace: ip netns add lo-only; ip netns exec lo-only ip link set lo up;
 #   ip netns exec lo-only bash scripts/ray_hops.sh
-# Knobs: SESS (2), FPS (30), DUR (20 s), CLIP (the rally if present, else the demo clip), PORT.
+# Knobs: SESS (2), FPS (30), DUR (20 s), CLIP (the rally if present, else the demo clip), PORT,
+#   DIRECT=1 (serve --direct-streams: the load test's WebSockets go to the replica itself).
 # Measured with it: docs/benchmarks/ray-h200.md.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,7 +26,8 @@ m = load_model()
 save_checkpoint(sys.argv[1], m, m.config.evolve(name="shipped-72x128", input_height=72, input_width=128))
 PY
 ttball serve --ray --replicas 1 --gpus-per-replica 0 --cpus-per-replica 1 --backend eager-fp32 --device cpu \
-  --weights "$W/w72.safetensors" --warmup-batches 1,2,4 --torch-threads 1 --port "$PORT" > "$W/server.log" 2>&1 &
+  --weights "$W/w72.safetensors" --warmup-batches 1,2,4 --torch-threads 1 --port "$PORT" \
+  $([ -n "${DIRECT:-}" ] && echo --direct-streams) > "$W/server.log" 2>&1 &
 SP=$!
 for _ in $(seq 240); do curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && break; sleep 0.5; done
 snap() {  # pid, utime + stime in clock ticks, the command line

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.ray
 
 FRAMES = 12  # per session: four step-3 windows
 SESSIONS = 4
-MODES = {"host": {}, "device": {"device_pipeline": True}}  # worker settings of each mode
+# worker settings of each mode; "direct": WebSockets served by the replicas themselves
+MODES = {"host": {}, "device": {"device_pipeline": True}, "direct": {"direct_streams": True}}
 
 
 def clip(seed: int, n: int = FRAMES) -> list[bytes]:
@@ -120,11 +122,17 @@ def _replica_of(client: Client, sid: str) -> str:
 
 
 @pytest.mark.parametrize("mode", list(MODES), indirect=True)
-def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expected) -> None:
+def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expected, mode,
+                                                                     port) -> None:
     with Client(url) as client:
         sessions = [client.open_session() for _ in range(SESSIONS)]
         replicas = {_replica_of(client, s.id) for s in sessions}
         assert len(replicas) == 2  # new sessions go to the replica with fewer
+        if mode == "direct":  # each replica serves its sessions' streams on a port of its own
+            stream_ports = {s.stream_url.split(":")[2].split("/")[0] for s in sessions}
+            assert len(stream_ports) == 2 and str(port) not in stream_ports
+        else:
+            assert all(s.stream_url is None for s in sessions)
         clips = {seed: clip(seed) for seed in range(SESSIONS)}
         got: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
         streams = {seed: sessions[seed].stream() for seed in (2, 3)}  # two by WebSocket
@@ -145,6 +153,11 @@ def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expec
         for seed in range(SESSIONS):
             assert_rows_equal(got[seed], expected[seed])
         info = client.info()
+        if mode == "direct":  # the ingress learns of streams that ended on a replica by polling
+            deadline = time.monotonic() + 15
+            while info["sessions"] and time.monotonic() < deadline:
+                time.sleep(0.5)
+                info = client.info()
         assert info["ready"] and info["ray"]["replicas"] == 2 and info["sessions"] == 0
 
 
@@ -244,12 +257,16 @@ def test_device_pipeline_refuses_bad_frames_like_the_single_worker(url, expected
 
 
 @pytest.mark.parametrize("mode", list(MODES), indirect=True)
-def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None:
+def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected, mode) -> None:
     """Kill the replica of two sessions halfway: the other two never notice; the two go on from
     the next window on another replica. Sessions 0, 1 send by HTTP, 2, 3 by WebSocket; each
-    WebSocket frame gets exactly one answer, a row or a ``replica_lost`` error."""
+    WebSocket frame gets exactly one answer, a row or a ``replica_lost`` error. With direct
+    streams, a WebSocket served by the killed replica closes instead (docs/ray.md)."""
+    from websockets.exceptions import ConnectionClosed
+
     clips = {seed: clip(seed) for seed in range(SESSIONS)}
     half, http = FRAMES // 2, (0, 1)
+    closed: set[int] = set()
     with Client(url) as client:
         sessions = [client.open_session() for _ in range(SESSIONS)]
         streams = {seed: sessions[seed].stream() for seed in range(SESSIONS) if seed not in http}
@@ -258,7 +275,11 @@ def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None
 
         def send(seed: int, k: int) -> None:
             if seed in streams:
-                streams[seed].send(clips[seed][k])
+                if seed not in closed:
+                    try:
+                        streams[seed].send(clips[seed][k])
+                    except ConnectionClosed:
+                        closed.add(seed)
                 return
             reply = client._json("POST", f"/v1/sessions/{sessions[seed].id}/frames",
                                  content=clips[seed][k], headers={"Content-Type": "image/jpeg"})
@@ -279,7 +300,10 @@ def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None
             for seed in range(SESSIONS):
                 send(seed, k)
         for seed, ws in streams.items():
-            got[seed] += ws.finish()
+            try:
+                got[seed] += ws.finish(timeout=30)
+            except ConnectionClosed:
+                closed.add(seed)
             ws.__exit__(None, None, None)
         for seed in http:
             got[seed] += sessions[seed].finish()
@@ -287,8 +311,10 @@ def test_a_killed_replica_loses_only_its_frames_in_flight(url, expected) -> None
         rows = [{k: v for k, v in m.items() if k != "type"} for m in got[seed]
                 if m.get("type", "result") == "result"]
         if seed not in moved:
-            assert notes[seed] == [] and len(rows) == len(got[seed])
+            assert notes[seed] == [] and len(rows) == len(got[seed]) and seed not in closed
             assert_rows_equal(rows, expected[seed])
+        elif seed in streams and mode == "direct":
+            assert seed in closed  # a direct stream ends with its replica
         elif seed in http:
             assert len(notes[seed]) == 1 and notes[seed][0]["replica"] != victim
             lost = notes[seed][0]["lost_frames"]  # the frame of the last, unfinished window

@@ -234,3 +234,15 @@ def test_websocket_client_gone_while_its_windows_wait_is_cleaned_up(start) -> No
     assert 'ttball_session_events_total{event="disconnected"} 1.0' in client.metrics()
     other = client.open_session()  # the worker goes on
     assert [other.send(png(v)) for v in (1, 2, 3)][-1][0]["frame"] == 0
+
+
+def test_direct_streams_is_a_ray_option() -> None:
+    import argparse
+
+    from ttball.cli.serve import add_arguments, run, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert settings_from(parser.parse_args(["--ray", "--direct-streams"])).direct_streams
+    with pytest.raises(UserError, match="--direct-streams needs --ray"):
+        run(parser.parse_args(["--direct-streams"]))

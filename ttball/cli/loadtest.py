@@ -132,8 +132,9 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
         if r.status_code != 201:
             log.errors[f"open_{r.status_code}"] = 1
             return log
-        sid = r.json()["id"]
-    ws_url = url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/stream"
+        sid, ws_url = r.json()["id"], r.json().get("stream_url")
+    # serve --ray --direct-streams answers with the address of the replica holding the session
+    ws_url = ws_url or url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/stream"
     # compression=None: zlib over JPEG bytes gains nothing, and with it this one-process client
     # spent 92 % of its time in permessage-deflate and topped out near 130 frames/s (1280x720)
     async with connect(ws_url, additional_headers=headers or None, max_size=None,

@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "auto and this machine has one; else 0)")
     ray.add_argument("--cpus-per-replica", type=float, default=1.0,
                      help="with --ray: CPU slots each replica holds")
+    ray.add_argument("--direct-streams", action="store_true",
+                     help="with --ray: each replica serves its sessions' WebSockets on a port of "
+                          "its own; POST /v1/sessions answers with its stream_url, so frames skip "
+                          "the ingress (which caps the whole application otherwise; docs/ray.md)")
     ray.add_argument("--address", default=None,
                      help="with --ray: the Ray cluster to join (e.g. auto); default: a private "
                           "local cluster")
@@ -87,12 +91,15 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         session_ttl_s=args.session_ttl, token=token or None, verify=args.verify,
         decode_threads=args.decode_threads, torch_threads=args.torch_threads,
         device_pipeline=args.device_pipeline,
+        direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()
     return settings
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "direct_streams", False) and not getattr(args, "ray", False):
+        raise UserError("--direct-streams needs --ray: a single worker serves its streams itself")
     if getattr(args, "ray", False):
         from ttball.distributed.serve import run_serve
 

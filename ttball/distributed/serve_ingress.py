@@ -92,6 +92,7 @@ class RemoteSession:
     windows: int = 0  # windows run on its current replica
     replica: str | None = None
     moves: int = 0
+    unseen_rounds: int = 0  # --direct-streams: status rounds in which no replica held it
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -192,11 +193,33 @@ class Ingress:
     async def _poll_forever(self) -> None:
         while True:
             try:
+                asked = time.monotonic()  # a session created after this is not in the round
                 await self.each_replica()
+                if self.settings.direct_streams:
+                    self._follow_direct_streams(asked)
             except Exception as exc:  # noqa: BLE001  (the next round tries again)
                 self.error = f"{type(exc).__name__}: {exc}"
             self._expire()
             await asyncio.sleep(POLL_S)
+
+    def _follow_direct_streams(self, now: float) -> None:
+        """``--direct-streams``: frames of a stream served by its replica never pass here, so
+        the status round (asked at ``now``) stands in for them. A session a replica holds was
+        seen when that replica last saw it, so it does not expire while it streams. One the
+        ingress never carried a call of (``seq == 0``) that no replica has held for two rounds
+        ended there (finished, closed, or its replica died: a direct stream ends with its
+        replica) and is forgotten; two rounds, so one status call lost is not taken for it."""
+        held = {s["id"]: s for r in self.replicas for s in r["sessions"]}
+        for session in list(self.sessions.values()):
+            remote = held.get(session.id)
+            if remote is not None:
+                session.unseen_rounds = 0
+                session.last_seen = max(session.last_seen, now - float(remote["idle_s"]))
+                session.frames = max(session.frames, int(remote["frames"]))
+            elif session.seq == 0 and session.last_seen < now and not session.attached:
+                session.unseen_rounds += 1
+                if session.unseen_rounds >= 2:
+                    self.forget(session.id, "ended")
 
     def _expire(self) -> None:
         cutoff = time.monotonic() - self.settings.session_ttl_s

@@ -60,6 +60,8 @@ class ReplicaWorker:
 
     async def __init__(self, settings: ServeSettings) -> None:
         self.metrics = Metrics()
+        self._streams: Any = None  # --direct-streams: this replica's own uvicorn server
+        self.stream_base: str | None = None
         self.worker = Worker(settings, self.metrics)
         self.id = _replica_id()
         self._order: dict[str, _Order] = {}
@@ -70,14 +72,37 @@ class ReplicaWorker:
                 await self._life.__aexit__(None, None, None)
                 raise RuntimeError(f"ttball replica start-up failed: {self.worker.error}")
             await asyncio.sleep(0.05)
+        if settings.direct_streams:
+            self.stream_base = await self._serve_streams(settings)
 
     async def check_health(self) -> None:
         if not self.worker.ready:
             raise RuntimeError(f"the worker is {self.worker.phase}")
 
     async def __del__(self) -> None:
+        if self._streams is not None:
+            self._streams.should_exit = True
         if self.worker.phase != "stopping":
             await self._life.__aexit__(None, None, None)
+
+    async def _serve_streams(self, settings: ServeSettings) -> str:
+        """``--direct-streams``: the session WebSocket of this replica's worker on a free port
+        of ``settings.host``, on this replica's event loop; returns its ``ws://`` base."""
+        import uvicorn
+
+        from ttball.serve.app import stream_app
+
+        config = uvicorn.Config(stream_app(self.worker), host=settings.host, port=0,
+                                lifespan="off", log_level="warning", ws_per_message_deflate=False)
+        self._streams = uvicorn.Server(config)
+        serving = asyncio.get_running_loop().create_task(self._streams.serve())
+        while not self._streams.started:
+            if serving.done():
+                raise RuntimeError(f"ttball replica: its stream server did not start "
+                                   f"({serving.exception()!r})")
+            await asyncio.sleep(0.01)
+        port = self._streams.servers[0].sockets[0].getsockname()[1]
+        return f"ws://{_advertised(settings.host)}:{port}"
 
     @property
     def store(self) -> SessionStore:
@@ -93,7 +118,7 @@ class ReplicaWorker:
     async def open(self, sid: str, options: SessionOptions) -> dict[str, Any]:
         session = self.store.create(options, sid)
         self._order[sid] = _Order(0)
-        return {**session.describe(), "replica": self.id}
+        return self._described(session)
 
     async def push(self, sid: str, options: SessionOptions, seq: int, next_index: int,
                    parts: list[Part], frame: int | None = None,
@@ -122,9 +147,15 @@ class ReplicaWorker:
 
     async def describe(self, sid: str) -> dict[str, Any] | None:
         try:
-            return {**self.store.get(sid).describe(), "replica": self.id}
+            return self._described(self.store.get(sid))
         except ApiError:
             return None
+
+    def _described(self, session: Session) -> dict[str, Any]:
+        described = {**session.describe(), "replica": self.id}
+        if self.stream_base is not None:
+            described["stream_url"] = f"{self.stream_base}/v1/sessions/{session.id}/stream"
+        return described
 
     def _session(self, sid: str, options: SessionOptions, seq: int,
                  next_index: int) -> tuple[Session, _Order, bool]:
@@ -235,6 +266,19 @@ def _chain(previous: asyncio.Future[None] | None, mine: asyncio.Future[None]) ->
         done()
     else:
         previous.add_done_callback(done)
+
+
+def _advertised(host: str) -> str:
+    """The address clients reach a replica's own port at: ``host``, or this node's IP when
+    ``host`` is a wildcard."""
+    if host not in ("0.0.0.0", "::", ""):
+        return f"[{host}]" if ":" in host else host
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+    except (ImportError, RuntimeError):
+        return "127.0.0.1"
 
 
 def _replica_id() -> str:

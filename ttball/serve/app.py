@@ -156,6 +156,17 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     return app
 
 
+def stream_app(worker: Worker) -> FastAPI:
+    """Only the session WebSocket of a running ``worker`` (its lifespan is the caller's): what a
+    ``serve --ray --direct-streams`` replica serves on its own port. Same token, same errors."""
+    app = FastAPI(title="ttball worker streams", version=__version__, docs_url=None,
+                  redoc_url=None, openapi_url=None)
+    _add_error_handlers(app, worker.metrics)
+    app.add_middleware(Gate, token=worker.settings.token, metrics=worker.metrics)
+    _add_stream(app, worker)
+    return app
+
+
 def _add_health(app: FastAPI, worker: Worker) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -248,6 +259,12 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
         if store.remove(sid, "deleted") is None:
             raise ApiError(404, "unknown_session", f"no session {sid!r}")
         return {"deleted": sid}
+
+    _add_stream(app, worker)
+
+
+def _add_stream(app: FastAPI, worker: Worker) -> None:
+    settings = worker.settings
 
     @app.websocket("/v1/sessions/{sid}/stream")
     async def stream(ws: WebSocket, sid: str) -> None:

@@ -50,6 +50,10 @@ class ServeSettings:
     # JPEG bytes of every session decoded, resized, windowed, run and post-processed on the
     # backend's device by one GpuPipeline (ttball/serve/device.py); off: today's host path.
     device_pipeline: bool = False
+    # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
+    # and the ingress answers a session's creation with that address (``stream_url``), so the
+    # frames skip the ingress (docs/ray.md, "Direct streams").
+    direct_streams: bool = False
     # Build the backend with this instead of the registry: (model, device) -> Backend.
     backend_factory: Callable[..., Any] | None = field(default=None, compare=False)
 
