@@ -4,6 +4,7 @@ start-up failure, the web page mount."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -234,6 +235,28 @@ def test_websocket_client_gone_while_its_windows_wait_is_cleaned_up(start) -> No
     assert 'ttball_session_events_total{event="disconnected"} 1.0' in client.metrics()
     other = client.open_session()  # the worker goes on
     assert [other.send(png(v)) for v in (1, 2, 3)][-1][0]["frame"] == 0
+
+
+def test_stream_app_serves_only_the_stream_with_the_same_token(small_weights) -> None:
+    """What a --direct-streams replica serves on its own port, around the replica's worker."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from ttball.serve.app import stream_app
+
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                             token="s3cret")
+    worker = create_app(settings).state.worker  # built, not started: no session is open
+    with serve_in_thread(stream_app(worker)) as url:
+        ws_url = url.replace("http", "ws", 1) + "/v1/sessions/nope/stream"
+        with pytest.raises(InvalidStatus) as refused:  # no token: refused before the upgrade
+            connect(ws_url, compression=None)
+        assert refused.value.response.status_code == 403
+        with connect(ws_url + "?token=s3cret", compression=None) as ws:
+            # past the token: the worker's own answer (this one never started)
+            assert json.loads(ws.recv(timeout=10))["error"]["code"] == "not_ready"
+        with Client(url, token="s3cret") as client:  # nothing but the stream is served
+            assert client.http.post("/v1/sessions", json={}).status_code in (404, 405)
 
 
 def test_direct_streams_is_a_ray_option() -> None:
