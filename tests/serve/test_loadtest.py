@@ -49,17 +49,23 @@ def ready_worker(weights, backend: type[BackendBase], **settings) -> Iterator[st
         yield url
 
 
-def test_loadtest_reports_every_frame(loadtest, small_weights, tmp_path) -> None:
+def run_on_drawn_clip(loadtest, weights, tmp_path, *options) -> tuple[int, dict, str]:
+    """3 sessions × 20 fps for 1 s of a drawn 9-frame clip against a ready worker (no ball);
+    the exit code, the report and the worker's ``/metrics`` after the run."""
     clip = tmp_path / "clip.mp4"
     draw_clip(clip, frames=9)
     out = tmp_path / "report.json"
-    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1, 2, 4)) as url:
+    with ready_worker(weights, ZeroBackend, warmup_batches=(1, 2, 4)) as url:
         code = loadtest(url, "--clips", clip, "--sessions", 3, "--fps", 20, "--duration", 1,
-                        "--max-frames", 9, "--out", out, "--quiet")
-        assert code == 0
+                        "--max-frames", 9, "--out", out, "--quiet", *options)
         with Client(url) as client:
             metrics = client.metrics()
-    report = json.loads(out.read_text())
+    return code, json.loads(out.read_text()), metrics
+
+
+def test_loadtest_reports_every_frame(loadtest, small_weights, tmp_path) -> None:
+    code, report, metrics = run_on_drawn_clip(loadtest, small_weights, tmp_path)
+    assert code == 0
     assert report["frames_sent"] == 60 and report["rows"] == 60
     assert report["dropped"] == 0 and report["errors"] == {}
     lat = report["latency_ms"]
@@ -112,16 +118,9 @@ def test_overloaded_run_ends_on_time_with_unsent_frames(loadtest, small_weights,
 
 
 def test_sessions_split_over_processes_give_one_report(loadtest, small_weights, tmp_path) -> None:
-    clip = tmp_path / "clip.mp4"
-    draw_clip(clip, frames=9)
-    out = tmp_path / "report.json"
-    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1, 2, 4)) as url:
-        code = loadtest(url, "--clips", clip, "--sessions", 3, "--processes", 2, "--fps", 20,
-                        "--duration", 1, "--max-frames", 9, "--out", out, "--quiet")
-        with Client(url) as client:
-            metrics = client.metrics()
+    code, report, metrics = run_on_drawn_clip(loadtest, small_weights, tmp_path,
+                                              "--processes", 2)
     assert code == 0
-    report = json.loads(out.read_text())
     assert report["sessions"] == 3 and report["frames_sent"] == 60 and report["rows"] == 60
     assert report["dropped"] == 0 and report["errors"] == {}
     assert 'ttball_session_events_total{event="created"} 3.0' in metrics
