@@ -143,7 +143,7 @@ class Client:
                    "dedup_ssim": dedup_ssim, "fps": fps}
         body = self._json("POST", "/v1/sessions",
                           json={k: v for k, v in options.items() if v is not None})
-        return Session(self, body["id"], body.get("stream_url"))
+        return Session(self, body["id"], stream_url(self.url, body))
 
     def track(self, video: str | Path, step: int = 3,
               threshold: float | None = None) -> Iterator[Row]:
@@ -199,10 +199,9 @@ def parse_infer_response(body: bytes, header_length: str | None) -> np.ndarray:
 class Session:
     """One match on the worker. Send frames in order; rows come back as windows complete."""
 
-    def __init__(self, client: Client, session_id: str, stream_url: str | None = None) -> None:
-        """``stream_url``: where the session's WebSocket is served when not at the client's URL
-        (a ``serve --ray --direct-streams`` replica)."""
-        self.client, self.id, self.stream_url = client, session_id, stream_url
+    def __init__(self, client: Client, session_id: str, ws_url: str) -> None:
+        """``ws_url``: where the session's WebSocket is served (:func:`stream_url`)."""
+        self.client, self.id, self.ws_url = client, session_id, ws_url
 
     def send(self, image: bytes | np.ndarray, frame: int | None = None,
              t: float | None = None) -> list[Row]:
@@ -233,6 +232,14 @@ class Session:
         return Stream(self)
 
 
+def stream_url(base_url: str, session: dict[str, Any]) -> str:
+    """Where the WebSocket of ``session`` (the body of ``POST /v1/sessions``) is served: its
+    ``stream_url`` when the worker names one (``serve --ray --direct-streams``: the replica that
+    holds it), else the worker's own route."""
+    return session.get("stream_url") or (
+        base_url.replace("http", "ws", 1) + f"/v1/sessions/{session['id']}/stream")
+
+
 class Stream:
     """The session's WebSocket: ``send`` frames freely; ``recv`` messages in order."""
 
@@ -240,9 +247,7 @@ class Stream:
         from websockets.sync.client import connect
 
         client = session.client
-        # serve --ray --direct-streams: the replica that holds the session serves its stream
-        url = session.stream_url or (
-            client.url.replace("http", "ws", 1) + f"/v1/sessions/{session.id}/stream")
+        url = session.ws_url
         headers = {"Authorization": f"Bearer {client.token}"} if client.token else None
         # compression=None: frames are JPEG/PNG already; permessage-deflate would only spend
         # ~7 ms of CPU per 1280x720 frame on each side (it capped `ttball loadtest` at ~130 fps)

@@ -128,11 +128,11 @@ def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expec
         sessions = [client.open_session() for _ in range(SESSIONS)]
         replicas = {_replica_of(client, s.id) for s in sessions}
         assert len(replicas) == 2  # new sessions go to the replica with fewer
+        stream_ports = {s.ws_url.split(":")[2].split("/")[0] for s in sessions}
         if mode == "direct":  # each replica serves its sessions' streams on a port of its own
-            stream_ports = {s.stream_url.split(":")[2].split("/")[0] for s in sessions}
             assert len(stream_ports) == 2 and str(port) not in stream_ports
-        else:
-            assert all(s.stream_url is None for s in sessions)
+        else:  # the ingress serves every stream
+            assert stream_ports == {str(port)}
         clips = {seed: clip(seed) for seed in range(SESSIONS)}
         got: dict[int, list[dict]] = {seed: [] for seed in range(SESSIONS)}
         streams = {seed: sessions[seed].stream() for seed in (2, 3)}  # two by WebSocket

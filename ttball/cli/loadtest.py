@@ -125,6 +125,8 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
     import httpx
     from websockets.asyncio.client import connect
 
+    from ttball.client import stream_url
+
     log = SessionLog()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
@@ -132,9 +134,7 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
         if r.status_code != 201:
             log.errors[f"open_{r.status_code}"] = 1
             return log
-        sid, ws_url = r.json()["id"], r.json().get("stream_url")
-    # serve --ray --direct-streams answers with the address of the replica holding the session
-    ws_url = ws_url or url.replace("http", "ws", 1) + f"/v1/sessions/{sid}/stream"
+        ws_url = stream_url(url, r.json())
     # compression=None: zlib over JPEG bytes gains nothing, and with it this one-process client
     # spent 92 % of its time in permessage-deflate and topped out near 130 frames/s (1280x720)
     async with connect(ws_url, additional_headers=headers or None, max_size=None,

@@ -251,7 +251,7 @@ class ReplicaWorker:
             self.metrics.queue_depth.set(self.worker.batcher.depth)
         return {"replica": self.id, "readiness": self.worker.readiness(),
                 "info": self.worker.info(),
-                "sessions": [{**s.describe(), "replica": self.id} for s in self.store.all()]
+                "sessions": [self._described(s) for s in self.store.all()]
                 if self.worker.store is not None else [],
                 "metrics": self.metrics.render().decode()}
 
