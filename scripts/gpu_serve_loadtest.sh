@@ -104,8 +104,7 @@ for n in $SESSIONS; do
     --out "$S/loadtest-$n.json"
   fetch "$URL/metrics" > "$S/metrics-$n.txt"
   [ -f "$S/loadtest-$n.json" ] || { say "loadtest $n: no report"; break; }
-  ok=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(int(r['latency_ms']['p99'] < 50 and r['dropped'] == 0))" "$S/loadtest-$n.json")
-  dropped=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['dropped'])" "$S/loadtest-$n.json")
+  read -r ok dropped < <(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(int(r['latency_ms']['p99'] < 50 and r['dropped'] == 0), r['dropped'])" "$S/loadtest-$n.json")
   if [ "$ok" = 1 ]; then BEST=$n
   elif [ -n "${KEEP_GOING:-}" ] && [ "$dropped" = 0 ]; then say "p99 >= 50 ms at $n sessions: going on (KEEP_GOING)"
   else say "p99 >= 50 ms or frames dropped at $n sessions: stop"; break; fi
