@@ -25,7 +25,9 @@ OUT="${OUT:?set OUT to the output directory}"
 BUDGET_S="${BUDGET_S:-530}"
 mkdir -p "$OUT"
 T0=$(date +%s)
-CACHE="$(mktemp -d)"  # fresh compile caches: first calls are cold, second instances warm
+KEEP_CACHE="${CACHE:-}"  # CACHE=DIR keeps the compile caches (e.g. for a later verify); it must be empty
+CACHE="${CACHE:-$(mktemp -d)}"  # fresh compile caches: first calls are cold, second instances warm
+mkdir -p "$CACHE"
 now() { echo $(( $(date +%s) - T0 )); }
 say() { echo "== [$(now)s] $*"; }
 
@@ -104,6 +106,23 @@ autotune64() {
     --variants compile-max-autotune-fp16-folded-cl
 }
 
+# max-autotune (CUDA graphs) at batch 2 and 3: ~2 min of autotuning each, then the warm restarts.
+autotune23() {
+  step autotune23 330 --batch 2,3 --warmup 10 --groups 5 --calls 20 \
+    --variants compile-max-autotune-fp16-folded-cl
+}
+
+# The Triton kernels launched one by one (no CUDA graph), batch 1-3: the launch cost the graph saves.
+nograph() {
+  step nograph 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants triton-fp16-nograph,triton-fp16
+}
+
+# The other two max-autotune-no-cudagraphs rows, batch 1 (~2 min of autotuning each).
+autotune_nocg_rest() {
+  step autotune_nocg_rest 330 --batch 1 --warmup 10 --groups 5 --calls 20 --no-warm --variants \
+    compile-max-autotune-no-cudagraphs-fp16-autocast,compile-max-autotune-no-cudagraphs-fp32
+}
+
 # max-autotune without CUDA graphs (the seed's row), batch 1.
 autotune_nocg() {
   step autotune_nocg 300 --batch 1 --warmup 10 --groups 5 --calls 20 --no-warm --variants \
@@ -123,8 +142,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest)" ;;
   esac
 done
 
@@ -132,5 +151,5 @@ done
 for md in "$OUT"/*/bench.md; do
   [ -f "$md" ] && { cat "$md"; echo; }
 done > "$OUT/gpu-bench.md"
-rm -rf "$CACHE"
+[ -z "$KEEP_CACHE" ] && rm -rf "$CACHE"
 say "done: $OUT/gpu-bench.md"

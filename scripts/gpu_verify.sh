@@ -68,9 +68,11 @@ keep_summary() { for f in "$V"/summary.json "$V"/summary.md; do [ -f "$f" ] && m
 EAGER=eager-fp16,eager-bf16,eager-fp16-autocast,eager-bf16-autocast,eager-fp32-cl,eager-fp16-cl
 EAGER+=,folded-fp32,folded-fp16,folded-bf16,folded-fp16-cl
 EAGER+=,cudagraph-fp32,cudagraph-fp16,cudagraph-fp16-folded-cl
+EAGER+=,eager-bf16-cl,eager-fp16-autocast-cl,eager-fp32-cudnnbench,eager-fp16-cudnnbench
+EAGER+=,eager-fp16-autocast-cudnnbench,folded-fp32-cl
 if [ -z "${SKIP_EAGER:-}" ]; then
   step "eager / folded / cudagraph variants (one process; the reference runs once per batch)"
-  tv 120 --backend "$EAGER" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V" --images "${CLIPS[@]}" "${REAL[@]}"
+  tv 180 --backend "$EAGER" --device "$DEVICE" --max-frames "$MAX_FRAMES" --out "$V" --images "${CLIPS[@]}" "${REAL[@]}"
   keep_summary eager
 fi
 
