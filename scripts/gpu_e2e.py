@@ -70,8 +70,8 @@ from ttball.pipeline import infer_windows
 from ttball.results import FrameResult
 from ttball.stream import FrameStream, StreamOptions
 
-STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_cpu_decode", "cpu_path", "parity",
-          "resize")
+STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_overlap", "e2e_cpu_decode", "cpu_path",
+          "parity", "resize")
 # Batch sizes warmed besides --batches; a push's last windows are padded to the next of these.
 # triton-fp16 compiles each size (8 s at batch 8 with an empty cache,
 # docs/benchmarks/triton-h200.md), so no smaller ones.
@@ -215,11 +215,12 @@ def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> li
 
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
-            warm_pushes: int = 3) -> dict[str, Any]:
+            warm_pushes: int = 3, overlap: bool = False) -> dict[str, Any]:
     device = backend.device
     timer = StageTimer(device, sync=sync_stages)
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
-    pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer)
+    pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
+                           overlap=overlap)
     for s in range(sessions):
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
     per_push = batch * step if step == 3 else batch  # frames that make about ``batch`` windows
@@ -243,10 +244,12 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
             rows += sum(len(r) for r in done.values())
             if t1 - start > seconds:
                 break
+    rows += sum(len(r) for r in pipeline.flush().values())  # overlap: the last push's batches
     elapsed = time.perf_counter() - start
     lat = np.array(latencies)
     out = {
         "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
+        "overlap": overlap,
         "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
         "frames_per_s": frames / elapsed,
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
@@ -268,16 +271,20 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
 
 
 def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: argparse.Namespace,
-              budget: Budget, decoder: JpegDecoder, batches: list[int]) -> list[dict[str, Any]]:
+              budget: Budget, decoder: JpegDecoder, batches: list[int],
+              overlap: bool = False) -> list[dict[str, Any]]:
+    """Per batch size: the pipeline timed as a whole, then with a sync after each stage (the
+    split; not with ``overlap``, which the syncs would undo)."""
     rows = []
+    runs = ((False, args.seconds),) if overlap else ((False, args.seconds), (True, args.seconds / 2))
     for b in batches:
-        for sync_stages, seconds in ((False, args.seconds), (True, args.seconds / 2)):
+        for sync_stages, seconds in runs:
             if budget.left() < seconds + 5:
                 rows.append({"batch": b, "skipped": "time budget"})
                 continue
             try:
                 row = run_e2e(backend, config, blobs, args.sessions, b, args.step, seconds,
-                              decoder, sync_stages)
+                              decoder, sync_stages, overlap=overlap)
             except Exception as exc:  # noqa: BLE001
                 row = {"batch": b, "sync_stages": sync_stages,
                        "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
@@ -324,9 +331,12 @@ def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: 
     clips = {"p0": blobs[:40], "p1": blobs[20:60] if len(blobs) >= 60 else blobs[::-1][:40]}
     want = {sid: cpu_rows(backend, config, clip, step, PARITY_BATCH)[0] for sid, clip in clips.items()}
     out: dict[str, Any] = {}
-    for label, decoder in (("pipeline_decoder", JpegDecoder(backend.device)),
-                           ("cv2_decoder", JpegDecoder(backend.device, prefer_gpu=False))):
-        pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=(PARITY_BATCH,))
+    serial: dict[str, list[FrameResult]] = {}
+    for label, decoder, overlap in (("pipeline_decoder", JpegDecoder(backend.device), False),
+                                    ("pipeline_decoder_overlap", JpegDecoder(backend.device), True),
+                                    ("cv2_decoder", JpegDecoder(backend.device, prefer_gpu=False), False)):
+        pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=(PARITY_BATCH,),
+                               overlap=overlap)
         got: dict[str, list[FrameResult]] = {sid: [] for sid in clips}
         for sid in clips:
             pipeline.open(sid, StreamOptions(step=step), fps=60.0)
@@ -348,6 +358,11 @@ def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: 
             "p99_position_diff_px": float(np.percentile(dist, 99)) if dist else 0.0,
             "fallback_share": pipeline.fallbacks / max(pipeline.heatmaps, 1),
         }
+        if label == "pipeline_decoder":
+            serial = got
+        elif overlap:  # the same kernels on the same frames: the rows must be identical
+            out[label]["identical_to_serial"] = all(
+                [r.as_dict() for r in got[s]] == [r.as_dict() for r in serial[s]] for s in clips)
     return out
 
 
@@ -413,6 +428,8 @@ def main() -> None:
         "post": lambda: stage_post(*need("backend", "blobs", "config"), device, batches[-1]),
         "e2e": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
                                  JpegDecoder(device), batches),
+        "e2e_overlap": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
+                                         JpegDecoder(device), batches, overlap=True),
         "e2e_cpu_decode": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
                                             JpegDecoder(device, prefer_gpu=False), batches[-1:]),
         "cpu_path": lambda: stage_cpu_path(*need("backend", "config", "blobs"), args.step,

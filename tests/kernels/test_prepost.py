@@ -169,8 +169,9 @@ def cpu_rows(backend: BackendBase, config: WeightsConfig, blobs: list[bytes],
 
 
 def gpu_rows(pipeline: GpuPipeline, sessions: dict[str, tuple[list[bytes], StreamOptions]],
-             fps: float, chunk: int) -> dict[str, list[FrameResult]]:
-    """Push the sessions' frames interleaved, ``chunk`` frames per push, then finish each."""
+             fps: float, chunk: int, flush: bool = False) -> dict[str, list[FrameResult]]:
+    """Push the sessions' frames interleaved, ``chunk`` frames per push, then (``flush``) flush,
+    then finish each."""
     for sid, (_, options) in sessions.items():
         pipeline.open(sid, options, fps)
     queue = [(sid, blobs[k]) for k in range(max(len(b) for b, _ in sessions.values()))
@@ -178,6 +179,9 @@ def gpu_rows(pipeline: GpuPipeline, sessions: dict[str, tuple[list[bytes], Strea
     rows: dict[str, list[FrameResult]] = {sid: [] for sid in sessions}
     for start in range(0, len(queue), chunk):
         for sid, done in pipeline.push(queue[start : start + chunk]).items():
+            rows[sid].extend(done)
+    if flush:
+        for sid, done in pipeline.flush().items():
             rows[sid].extend(done)
     for sid in sessions:
         rows[sid].extend(pipeline.finish(sid))
@@ -243,6 +247,21 @@ def test_pipeline_on_cuda_with_graphs_matches_the_cpu_path(small_config: Weights
             assert max(abs(g.x - w.x) + abs(g.y - w.y) for g, w in zip(got[sid], want)) < 0.5
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> None:
+    """On the GPU, overlap decodes on a side stream and keeps batches in flight across pushes:
+    the rows must be identical to the serial pipeline's (same kernels, same frames)."""
+    sessions = {"a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+                "b": (session_frames(11, (320, 180), streak=False), StreamOptions(step=1))}
+    serial = gpu_rows(GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2)),
+                      sessions, 60.0, chunk=7)
+    overlap = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    got = gpu_rows(overlap, sessions, 60.0, chunk=7)
+    assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
+        {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
+
+
 @pytest.mark.parametrize("name", ["eager-fp32", "eager-fp32-cl"])  # -cl: channels_last logits
 def test_pipeline_matches_the_cpu_path_with_a_random_model(
     small_config: WeightsConfig, small_model: torch.nn.Module, one_cpu_thread: None, name: str
@@ -260,6 +279,54 @@ def test_pipeline_matches_the_cpu_path_with_a_random_model(
     for sid, (blobs, options) in sessions.items():
         assert_rows_match(got[sid], cpu_rows(backend, small_config, blobs, options, 30.0))
     assert 0 < pipeline.fallbacks < pipeline.heatmaps
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfig, flush: bool) -> None:
+    """overlap=True: the same rows per session as without it (finish or flush collects what
+    the last push left running), but a push returns the rows its own windows finish only at
+    the next push."""
+    sessions = {
+        "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+        "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
+    }
+    serial = gpu_rows(GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                                  batch_sizes=(1, 2, 4)), sessions, 60.0, chunk=5)
+    overlap = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                          batch_sizes=(1, 2, 4), overlap=True)
+    got = gpu_rows(overlap, sessions, 60.0, chunk=5, flush=flush)
+    for sid in sessions:
+        assert_rows_match(got[sid], serial[sid])
+        assert len(got[sid]) == len(sessions[sid][0])
+    assert overlap.in_flight == 0 and len(overlap) == 0
+
+    # step 1: the fourth frame's window makes frames 0-1 final, but only once it is read back
+    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                           batch_sizes=(1, 2, 4), overlap=True)
+    blobs = [jpeg(draw(i, (320, 180), True)) for i in range(6)]
+    pipeline.open("s", StreamOptions(step=1), 60.0)
+    assert pipeline.push([("s", b) for b in blobs[:4]]) == {"s": []}
+    assert pipeline.in_flight == 2
+    assert [r.frame for r in pipeline.push([("s", blobs[4])])["s"]] == [0, 1]
+    assert pipeline.in_flight == 1
+    assert [r.frame for r in pipeline.flush()["s"]] == [2]
+    assert pipeline.in_flight == 0 and pipeline.flush() == {}
+    assert [r.frame for r in pipeline.finish("s")] == [3, 4]
+
+
+def test_overlap_drops_the_windows_of_a_session_closed_in_flight(small_config: WeightsConfig) -> None:
+    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                           batch_sizes=(1, 2, 4), overlap=True)
+    a, b = ([jpeg(draw(i, (320, 180), streak)) for i in range(6)] for streak in (True, False))
+    for sid in "ab":
+        pipeline.open(sid, StreamOptions(step=3), 60.0)
+    pipeline.push([(sid, blob) for k in range(6) for sid, blob in (("a", a[k]), ("b", b[k]))])
+    assert pipeline.in_flight == 4
+    pipeline.close("b")
+    rows = pipeline.flush()
+    assert list(rows) == ["a"] and [r.frame for r in rows["a"]] == [0, 1, 2, 3, 4]
+    assert [r.frame for r in pipeline.finish("a")] == [5]
+    assert len(pipeline) == 0
 
 
 def test_pipeline_refuses_what_it_cannot_do(small_config: WeightsConfig) -> None:

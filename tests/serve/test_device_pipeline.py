@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import cv2
 import numpy as np
@@ -25,12 +25,14 @@ from worker_checks import assert_rows_equal, assert_sigterm_finishes_in_flight
 
 from ttball.backends import create
 from ttball.client import Client, ServeError, pack_records
+from ttball.errors import UserError
 from ttball.frames import FrameSource
 from ttball.pipeline import track
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
 from ttball.serve.device import DevicePath, FrameRefused, Upload
 from ttball.serve.metrics import Metrics
+from ttball.serve.settings import ApiError
 
 FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
 
@@ -74,10 +76,12 @@ def servers(small_weights):
     try:
         with serve_in_thread(create_app(ServeSettings(**base))) as host_url, \
                 serve_in_thread(create_app(ServeSettings(**base, device_pipeline=True))) as dev_url, \
-                Client(host_url) as host, Client(dev_url) as device:
-            host.wait_ready(timeout=90, poll=0.1)
-            device.wait_ready(timeout=90, poll=0.1)
-            yield {"host": host, "device": device}
+                serve_in_thread(create_app(ServeSettings(**base, device_pipeline=True,
+                                                         pipeline_overlap=True))) as lap_url, \
+                Client(host_url) as host, Client(dev_url) as device, Client(lap_url) as overlap:
+            for client in (host, device, overlap):
+                client.wait_ready(timeout=90, poll=0.1)
+            yield {"host": host, "device": device, "overlap": overlap}
     finally:
         torch.set_num_threads(threads)
 
@@ -102,6 +106,7 @@ def test_http_frames_equal_track_and_the_default_mode(servers, jpegs, reference,
         got[mode] = rows + session.finish()
     assert_rows_equal(got["device"], reference[step])
     assert_rows_equal(got["device"], got["host"])
+    assert_rows_equal(got["overlap"], got["host"])
 
 
 def test_records_bodies_and_explicit_numbers_equal_the_default_mode(servers, jpegs) -> None:
@@ -116,11 +121,13 @@ def test_records_bodies_and_explicit_numbers_equal_the_default_mode(servers, jpe
     assert [r["frame"] for r in got["device"]] == [0, 1, 2, 3, 10, 11, 12]
     assert got["device"][4]["time_s"] == 2.0
     assert_rows_equal(got["device"], got["host"])
+    assert_rows_equal(got["overlap"], got["host"])
 
 
+@pytest.mark.parametrize("mode", ["device", "overlap"])
 @pytest.mark.parametrize("step", [1, 3])
-def test_websocket_stream_equals_track(servers, jpegs, reference, step) -> None:
-    session = servers["device"].open_session(step=step, fps=30)
+def test_websocket_stream_equals_track(servers, jpegs, reference, step, mode) -> None:
+    session = servers[mode].open_session(step=step, fps=30)
     with session.stream() as ws:
         for data in jpegs:
             ws.send(data)  # no waiting: frames queue up and share pushes
@@ -129,8 +136,24 @@ def test_websocket_stream_equals_track(servers, jpegs, reference, step) -> None:
     assert_rows_equal(messages, reference[step])
 
 
-def test_concurrent_sessions_share_pushes(servers, jpegs, reference) -> None:
-    client = servers["device"]
+def test_overlap_rows_arrive_without_finishing(servers, jpegs, reference) -> None:
+    """--pipeline-overlap: a push's rows wait for the next push, or for the queue to run
+    short; a stream that pauses still gets them without finishing."""
+    session = servers["overlap"].open_session(step=1, fps=30)
+    with session.stream() as ws:
+        for data in jpegs[:5]:
+            ws.send(data)
+        early = [ws.recv(timeout=30) for _ in range(3)]  # frames 0-2 are final once 3 is in
+        for data in jpegs[5:]:
+            ws.send(data)
+        messages = early + ws.finish()
+    assert [m["frame"] for m in early] == [0, 1, 2]
+    assert_rows_equal(messages, reference[1])
+
+
+@pytest.mark.parametrize("mode", ["device", "overlap"])
+def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> None:
+    client = servers[mode]
     before = _push_counts(client.metrics())
 
     def one(step: int) -> list[dict]:
@@ -285,6 +308,44 @@ def test_a_refused_frame_leaves_the_other_uploads_of_its_push_alone(small_model,
         assert got.visible == want.visible and abs(got.x - want.x) < 1e-3
 
 
+def test_overlap_resolves_an_upload_once_its_rows_are_delivered(small_model, small_config,
+                                                                jpegs) -> None:
+    """--pipeline-overlap at the runner: an upload whose windows are still in flight gets a
+    future, resolved by the next push (or a flush, or a finish) after its rows went out; a
+    failure reading them back fails the waiting uploads too."""
+    from ttball.stream import StreamOptions
+
+    backend = create("eager-fp32", small_model, "cpu")
+    settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True, pipeline_overlap=True)
+    path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
+    rows: list = []
+    key = path.open("s", StreamOptions(step=1), 30.0).stream_id
+
+    def upload(first: int, count: int) -> Upload:
+        return Upload(key, tuple(jpegs[first : first + count]),
+                      tuple((k, k / 30) for k in range(first, first + count)), rows.extend)
+
+    first = path.run([upload(0, 4)])[0]  # two windows launched, none read back
+    assert isinstance(first, Future) and not first.done() and rows == []
+    second = path.run([upload(4, 2)])[0]  # reads the first push back, leaves its own running
+    assert first.done() and first.result() is None and not second.done()
+    assert [r.frame for r in rows] == [0, 1]
+    path.flush()
+    assert second.done() and [r.frame for r in rows] == [0, 1, 2, 3]
+    assert path.run([upload(6, 1)])[0] is not None  # in flight again
+    assert path.run([Upload(key, (), (), rows.extend, finish=True)]) == [None]
+    assert [r.frame for r in rows] == list(range(FRAMES))
+
+    broken = path.open("t", StreamOptions(step=1), 30.0).stream_id
+    waiting = path.run([Upload(broken, tuple(jpegs[:4]), tuple((k, k / 30) for k in range(4)),
+                               rows.extend)])[0]
+    path.pipeline._post = lambda flight: 1 / 0  # type: ignore[method-assign]
+    with pytest.raises(ZeroDivisionError):
+        path.flush()
+    failure = waiting.exception()
+    assert isinstance(failure, ApiError) and (failure.status, failure.code) == (500, "backend_error")
+
+
 # -- batching and back-pressure with a gated backend -------------------------------------------------
 @pytest.fixture()
 def gated(small_weights):
@@ -394,6 +455,10 @@ def test_cli_flag_sets_the_mode() -> None:
     add_arguments(parser)
     assert settings_from(parser.parse_args(["--device-pipeline"])).device_pipeline is True
     assert settings_from(parser.parse_args([])).device_pipeline is False
+    both = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap"]))
+    assert both.device_pipeline and both.pipeline_overlap
+    with pytest.raises(UserError, match="--pipeline-overlap needs --device-pipeline"):
+        settings_from(parser.parse_args(["--pipeline-overlap"]))
 
 
 SERVER = textwrap.dedent("""

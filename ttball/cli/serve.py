@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "frames of every session on the backend's device in one batched push; "
                         "sessions with dedup_ssim keep the host path, PNG/raw RGB frames get 415 "
                         "(docs/serve.md)")
+    p.add_argument("--pipeline-overlap", action="store_true",
+                   help="with --device-pipeline: overlap a push's network with the next push's "
+                        "decode under load; a push's rows come with the next one (docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -91,6 +94,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         session_ttl_s=args.session_ttl, token=token or None, verify=args.verify,
         decode_threads=args.decode_threads, torch_threads=args.torch_threads,
         device_pipeline=args.device_pipeline,
+        pipeline_overlap=args.pipeline_overlap,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

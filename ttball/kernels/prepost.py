@@ -19,6 +19,11 @@ JPEG frames that arrived for any sessions and:
 6. hands each frame's candidates to its stream's tracker: :class:`~ttball.results.FrameResult`
    rows per session, in frame order, equal to FrameStream + the CPU path.
 
+With ``overlap=True`` a push does not wait for its own network: it decodes and prepares its
+frames (on a side CUDA stream) while the previous push's batches run on the GPU, then reads
+those back and tracks them, then launches its own; their rows come with the next push or
+:meth:`~GpuPipeline.flush`. The rows are the same; each arrives one push later.
+
 Not supported here: the SSIM near-duplicate filter (``dedup_ssim``; refused, not ignored).
 """
 
@@ -28,7 +33,7 @@ import bisect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,6 +168,19 @@ class _Session:
     rows: list[FrameResult] = field(default_factory=list)
 
 
+@dataclass
+class _InFlight:
+    """One backend call, launched: its windows and their sessions, the packed candidate
+    statistics (on the host once ``ready`` has passed; ``None``: a blocking copy is still to
+    make) and the unpadded logits (for the rare map that needs the host post-processing)."""
+
+    windows: list[Window]
+    sessions: list[_Session]
+    packed: Tensor
+    ready: torch.cuda.Event | None
+    logits: Tensor
+
+
 class GpuPipeline:
     """Sessions' JPEG frames → decoded, resized, windowed, batched, run, post-processed on
     ``backend.device`` → per-session rows (see the module docstring for the steps)."""
@@ -180,11 +198,14 @@ class GpuPipeline:
         compile_resize: bool = False,
         max_batch: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
+        overlap: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
         ``compile_resize``: the resize fused by ``torch.compile``; ``max_batch``: windows per
         backend call at most (default: the largest batch size), each call padded up to one of
-        ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call."""
+        ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
+        ``overlap``: a push leaves its batches running and returns the previous push's rows
+        (see the module docstring; call :meth:`flush` when no push follows)."""
         self.backend, self.config = backend, config
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
@@ -200,6 +221,12 @@ class GpuPipeline:
         self._graphed = GraphedStats(self.post) if use_graphs else None
         self.graph_error: str | None = None
         self.timer = timer or StageTimer(self.device)
+        self.overlap = overlap
+        # overlap on CUDA: decode and resize on their own stream, so the duplicate test's
+        # read-back does not wait for the previous push's network on the default stream
+        self._side = torch.cuda.Stream(self.device) if overlap and self.device.type == "cuda" else None
+        self._pending: list[_InFlight] = []  # overlap: the last push's batches, not yet read back
+        self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
@@ -215,7 +242,14 @@ class GpuPipeline:
         return stream
 
     def close(self, sid: str) -> None:
+        """Forget ``sid``; its windows still in flight are dropped when they come back."""
         self._sessions.pop(sid, None)
+        self._ready.pop(sid, None)
+
+    @property
+    def in_flight(self) -> int:
+        """Windows launched by the last push and not yet read back (``overlap`` only)."""
+        return sum(len(f.windows) for f in self._pending)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -230,12 +264,16 @@ class GpuPipeline:
 
         ``stamps``: each frame's ``(index, time_s)`` (increasing per session); default: the
         session's next index and ``index / fps``. A frame that does not decode or has another
-        size than its session's raises :class:`FrameRejected` and nothing is taken."""
+        size than its session's raises :class:`FrameRejected` and nothing is taken.
+
+        With ``overlap``, the rows are those the previous push's batches finished (and any this
+        push's frames finish without a window), for every session concerned."""
         sessions = [self._get(sid) for sid, _ in frames]
-        with self.timer.stage("decode"):
-            images, repeats = self._decode(frames, sessions)
-        with self.timer.stage("preprocess"):
-            smalls, duplicates = self._prepare(images, repeats, sessions)
+        with self._on_side():
+            with self.timer.stage("decode"):
+                images, repeats = self._decode(frames, sessions)
+            with self.timer.stage("preprocess"):
+                smalls, duplicates = self._prepare(images, repeats, sessions)
         windows: list[Window] = []
         touched: dict[str, _Session] = {}
         for k, ((sid, _), session, image, small, dup) in enumerate(
@@ -246,19 +284,61 @@ class GpuPipeline:
             size = (image.shape[-1], image.shape[-2])
             windows.extend(session.stream.push_device(index, time_s, size, dup, small))
             touched[sid] = session
-        self._run(windows)
-        for session in touched.values():
-            if session.stream.frames_in - session.stream.duplicates >= 3:
-                session.rows.extend(session.stream.drain())
-        return {sid: self._take(s) for sid, s in touched.items()}
+        if self.overlap:
+            self._complete(self._take_pending())
+            self._join_side()
+            self._pending = [self._launch(chunk) for chunk in self._chunks(windows)]
+        else:
+            self._run(windows)
+        return self._collect(touched)
+
+    def flush(self) -> dict[str, list[FrameResult]]:
+        """``overlap``: read back and track what the last push left running; the rows of
+        every session that has some (empty without overlap or when nothing is in flight)."""
+        self._complete(self._take_pending())
+        return self._collect({})
+
+    def take_ready(self) -> dict[str, list[FrameResult]]:
+        """Rows already read back and not yet returned: those of other sessions that a
+        :meth:`finish` read back with its own (``overlap``); waits for nothing."""
+        return self._collect({})
 
     def finish(self, sid: str) -> list[FrameResult]:
-        """No more frames for ``sid``: its last rows; the session is closed."""
+        """No more frames for ``sid``: its last rows; the session is closed. (With
+        ``overlap``, the batches in flight are read back first; other sessions' rows among
+        them come with the next push or flush.)"""
         session = self._get(sid)
+        self._complete(self._take_pending())
+        self._join_side()
         self._run(session.stream.finish())
         session.rows.extend(session.stream.drain())
         self.close(sid)
         return self._take(session)
+
+    def _collect(self, touched: dict[str, _Session]) -> dict[str, list[FrameResult]]:
+        """Rows of the sessions given and of those whose windows completed since the last
+        call, each drained as far as its frames are final."""
+        sessions, self._ready = {**self._ready, **touched}, {}
+        out = {}
+        for sid, session in sessions.items():
+            if self._sessions.get(sid) is not session:
+                continue  # closed meanwhile
+            if session.stream.frames_in - session.stream.duplicates >= 3:
+                session.rows.extend(session.stream.drain())
+            out[sid] = self._take(session)
+        return out
+
+    def _take_pending(self) -> list[_InFlight]:
+        pending, self._pending = self._pending, []
+        return pending
+
+    def _on_side(self) -> AbstractContextManager[object]:
+        return torch.cuda.stream(self._side) if self._side is not None else nullcontext()
+
+    def _join_side(self) -> None:
+        """The default stream waits for the side stream's decode and resize."""
+        if self._side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
 
     def _get(self, sid: str) -> _Session:
         try:
@@ -349,34 +429,64 @@ class GpuPipeline:
         return smalls, duplicates
 
     # -- windows through the backend ----------------------------------------------------------------
-    def _run(self, windows: list[Window]) -> None:
-        for start in range(0, len(windows), self.max_batch):
-            self._run_batch(windows[start : start + self.max_batch])
+    def _chunks(self, windows: list[Window]) -> list[list[Window]]:
+        return [windows[start : start + self.max_batch] for start in range(0, len(windows), self.max_batch)]
 
-    def _run_batch(self, windows: list[Window]) -> None:
-        if not windows:
-            return
+    def _run(self, windows: list[Window]) -> None:
+        """Each backend call launched and read back before the next."""
+        for chunk in self._chunks(windows):
+            self._complete([self._launch(chunk)])
+
+    def _launch(self, windows: list[Window]) -> _InFlight:
+        """One backend call (padded up to a warmed size) and the candidate statistics, queued
+        on the device. With ``overlap`` the statistics are copied to pinned host memory behind
+        an event and the logits kept in a private copy: a CUDA-graph backend overwrites its
+        output buffers at its next call, which may come before this one is read back."""
         size = self.sizes[bisect.bisect_left(self.sizes, len(windows))]
         padded = windows + [windows[-1]] * (size - len(windows))
-        streams = [self._sessions[w.stream_id].stream for w in windows]
+        sessions = [self._sessions[w.stream_id] for w in windows]
         with self.timer.stage("preprocess"):
             batch = normalize(stack_windows([w.frames for w in padded]), self.config)  # type: ignore[attr-defined]
         with self.timer.stage("network"):
-            logits = self.backend(batch)
+            logits = self.backend(batch)[: len(windows)]
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
-            found = self._post(logits[: len(windows)], streams)
-        with self.timer.stage("track"):
-            for window, stream, per_position in zip(windows, streams, found):
-                session = self._sessions[window.stream_id]
-                session.rows.extend(stream.complete_found(window, per_position))
+            thresholds = torch.tensor([s.stream.threshold for s in sessions for _ in range(3)],
+                                      dtype=torch.float32).to(logits.device, non_blocking=True)
+            packed = self._packed(logits, thresholds)
+            ready = None
+            if self.overlap:
+                logits = logits.clone()
+                if packed.device.type == "cuda":
+                    host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+                    packed = host.copy_(packed, non_blocking=True)
+                    ready = torch.cuda.Event()
+                    ready.record()
+                else:
+                    packed = packed.clone()
+        return _InFlight(windows, sessions, packed, ready, logits)
 
-    def _post(self, logits: Tensor, streams: list[DeviceStream]) -> list[list[list[Detection]]]:
-        """Logits ``(B, 3, h, w)`` → candidates per window and position."""
-        thresholds = torch.tensor([s.threshold for s in streams for _ in range(3)],
-                                  dtype=torch.float32).to(logits.device, non_blocking=True)
-        packed = self._packed(logits, thresholds).cpu().numpy()
+    def _complete(self, flights: list[_InFlight]) -> None:
+        """Read launched calls back, in order: candidates to each window's stream (skipping
+        sessions closed meanwhile); the sessions are then ready for :meth:`_collect`."""
+        for flight in flights:
+            with self.timer.stage("postprocess"):
+                found = self._post(flight)
+            with self.timer.stage("track"):
+                for window, session, per_position in zip(flight.windows, flight.sessions, found):
+                    if self._sessions.get(window.stream_id) is not session:
+                        continue
+                    session.rows.extend(session.stream.complete_found(window, per_position))
+                    self._ready[window.stream_id] = session
+
+    def _post(self, flight: _InFlight) -> list[list[list[Detection]]]:
+        """A launched call's packed statistics → candidates per window and position."""
+        if flight.ready is not None:
+            flight.ready.synchronize()
+        packed = flight.packed.cpu().numpy()
+        logits = flight.logits
+        streams = [s.stream for s in flight.sessions]
         stats = packed[:, :-1].reshape(len(packed), self.post.max_blobs, STATS)
         need_host = packed[:, -1].nonzero()[0]
         self.heatmaps += len(packed)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
+import logging
 import math
 import os
 import threading
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from ttball.serve.device import DevicePath
     from ttball.serve.sessions import Feeder, SessionStore
 
+
+log = logging.getLogger(__name__)
 
 CUDA_WARM_CALLS = 3
 WINDOW = 3  # admission units per window: a frame at step 3 (a third of a window) costs 1
@@ -112,6 +116,9 @@ class Batcher:
         self._executor = executor  # one thread: the backend's (see Worker.backend_thread)
         self._batch_s = 0.0  # moving average of one batch's network time, for Retry-After
         self.batches = 0
+        # backend thread: run after a batch when less than a full batch is queued (the device
+        # pipeline's flush of the batches a push left running, --pipeline-overlap)
+        self.idle: Callable[[], None] | None = None
 
     # -- admission ----------------------------------------------------------------------------
     @property
@@ -175,6 +182,16 @@ class Batcher:
             jobs = self._take()
             if jobs:
                 await self._run(jobs)
+            if self.idle is not None and self._queued < self.max_batch * WINDOW:
+                await self._run_idle()
+
+    async def _run_idle(self) -> None:
+        assert self.idle is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.idle)
+        except Exception:  # the rows of that work are lost; the worker goes on
+            self.metrics.errors.labels("backend").inc()
+            log.exception("the backend thread's idle work failed")
 
     async def _gather(self) -> None:
         """Wait until max_batch windows of work are queued or the oldest has waited max_delay."""
@@ -229,6 +246,9 @@ class Batcher:
         seconds = finished - started
         self._batch_s = seconds if self.batches == 1 else 0.9 * self._batch_s + 0.1 * seconds
         for job, result in zip(jobs, out):
+            if isinstance(result, concurrent.futures.Future):  # its work is still in flight
+                self._settle_later(job, result)
+                continue
             self.metrics.window_seconds.observe(finished - job.enqueued)
             if job.future.done():
                 continue
@@ -236,6 +256,22 @@ class Batcher:
                 job.future.set_exception(result)
             else:
                 job.future.set_result(result)
+
+    def _settle_later(self, job: Job, later: concurrent.futures.Future[Any]) -> None:
+        """Settle ``job`` when the backend thread resolves ``later`` (a runner's result for
+        work it left running: the device pipeline with --pipeline-overlap)."""
+        def settle(done: asyncio.Future[Any]) -> None:
+            self.metrics.window_seconds.observe(time.perf_counter() - job.enqueued)
+            if job.future.done():
+                return
+            if done.cancelled():
+                job.future.cancel()
+            elif (exc := done.exception()) is not None:
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(done.result())
+
+        asyncio.wrap_future(later).add_done_callback(settle)
 
     def _run_windows(self, windows: list[Window], raw: bool) -> list[np.ndarray]:
         """Backend thread: one batch, padded to a warmed size; one output row per window."""
@@ -413,6 +449,8 @@ class Worker:
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
                                capacity=s.max_queue, executor=self.backend_thread,
                                runners=runners)
+        if self.device is not None and s.pipeline_overlap:
+            self.batcher.idle = self.device.flush
         self.batcher.start()
         self.store = SessionStore(self.config, s, self.metrics, self.device)
         device = DeviceFeeder(self.batcher, s) if self.device is not None else None

@@ -28,7 +28,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import cv2
@@ -72,10 +72,15 @@ class DevicePath:
         """``executor``: the backend thread (closing a session waits for a push in flight)."""
         self.metrics, self._executor = metrics, executor
         self.pipeline = GpuPipeline(backend, config, batch_sizes=settings.warmup_batches,
-                                    max_batch=settings.batch_limit, on_batch=metrics.note_batch)
+                                    max_batch=settings.batch_limit, on_batch=metrics.note_batch,
+                                    overlap=settings.pipeline_overlap)
         self.config = config
         metrics.watch_device()
         self._keys = itertools.count()
+        # backend thread: each open session's delivery (with overlap, a push returns rows of
+        # sessions that are not among its uploads)
+        self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
+        self._waiting: list[Future[None]] = []  # overlap: uploads whose batches are in flight
 
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
@@ -91,9 +96,13 @@ class DevicePath:
     def close(self, key: str) -> None:
         """Drop a session on the backend thread, after any push in flight."""
         try:
-            self._executor.submit(self.pipeline.close, key)
+            self._executor.submit(self._close, key)
         except RuntimeError:  # the backend thread is shut down: so is the pipeline
             pass
+
+    def _close(self, key: str) -> None:
+        self.pipeline.close(key)
+        self._sinks.pop(key, None)
 
     # -- the backend thread ------------------------------------------------------------------------
     def warm(self, sizes: Sequence[int]) -> None:
@@ -109,30 +118,81 @@ class DevicePath:
                 for key in keys:
                     self.pipeline.open(key)
                 self.pipeline.push([(key, blank) for blank in blanks for key in keys])
+                self.pipeline.flush()
                 for key in keys:
                     self.pipeline.close(key)
         finally:
             self.pipeline.on_batch = report
 
-    def run(self, uploads: list[Upload]) -> list[ApiError | None]:
+    def run(self, uploads: list[Upload]) -> list[ApiError | Future[None] | None]:
         """Every upload's frames in one push, then the finishes; one result per upload
         (``None``, or the refusal of its frames). Uploads of sessions closed meanwhile are
-        skipped."""
-        results: list[ApiError | None] = [None] * len(uploads)
+        skipped.
+
+        With ``--pipeline-overlap`` an upload whose frames are still on the GPU when the push
+        returns gets a :class:`concurrent.futures.Future` instead of ``None``; it resolves once
+        those frames' rows are delivered (by the next push, a finish or :meth:`flush`), so a
+        step still ends with its rows in the outbox."""
+        results: list[ApiError | Future[None] | None] = [None] * len(uploads)
         live = [i for i, u in enumerate(uploads) if u.key in self.pipeline]
-        self._push(uploads, live, results)
         for i in live:
-            if uploads[i].finish:
-                uploads[i].deliver(self.pipeline.finish(uploads[i].key))
+            self._sinks[uploads[i].key] = uploads[i].deliver
+        try:
+            pushed = self._push(uploads, live, results)
+            for i in live:
+                if uploads[i].finish:
+                    uploads[i].deliver(self.pipeline.finish(uploads[i].key))
+                    self._sinks.pop(uploads[i].key, None)
+            self._deliver(self.pipeline.take_ready())  # rows a finish read back for others
+        except BaseException as exc:
+            self._release(exc)
+            raise
+        if not self.pipeline.overlap:
+            return results
+        if pushed or not self.pipeline.in_flight:
+            self._release()  # the batches of the uploads waiting so far have been read back
+        if self.pipeline.in_flight and pushed:
+            for i in live:
+                if not uploads[i].finish and results[i] is None:
+                    results[i] = later = Future()
+                    self._waiting.append(later)
         return results
 
-    def _push(self, uploads: list[Upload], live: list[int], results: list[ApiError | None]) -> None:
+    def flush(self) -> None:
+        """Backend thread, when the queue runs short (``--pipeline-overlap``): the rows of the
+        batches the last push left running, to their sessions; then their uploads resolve."""
+        try:
+            if self.pipeline.in_flight:
+                self._deliver(self.pipeline.flush())
+        except BaseException as exc:
+            self._release(exc)
+            raise
+        self._release()
+
+    def _release(self, error: BaseException | None = None) -> None:
+        """Resolve the uploads waiting for their batches (with ``error``: fail them)."""
+        waiting, self._waiting = self._waiting, []
+        for later in waiting:
+            if error is None:
+                later.set_result(None)
+            else:  # as the batcher answers a failed run
+                later.set_exception(ApiError(500, "backend_error", f"{type(error).__name__}: {error}"))
+
+    def _deliver(self, rows: dict[str, list[FrameResult]]) -> None:
+        for key, done in rows.items():
+            sink = self._sinks.get(key)
+            if done and sink is not None:
+                sink(done)
+
+    def _push(self, uploads: list[Upload], live: list[int],
+              results: list[ApiError | Future[None] | None]) -> bool:
         """Push the frames of ``uploads[live]``; a refused frame's upload is dropped from the
-        push (its result says why) and the rest pushed again (nothing changed on a refusal)."""
+        push (its result says why) and the rest pushed again (nothing changed on a refusal).
+        Whether a push happened."""
         while True:
             owner = [i for i in live for _ in uploads[i].blobs]
             if not owner:
-                return
+                return False
             frames = [(uploads[i].key, blob) for i in live for blob in uploads[i].blobs]
             stamps = [stamp for i in live for stamp in uploads[i].stamps]
             try:
@@ -142,12 +202,9 @@ class DevicePath:
                 results[bad] = _refusal(exc, uploads[bad].stamps[exc.index - owner.index(bad)][0])
                 live.remove(bad)
                 continue
-            sinks = {uploads[i].key: uploads[i].deliver for i in live}
-            for key, done in rows.items():
-                if done:
-                    sinks[key](done)
+            self._deliver(rows)
             self.metrics.frame_accepted(len(frames))
-            return
+            return True
 
     def _timed_push(self, frames: list[tuple[str, bytes]],
                     stamps: list[tuple[int, float]]) -> dict[str, list[FrameResult]]:

@@ -50,6 +50,9 @@ class ServeSettings:
     # JPEG bytes of every session decoded, resized, windowed, run and post-processed on the
     # backend's device by one GpuPipeline (ttball/serve/device.py); off: today's host path.
     device_pipeline: bool = False
+    # With device_pipeline: a push leaves its batches running on the GPU while the next push
+    # decodes; rows of a push come with the next one (or when the queue runs short).
+    pipeline_overlap: bool = False
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -81,6 +84,8 @@ class ServeSettings:
             raise UserError(f"--max-delay-ms must be >= 0, got {self.max_delay_ms}")
         if self.max_queue < self.batch_limit:
             raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-batch")
+        if self.pipeline_overlap and not self.device_pipeline:
+            raise UserError("--pipeline-overlap needs --device-pipeline")
         if self.max_sessions < 1 or self.session_ttl_s <= 0:
             raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
         if not self.loopback and not self.token:
