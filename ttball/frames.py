@@ -8,7 +8,7 @@ the backend's device, where :func:`normalize` turns them into floats (4× fewer 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,10 +138,20 @@ def resize(rgb: np.ndarray, config: WeightsConfig) -> np.ndarray:
 
 def normalize(windows: Tensor, config: WeightsConfig) -> Tensor:
     """``(B, 9, h, w) uint8`` (three RGB frames, oldest first) → normalised float32, same device."""
-    mean = torch.tensor(config.mean, device=windows.device, dtype=torch.float32).repeat(3)
-    std = torch.tensor(config.std, device=windows.device, dtype=torch.float32).repeat(3)
-    x = windows.to(torch.float32).div_(255.0)
-    return x.sub_(mean[None, :, None, None]).div_(std[None, :, None, None])
+    return normalizer(config, windows.device)(windows)
+
+
+def normalizer(config: WeightsConfig, device: torch.device | str) -> Callable[[Tensor], Tensor]:
+    """:func:`normalize` with the mean and std already on ``device``. Building them there is a
+    blocking copy, which on CUDA waits for all the work queued on the stream; a GPU pipeline
+    builds them once."""
+    mean = torch.tensor(config.mean, device=device, dtype=torch.float32).repeat(3)[None, :, None, None]
+    std = torch.tensor(config.std, device=device, dtype=torch.float32).repeat(3)[None, :, None, None]
+
+    def run(windows: Tensor) -> Tensor:
+        return windows.to(torch.float32).div_(255.0).sub_(mean).div_(std)
+
+    return run
 
 
 def preprocess(frames: list[np.ndarray], config: WeightsConfig) -> Tensor:

@@ -262,6 +262,33 @@ def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> N
         {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_overlap_launch_never_waits_for_the_gpu(small_config: WeightsConfig,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """What overlap is for: launching a push's batches (normalise, network, statistics, their
+    copy to the host) makes no synchronizing CUDA call, so the host goes on to the next push
+    while the GPU works (``set_sync_debug_mode("error")`` raises on one)."""
+    pipeline = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    pipeline.open("s", StreamOptions(step=1), 60.0)
+    blobs = [jpeg(draw(i, (320, 180), True)) for i in range(8)]
+    pipeline.push([("s", b) for b in blobs[:4]])  # two windows: captures the graphs of size 2
+    pipeline.flush()
+    launch = pipeline._launch
+
+    def checked(windows: list) -> object:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return launch(windows)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(pipeline, "_launch", checked)
+    rows = [r for k in (4, 6) for r in pipeline.push([("s", b) for b in blobs[k : k + 2]])["s"]]
+    rows += pipeline.finish("s")
+    assert [r.frame for r in rows] == list(range(2, 8))
+
+
 @pytest.mark.parametrize("name", ["eager-fp32", "eager-fp32-cl"])  # -cl: channels_last logits
 def test_pipeline_matches_the_cpu_path_with_a_random_model(
     small_config: WeightsConfig, small_model: torch.nn.Module, one_cpu_thread: None, name: str

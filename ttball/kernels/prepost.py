@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import Backend, synchronize
-from ttball.frames import normalize
+from ttball.frames import normalizer
 from ttball.kernels.prepost_image import (
     DecodeError,
     JpegDecoder,
@@ -210,6 +210,7 @@ class GpuPipeline:
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
         self.resizer = Resizer(config.input_height, config.input_width, compile=compile_resize)
+        self._normalize = normalizer(config, self.device)
         self.sizes = sorted(set(batch_sizes))
         self.max_batch = max_batch or self.sizes[-1]
         if not 1 <= self.max_batch <= self.sizes[-1]:
@@ -446,14 +447,16 @@ class GpuPipeline:
         padded = windows + [windows[-1]] * (size - len(windows))
         sessions = [self._sessions[w.stream_id] for w in windows]
         with self.timer.stage("preprocess"):
-            batch = normalize(stack_windows([w.frames for w in padded]), self.config)  # type: ignore[attr-defined]
+            batch = self._normalize(stack_windows([w.frames for w in padded]))  # type: ignore[attr-defined]
         with self.timer.stage("network"):
             logits = self.backend(batch)[: len(windows)]
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
             thresholds = torch.tensor([s.stream.threshold for s in sessions for _ in range(3)],
-                                      dtype=torch.float32).to(logits.device, non_blocking=True)
+                                      dtype=torch.float32)
+            if logits.device.type == "cuda":  # from pinned memory: no wait for the network
+                thresholds = thresholds.pin_memory().to(logits.device, non_blocking=True)
             packed = self._packed(logits, thresholds)
             ready = None
             if self.overlap:
