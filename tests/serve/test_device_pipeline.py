@@ -257,6 +257,8 @@ def test_dedup_sessions_and_track_keep_the_host_path(servers, jpegs, jpeg_dir) -
 def test_readiness_info_and_metrics(servers, jpegs) -> None:
     client = servers["device"]
     assert client.readiness()["device_pipeline"]["decoder"] == "cv2"
+    assert client.readiness()["device_pipeline"]["overlap"] is False
+    assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
     session = client.open_session()
     for data in jpegs[:4]:

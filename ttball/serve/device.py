@@ -85,7 +85,7 @@ class DevicePath:
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
-                "graph_error": self.pipeline.graph_error}
+                "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap}
 
     # -- sessions (event loop) ---------------------------------------------------------------------
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
