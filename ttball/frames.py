@@ -154,6 +154,15 @@ def normalizer(config: WeightsConfig, device: torch.device | str) -> Callable[[T
     return run
 
 
+def host_to_device(tensor: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on ``device``, queued behind the stream's work instead of waiting for it:
+    on CUDA it goes through pinned memory, since a copy from pageable memory first drains the
+    stream (the host would wait for the GPU's queued work)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def preprocess(frames: list[np.ndarray], config: WeightsConfig) -> Tensor:
     """Three RGB frames ``(H, W, 3) uint8``, oldest first → one input ``(1, 9, h, w)`` float32."""
     stacked = np.concatenate([resize(f, config) for f in frames], axis=0)

@@ -287,18 +287,15 @@ def to_device(batch: Window, config: WeightsConfig, device: torch.device) -> tup
 
     Nothing here waits for the device: every copy to it is asynchronous.
     """
-    from ttball.frames import normalize
+    from ttball.frames import host_to_device, normalize
 
     b, c = batch.x.shape[:2]
     # normalize() of each window's 256 jittered values, per channel (on the host: 295 KB for 32
     # windows); one gather on the device then jitters and normalises.
     table = normalize(batch.lut[:, None, None, :].expand(b, c, 1, 256), config).reshape(-1)
-    if device.type == "cuda":
-        # CUDA drains the stream before a copy from pageable memory: unpinned, this table kept
-        # the host from queueing a step ahead, and the step profile counted the GPU's time as
-        # "host" (docs/training.md, runs 4 and 5).
-        table = table.pin_memory()
-    table = table.to(device, non_blocking=True)
+    # Pinned on CUDA: from pageable memory this table kept the host from queueing a step ahead,
+    # and the step profile counted the GPU's time as "host" (docs/training.md, runs 4 and 5).
+    table = host_to_device(table, device)
     offset = torch.arange(b * c, device=device).view(b, c, 1, 1) * 256
     x = table[batch.x.to(device, non_blocking=True).long() + offset]
     params = batch.targets.to(device, non_blocking=True)

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import Backend, synchronize
-from ttball.frames import normalizer
+from ttball.frames import host_to_device, normalizer
 from ttball.kernels.prepost_image import (
     DecodeError,
     JpegDecoder,
@@ -297,7 +297,7 @@ class GpuPipeline:
         """``overlap``: read back and track what the last push left running; the rows of
         every session that has some (empty without overlap or when nothing is in flight)."""
         self._complete(self._take_pending())
-        return self._collect({})
+        return self.take_ready()
 
     def take_ready(self) -> dict[str, list[FrameResult]]:
         """Rows already read back and not yet returned: those of other sessions that a
@@ -453,21 +453,18 @@ class GpuPipeline:
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
-            thresholds = torch.tensor([s.stream.threshold for s in sessions for _ in range(3)],
-                                      dtype=torch.float32)
-            if logits.device.type == "cuda":  # from pinned memory: no wait for the network
-                thresholds = thresholds.pin_memory().to(logits.device, non_blocking=True)
+            thresholds = host_to_device(  # no wait for the network just launched
+                torch.tensor([s.stream.threshold for s in sessions for _ in range(3)],
+                             dtype=torch.float32), logits.device)
             packed = self._packed(logits, thresholds)
             ready = None
             if self.overlap:
                 logits = logits.clone()
-                if packed.device.type == "cuda":
+                if packed.device.type == "cuda":  # (on the CPU, packed_stats' output is new)
                     host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
                     packed = host.copy_(packed, non_blocking=True)
                     ready = torch.cuda.Event()
                     ready.record()
-                else:
-                    packed = packed.clone()
         return _InFlight(windows, sessions, packed, ready, logits)
 
     def _complete(self, flights: list[_InFlight]) -> None:

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ttball.frames import host_to_device
+
 COEF_BITS = 11  # OpenCV's INTER_RESIZE_COEF_BITS: weights are multiples of 1/2048
 COEF_SCALE = 1 << COEF_BITS
 
@@ -85,7 +87,7 @@ class JpegDecoder:
     def _to_device(self, rgb: Tensor) -> Tensor:
         if self.device.type == "cpu":
             return rgb
-        return rgb.contiguous().pin_memory().to(self.device, non_blocking=True)
+        return host_to_device(rgb.contiguous(), self.device)
 
     def _nvjpeg(self, blobs: Sequence[bytes]) -> list[Tensor]:
         from torchvision.io import ImageReadMode, decode_jpeg
