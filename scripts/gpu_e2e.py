@@ -327,12 +327,30 @@ def stage_cpu_path(backend: Any, config: WeightsConfig, blobs: list[bytes], step
             "note": "one thread: decode, resize, post-processing and network calls in series"}
 
 
+def _against(got: dict[str, list[FrameResult]], serial: dict[str, list[FrameResult]],
+             clips: dict[str, list[bytes]]) -> dict[str, Any]:
+    """How far a pipeline's rows are from the first serial run's: exactly equal, visibility
+    decisions that differ, and the largest position difference where both see the ball."""
+    pairs = [(g, w) for s in clips for g, w in zip(got[s], serial[s])]
+    both = [float(np.hypot(g.x - w.x, g.y - w.y)) for g, w in pairs if g.visible and w.visible]
+    return {
+        "identical_to_serial": all(
+            [r.as_dict() for r in got[s]] == [r.as_dict() for r in serial[s]] for s in clips),
+        "flips_vs_serial": sum(g.visible != w.visible for g, w in pairs),
+        "max_diff_vs_serial_px": max(both, default=0.0),
+    }
+
+
 def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int) -> dict[str, Any]:
     clips = {"p0": blobs[:40], "p1": blobs[20:60] if len(blobs) >= 60 else blobs[::-1][:40]}
     want = {sid: cpu_rows(backend, config, clip, step, PARITY_BATCH)[0] for sid, clip in clips.items()}
     out: dict[str, Any] = {}
     serial: dict[str, list[FrameResult]] = {}
+    # "_again": the serial pipeline a second time. A backend whose kernels sum with atomics
+    # (triton-fp16's squeeze-excitation means) is not bit-reproducible from run to run, so
+    # overlap's rows are judged against that run-to-run difference, not against zero.
     for label, decoder, overlap in (("pipeline_decoder", JpegDecoder(backend.device), False),
+                                    ("pipeline_decoder_again", JpegDecoder(backend.device), False),
                                     ("pipeline_decoder_overlap", JpegDecoder(backend.device), True),
                                     ("cv2_decoder", JpegDecoder(backend.device, prefer_gpu=False), False)):
         pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=(PARITY_BATCH,),
@@ -360,9 +378,8 @@ def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: 
         }
         if label == "pipeline_decoder":
             serial = got
-        elif overlap:  # the same kernels on the same frames: the rows must be identical
-            out[label]["identical_to_serial"] = all(
-                [r.as_dict() for r in got[s]] == [r.as_dict() for r in serial[s]] for s in clips)
+        elif label != "cv2_decoder":  # the same kernels on the same frames as the serial run
+            out[label].update(_against(got, serial, clips))
     return out
 
 

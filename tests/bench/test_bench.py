@@ -245,3 +245,32 @@ def test_verify_adds_ball_agreement_columns(tmp_path: Path, bench_command: None)
         assert rows[name]["verify_p99_px"] < 0.01
         assert rows[name]["verify_passed"] is True
     assert "| flips | p99 px | verified |" in (out / "bench.md").read_text()
+
+
+class _KilledAtBatch3(EagerBackend):
+    """Eager FP32 until a batch of 3 arrives: then the run ends as if its time limit killed it."""
+
+    def run(self, batch: torch.Tensor) -> torch.Tensor:
+        if batch.shape[0] == 3:
+            raise KeyboardInterrupt
+        return super().run(batch)
+
+
+def test_a_run_cut_short_keeps_every_batch_size_measured(
+    tmp_path: Path, bench_command: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # max-autotune compiles for minutes per batch size: a run killed during batch 3 must keep
+    # batches 1 and 2 of the variant it was in, not only the variants that finished before it
+    name = "test-killed-fp32"
+    entry = base.BackendSpec(name, _KilledAtBatch3, "killed", base._always, frozenset({"fp32"}))
+    monkeypatch.setitem(base._REGISTRY, name, entry)
+    out = tmp_path / "out"
+    argv = ["bench", "--quick", "--device", "cpu", "--size", "48x64", "--no-profile",
+            "--batch", "1,2,3", "--variants", f"eager-fp32,{name}", "--out", str(out)]
+    assert main(argv) != 0
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["meta"]["partial"] is True
+    got = [(r["variant"], r["batch"], r["status"]) for r in saved["rows"]]
+    assert got == [("eager-fp32", b, "ok") for b in (1, 2, 3)] + [(name, b, "ok") for b in (1, 2)]
+    assert saved["rows"][4]["speedup_vs_eager_fp32"] > 0
+    assert f"| {name} | 2 |" in (out / "bench.md").read_text()

@@ -257,10 +257,11 @@ def write_png(path: Path, result: BenchResult) -> None:
 
 
 def write_partial(out_dir: Path, result: BenchResult) -> None:
-    """JSON and CSV of the rows so far (rewritten after every variant)."""
+    """JSON, CSV and Markdown of the rows so far (rewritten after every batch size)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "bench.json", {"meta": result.meta, "rows": result.rows})
     write_csv(out_dir / "bench.csv", result)
+    write_markdown(out_dir / "bench.md", result)
 
 
 def write_reports(out_dir: Path, result: BenchResult) -> dict[str, Path]:

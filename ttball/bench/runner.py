@@ -307,7 +307,10 @@ def _fresh_state(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _run_variant(run: _Run, name: str) -> list[dict[str, Any]]:
+def _run_variant(
+    run: _Run, name: str, saved: Callable[[list[dict[str, Any]]], None]
+) -> list[dict[str, Any]]:
+    """One variant's rows, one per batch size; ``saved`` gets them after each batch size."""
     cfg = run.config
     reason = base.unavailable_reason(name, cfg.device)
     if reason:
@@ -333,6 +336,7 @@ def _run_variant(run: _Run, name: str) -> list[dict[str, Any]]:
         if tuned is not None and row["status"] == "ok":
             row["tuned"] = tuned(tuple(run.inputs[b].shape))
         rows.append(row)
+        saved(rows)
     del backend
     _fresh_state(cfg.device)
     if cfg.warm and run.options(name) and any(r["status"] == "ok" for r in rows):
@@ -416,11 +420,12 @@ def run_bench(
     config: BenchConfig,
     model: torch.nn.Module,
     progress: Callable[[Iterator[str]], Iterator[str]] | None = None,
-    on_variant: Callable[[BenchResult], None] | None = None,
+    on_rows: Callable[[BenchResult], None] | None = None,
 ) -> BenchResult:
     """Measure ``config.variants`` on ``model``; rows in variant order, then batch order.
 
-    ``on_variant`` gets the rows so far after each variant (to save partial results).
+    ``on_rows`` gets the rows so far after each batch size of each variant, so that a run cut
+    short (a compile of minutes per batch size, a machine's time limit) keeps what it measured.
     """
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ttball-bench-cache-") as tmp:
@@ -430,6 +435,13 @@ def run_bench(
             run.reference_outputs()
             names = iter(config.variants)
             rows: list[dict[str, Any]] = []
+
+            def saved(variant_rows: list[dict[str, Any]]) -> None:
+                if on_rows:
+                    so_far = rows + variant_rows
+                    _speedups(so_far)
+                    on_rows(BenchResult(_finite(list(so_far)), _meta(run)))
+
             for name in progress(names) if progress else names:
                 spent = time.perf_counter() - start
                 if config.time_budget_s is not None and spent > config.time_budget_s:
@@ -443,10 +455,9 @@ def run_bench(
                         )
                     )
                     continue
-                rows += _run_variant(run, name)
-                if on_variant:
-                    _speedups(rows)
-                    on_variant(BenchResult(_finite(list(rows)), _meta(run)))
+                variant_rows = _run_variant(run, name, saved)
+                rows += variant_rows
+                saved([])  # rows without a batch size, and the warm restart's column
             _speedups(rows)
             result = BenchResult(_finite(rows), _meta(run))
     return result

@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda names: tqdm(
             names, total=len(variants), desc="bench", unit="variant", file=sys.stderr
         ),
-        on_variant=save_partial,
+        on_rows=save_partial,
     )
     result.meta.update(about, partial=False)
     print_table(result)
