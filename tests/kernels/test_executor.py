@@ -25,17 +25,24 @@ def model() -> BlurBall:
     return randomize_batchnorm(BlurBall(), seed=0).eval()
 
 
-def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device) -> None:
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device,
+                                          pdl: bool) -> None:
     """All 67 steps with buffers reused by liveness; one tile size keeps the interpreter fast
-    (5-8 s on two CPU cores at 16×32)."""
+    (5-8 s on two CPU cores at 16×32). ``pdl``: every kernel launched with programmatic
+    dependent launch (on a Hopper GPU for real; in the interpreter the same kernel code with the
+    waits as no-ops, so what it checks there is that the reordered loads are still right)."""
     require_triton()
     from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.gdc import pdl_missing
 
+    if pdl and CUDA and pdl_missing(device):
+        pytest.skip(pdl_missing(device))
     plan = build_plan(model)
     x = torch.randn(1, 9, 16, 32, generator=torch.Generator().manual_seed(0))
     expected = run_reference(plan, x)
     config = None if CUDA else Config(512, 4, 2)  # on a GPU: the tuned configurations
-    executor = TritonExecutor(plan, device, config=config)
+    executor = TritonExecutor(plan, device, config=config, pdl=pdl)
     out = executor(x.to(device)).cpu()
     rel = ((out - expected).norm() / expected.norm()).item()
     assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"
@@ -50,7 +57,7 @@ def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device)
 
 def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:
     rows = {r["name"]: r for r in describe("cpu")}
-    for name in ("triton-fp16", "triton-fp16-nograph"):
+    for name in ("triton-fp16", "triton-fp16-nograph", "triton-fp16-pdl"):
         assert not rows[name]["available"] and "CUDA" in rows[name]["reason"]
         assert "fp16" in rows[name]["tags"]
         with pytest.raises(BackendUnavailable, match="CUDA"):

@@ -2,7 +2,8 @@
 own launch code runs with Triton's ``JITFunction.run`` replaced by a compile for
 ``GPUTarget("cuda", 90, 64)`` with the specialization a real launch would get (16-byte
 alignment of pointers and of integers divisible by 16, integers equal to 1 folded), then the
-PTX is checked for what the variant is for (L1-cached ``cp.async.ca`` gathers, wgmma).
+PTX is checked for what the variant is for (L1-cached ``cp.async.ca`` gathers, wgmma, and with
+programmatic dependent launch the ``griddepcontrol`` instructions before any load).
 
 It runs in a subprocess: the other kernel tests import Triton in interpreter mode, and this
 needs it compiled. About 6 s on two cores; skipped where Triton's NVIDIA backend is missing."""
@@ -32,8 +33,8 @@ def compile_conv_steps() -> list[dict[str, Any]]:
     from triton.compiler import ASTSource, compile, make_backend
     from triton.runtime import jit
 
-    from ttball.kernels.executor import Config, _ConvLaunch
-    from ttball.kernels.plan import INPUT, Conv, Term
+    from ttball.kernels.executor import Config, _ConvLaunch, _TailLaunch
+    from ttball.kernels.plan import INPUT, Conv, SqueezeTail, Term
 
     target = GPUTarget("cuda", 90, 64)
     backend = make_backend(target)
@@ -70,6 +71,7 @@ def compile_conv_steps() -> list[dict[str, Any]]:
           "d": (2, 36, 64, 128), "e": (2, 72, 128, 64), "y": (2, 144, 256, 64)},
          Config(128, 4, 2, tile_w=16, k_chunk=64, l1=True)),
     ]
+    cases.append(("16->16 pdl", *cases[0][1:]))
     report = []
     for name, step, shapes, config in cases:
         bufs = {k: torch.empty(*s, dtype=torch.float16) for k, s in shapes.items()}
@@ -77,13 +79,31 @@ def compile_conv_steps() -> list[dict[str, Any]]:
             b, h, w, c = shapes[INPUT]
             bufs[INPUT] = torch.empty(b, c, h, w).permute(0, 2, 3, 1)
         sums = {"s": torch.zeros(2, step.cout)}
-        _ConvLaunch(step, cpu)(bufs, sums, config)
-        ptx = compiled[-1].asm["ptx"]
-        report.append({"name": name, "shared": compiled[-1].metadata.shared,
-                       "cp_async_ca": len(re.findall(r"cp\.async\.ca", ptx)),
-                       "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-                       "ld_global": len(re.findall(r"ld\.global", ptx))})
+        launch = _ConvLaunch(step, cpu)
+        launch.pdl = name.endswith("pdl")
+        launch(bufs, sums, config)
+        report.append(_ptx_report(name, compiled[-1]))
+    # the tail kernel with PDL: the SE weights are read before the wait, the sums after it
+    tail = SqueezeTail("y", "r", "s", torch.randn(1, 16), torch.randn(16, 1), out="t")
+    bufs = {k: torch.empty(2, 288, 512, 16, dtype=torch.float16) for k in "yrt"}
+    launch = _TailLaunch(tail, cpu)
+    launch.pdl = True
+    launch(bufs, {"s": torch.zeros(2, 16)}, Config(128, 4, 1))
+    report.append(_ptx_report("tail pdl", compiled[-1]))
     return report
+
+
+def _ptx_report(name: str, kernel: Any) -> dict[str, Any]:
+    ptx = kernel.asm["ptx"]
+    wait = ptx.find("griddepcontrol.wait")
+    reads = [m.start() for m in re.finditer(r"ld\.global|cp\.async", ptx)]
+    return {"name": name, "shared": kernel.metadata.shared,
+            "cp_async_ca": len(re.findall(r"cp\.async\.ca", ptx)),
+            "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+            "ld_global": len(re.findall(r"ld\.global", ptx)),
+            "gdc_wait": ptx.count("griddepcontrol.wait"),
+            "gdc_launch": ptx.count("griddepcontrol.launch_dependents"),
+            "reads_before_wait": sum(r < wait for r in reads) if wait >= 0 else None}
 
 
 def test_variants_compile_for_sm90(tmp_path: Path) -> None:
@@ -98,8 +118,15 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = {r["name"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
     for name, r in report.items():
-        assert r["wgmma"] > 0, f"{name}: no wgmma in the PTX: {r}"
+        assert r["wgmma"] > 0 or name == "tail pdl", f"{name}: no wgmma in the PTX: {r}"
         assert r["shared"] <= 227 * 1024, f"{name}: too much shared memory: {r}"
     for name in ("16->16 tile16 kc64", "128->16 tile32 kc64", "fuse 4 terms"):
         assert report[name]["cp_async_ca"] > 0, f"{name}: gathers not L1-cached: {report[name]}"
     assert report["stem im2col"]["ld_global"] > 0  # one K chunk: plain loads, no pipeline
+    # programmatic dependent launch: one wait and one trigger, and no load before the wait in
+    # the conv kernel; the tail kernel loads its two SE weight matrices first (ttball.kernels.gdc)
+    for name in ("16->16 pdl", "tail pdl"):
+        assert report[name]["gdc_wait"] == 1 and report[name]["gdc_launch"] == 1, report[name]
+    assert report["16->16 pdl"]["reads_before_wait"] == 0, report["16->16 pdl"]
+    assert 0 < report["tail pdl"]["reads_before_wait"], report["tail pdl"]
+    assert report["16->16 tile16 kc64"]["gdc_wait"] == 0  # without PDL: the kernel as before

@@ -3,8 +3,10 @@ one fused kernel per step of :func:`ttball.kernels.build_plan` (67 steps + 1 mem
 
 ``triton-fp16`` captures the whole plan into one CUDA graph per input shape, after a first call
 that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp16-nograph``
-launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1).
-Option ``tune=False`` skips the per-shape tuning and uses each step's default configuration.
+launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1);
+``triton-fp16-pdl`` is ``triton-fp16`` with programmatic dependent launch between its kernels
+(Hopper and later, :mod:`ttball.kernels.gdc`). Option ``tune=False`` skips the per-shape tuning
+and uses each step's default configuration; option ``pdl`` turns dependent launch on or off.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
 
@@ -33,17 +35,27 @@ def triton_missing(device: torch.device) -> str | None:
     return "; ".join(reasons) or None
 
 
+def pdl_missing(device: torch.device) -> str | None:
+    """Why ``triton-fp16-pdl`` can't run on ``device`` (None: it can)."""
+    reason = triton_missing(device)
+    if reason:
+        return reason
+    from ttball.kernels.gdc import pdl_missing as gdc_missing
+
+    return gdc_missing(device)
+
+
 class TritonBackend(BackendBase):
     """The plan's Triton executor, optionally replayed from one CUDA graph per input shape."""
 
     def __init__(
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
-        tune: bool = True, **options: Any,
+        tune: bool = True, pdl: bool = False, **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
             raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
-        reason = triton_missing(device)
+        reason = pdl_missing(device) if pdl else triton_missing(device)
         if reason:
             raise BackendUnavailable(f"triton backend: {reason}")
         from ttball.kernels import build_plan
@@ -51,7 +63,7 @@ class TritonBackend(BackendBase):
 
         self.precision = "fp16"
         self.plan = build_plan(model)
-        self.executor = TritonExecutor(self.plan, device, tune=tune)
+        self.executor = TritonExecutor(self.plan, device, tune=tune, pdl=bool(pdl))
         self.graph = graph
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
@@ -95,3 +107,14 @@ def _triton_fp16_nograph(
     model: torch.nn.Module, device: torch.device, **options: Any
 ) -> TritonBackend:
     return TritonBackend(model, device, graph=False, **options)
+
+
+@register(
+    "triton-fp16-pdl",
+    description="triton-fp16 with programmatic dependent launch between its kernels "
+    "(sm_90+); option tune",
+    requires=pdl_missing,
+    tags=_TAGS,
+)
+def _triton_fp16_pdl(model: torch.nn.Module, device: torch.device, **options: Any) -> TritonBackend:
+    return TritonBackend(model, device, graph=True, pdl=True, **options)

@@ -34,6 +34,8 @@ Variants (constexprs; the executor's tuner picks per step and shape, see ``Confi
 - ``IM0`` (term 0 only, :func:`accumulate_im2col`): K ordered ``(c, kh, kw)`` and padded once,
   for Cin < 16 (the 9-channel stem: K = 81 → 128 instead of 9 taps × 16), weights packed by
   :func:`pack_weight_im2col`.
+- ``PDL``: launched with programmatic dependent launch (:mod:`ttball.kernels.gdc`); the program
+  waits for the previous kernel after its index arithmetic, before its first load.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from ttball.kernels.gdc import grid_launch_dependents, grid_wait
 
 
 def padded(n: int) -> int:
@@ -269,6 +273,7 @@ def conv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TILE_W: tl.constexpr = 0, L1: tl.constexpr = False, IM0: tl.constexpr = False,
     T0: tl.constexpr = 1, T1: tl.constexpr = 1, T2: tl.constexpr = 1, T3: tl.constexpr = 1,
+    PDL: tl.constexpr = False,
 ):
     b = tl.program_id(1)
     if TILE_W > 0:  # a (BLOCK_M // TILE_W) × TILE_W tile of output pixels
@@ -283,6 +288,9 @@ def conv_kernel(
         ho = m // Wo
         wo = m % Wo
     rn = tl.arange(0, BLOCK_N)
+    if PDL:  # above: no memory touched; below: the previous kernel's outputs (ttball.kernels.gdc)
+        grid_wait()
+        grid_launch_dependents()
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     x0_base = b.to(tl.int64) * sx0b

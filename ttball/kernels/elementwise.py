@@ -8,7 +8,8 @@ multiply-adds, cheaper than a launch), then ``t = relu(y * s + residual)``. Opti
 stored; optionally ``f = relu(t + bias + sum_k term_k)`` follows, with up to three 1×1 terms read
 from coarser NHWC buffers at ``(h >> UP, w >> UP)`` (see :func:`ttball.kernels.conv.accumulate`),
 and ``f`` is stored or mapped by the head ``(C → HEAD_N)`` and stored as float32 with any strides
-(the network's ``(B, 3, H, W)`` logits).
+(the network's ``(B, 3, H, W)`` logits). ``PDL``: see :mod:`ttball.kernels.gdc` (the SE
+weights are loaded before the wait for the previous kernel).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import triton
 import triton.language as tl
 
 from ttball.kernels.conv import accumulate_nhwc
+from ttball.kernels.gdc import grid_launch_dependents, grid_wait
 
 
 @triton.jit
@@ -29,7 +31,7 @@ def se_tail_kernel(
     C2: tl.constexpr, U2: tl.constexpr, BK2: tl.constexpr,
     C3: tl.constexpr, U3: tl.constexpr, BK3: tl.constexpr,
     HEAD: tl.constexpr, HEAD_N: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, PDL: tl.constexpr = False,
 ):
     b = tl.program_id(1)
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -37,10 +39,13 @@ def se_tail_kernel(
     rc = tl.arange(0, C)
     rh = tl.arange(0, HID)
 
-    mean = tl.load(sum_ptr + b * C + rc) * inv_hw
     fc1 = tl.load(fc1_ptr + rc[:, None] * HID + rh[None, :])  # (C, HID) = fc1.T
-    hidden = tl.maximum(tl.sum(mean[:, None] * fc1, axis=0), 0.0)
     fc2 = tl.load(fc2_ptr + rh[:, None] * C + rc[None, :])  # (HID, C) = fc2.T
+    if PDL:  # above: weights only; below: the previous kernel's outputs (ttball.kernels.gdc)
+        grid_wait()
+        grid_launch_dependents()
+    mean = tl.load(sum_ptr + b * C + rc) * inv_hw
+    hidden = tl.maximum(tl.sum(mean[:, None] * fc1, axis=0), 0.0)
     gate = tl.sigmoid(tl.sum(hidden[:, None] * fc2, axis=0))
 
     offs = b.to(tl.int64) * Ho * Wo * C + m[:, None] * C + rc[None, :]

@@ -1,5 +1,7 @@
 """Runs a :class:`~ttball.kernels.plan.Plan` with the Triton kernels: one launch per step plus
 one memset of the SE sums, so ``len(plan.steps) + 1`` kernels per call (68 for BlurBall).
+Optionally every kernel is launched with programmatic dependent launch
+(:mod:`ttball.kernels.gdc`), so each one's launch overlaps the end of the one before.
 
 Weights are packed once (FP16, padded; biases and SE weights float32). Activations are NHWC
 FP16 buffers allocated per input shape and reused along the plan by liveness (a buffer whose
@@ -117,7 +119,14 @@ def _nhwc(t: Tensor) -> Tensor:
     return t
 
 
+def _pdl(on: bool) -> dict[str, Any]:
+    """The kernel arguments of programmatic dependent launch (:mod:`ttball.kernels.gdc`)."""
+    return {"PDL": True, "launch_pdl": True} if on else {}
+
+
 class _ConvLaunch:
+    pdl = False  # set by TritonExecutor
+
     def __init__(self, step: Conv, device: torch.device) -> None:
         if len(step.terms) > MAX_TERMS:
             raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
@@ -196,11 +205,13 @@ class _ConvLaunch:
             out, self.bias, add, se_sum, x0, w0, *pairs,
             Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
             **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            num_stages=cfg.num_stages, **_pdl(self.pdl),
         )
 
 
 class _TailLaunch:
+    pdl = False  # set by TritonExecutor
+
     def __init__(self, step: SqueezeTail, device: torch.device) -> None:
         if len(step.terms) > MAX_TERMS - 1:
             raise ValueError(f"{step.y}: at most {MAX_TERMS - 1} terms in a tail")
@@ -258,7 +269,7 @@ class _TailLaunch:
             y, res, sums[step.se_sum], self.fc1, self.fc2, t, self.bias, *pairs, f,
             self.head_w, self.head_b, Ho, Wo, 1.0 / (Ho * Wo), *f.stride(),
             **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            num_stages=cfg.num_stages, **_pdl(self.pdl),
         )
 
 
@@ -321,15 +332,21 @@ class TritonExecutor:
 
     The returned tensor is the shape's own output buffer, overwritten by the next call of that
     shape. ``cold_seconds[shape]`` is the first call's time (compiles and tuning included).
+    ``pdl``: launch every kernel with programmatic dependent launch (sm_90+; the caller checks
+    :func:`ttball.kernels.gdc.pdl_missing`).
     """
 
     def __init__(
-        self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None
+        self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None,
+        pdl: bool = False,
     ) -> None:
         self.plan, self.device = plan, device
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
+        self.pdl = pdl
         self.launches = [_launcher(step, device) for step in plan.steps]
+        for launch in self.launches:
+            launch.pdl = pdl
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
         self.failures: list[str] = []
