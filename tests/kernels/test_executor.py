@@ -62,3 +62,23 @@ def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:
         assert "fp16" in rows[name]["tags"]
         with pytest.raises(BackendUnavailable, match="CUDA"):
             create(name, model, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_pdl_backend_replays_the_same_logits_from_its_graph(model: BlurBall) -> None:
+    """triton-fp16-pdl against triton-fp16 through the backends, CUDA graph capture and replay
+    included: the programmatic edges must survive the capture and change nothing but timing."""
+    from ttball.kernels.gdc import pdl_missing
+
+    require_triton()
+    if pdl_missing(DEVICE):
+        pytest.skip(pdl_missing(DEVICE))
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    plain = create("triton-fp16", model, DEVICE, tune=False)
+    pdl = create("triton-fp16-pdl", model, DEVICE, tune=False)
+    want = plain(x).float().clone()
+    for _ in range(3):  # the first call compiles, the second captures, the third replays
+        got = pdl(x).float()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 1e-3, f"relative difference {rel:.1e}"
