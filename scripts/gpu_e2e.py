@@ -21,6 +21,10 @@ row starts after ``--budget-s``; the JSON is rewritten after every stage):
    ``infer_windows``, host post-processing), one thread, the largest B.
 9. ``parity``: GpuPipeline rows vs the CPU path (same backend) on two sessions: visibility
    flips and position differences, with the pipeline's decoder and with cv2 decode.
+10. ``profile``: a few pushes, serial and overlapped, under ``torch.profiler``: per push, the
+   host time of each stage and the part of it spent in calls that wait for the device
+   (stream, event and device synchronizations, blocking copies), and the top host ops and
+   device kernels. With ``--trace DIR`` also a Chrome trace of each.
 
 Timing is wall clock around whole pushes (the pipeline synchronises at its end: rows are on
 the host); warm-up pushes are excluded. Nothing overlaps host and device work across pushes.
@@ -39,8 +43,9 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +76,7 @@ from ttball.results import FrameResult
 from ttball.stream import FrameStream, StreamOptions
 
 STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_overlap", "e2e_cpu_decode", "cpu_path",
-          "parity", "resize")
+          "parity", "resize", "profile")
 # Batch sizes warmed besides --batches; a push's last windows are padded to the next of these.
 # triton-fp16 compiles each size (8 s at batch 8 with an empty cache,
 # docs/benchmarks/triton-h200.md), so no smaller ones.
@@ -293,6 +298,94 @@ def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: arg
     return rows
 
 
+# CUDA runtime calls that block the host until the device is done (their CPU time is a wait).
+WAITS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize",
+                   "cudaMemcpy", "cudaMemcpy2D"})
+
+
+class _ProfiledTimer(StageTimer):
+    """A StageTimer whose stages are also ranges in the profiler (``stage:NAME``)."""
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        with torch.profiler.record_function(f"stage:{name}"), super().stage(name):
+            yield
+
+
+def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
+                   batch: int, step: int, overlap: bool, pushes: int = 6,
+                   trace: Path | None = None) -> dict[str, Any]:
+    """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = backend.device
+    timer = _ProfiledTimer(device)
+    sizes = [s for s in WARM_SIZES if s < batch] + [batch]
+    pipeline = GpuPipeline(backend, config, decoder=JpegDecoder(device), batch_sizes=sizes,
+                           timer=timer, overlap=overlap)
+    for s in range(sessions):
+        pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
+    per_push = batch * step if step == 3 else batch
+    offset = 0
+    for _ in range(3):
+        pipeline.push(feed(blobs, sessions, per_push, offset))
+        offset += per_push
+    pipeline.flush()
+    sync()
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(pushes):
+            pipeline.push(feed(blobs, sessions, per_push, offset))
+            offset += per_push
+        pipeline.flush()
+        sync()
+    wall = time.perf_counter() - start
+    if trace is not None:
+        trace.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace / f"push-{'overlap' if overlap else 'serial'}-b{batch}.json"))
+    events = prof.events()
+    stages = [e for e in events if e.name.startswith("stage:")]
+    waits = [e for e in events if e.name in WAITS]
+    per_stage: dict[str, dict[str, float]] = {}
+    for st in stages:
+        name = st.name.split(":", 1)[1]
+        row = per_stage.setdefault(name, {"host_ms": 0.0, "wait_ms": 0.0, "waits": 0})
+        row["host_ms"] += st.time_range.elapsed_us() / 1e3 / pushes
+        lo, hi = st.time_range.start, st.time_range.end
+        for w in waits:
+            if w.thread == st.thread and lo <= w.time_range.start and w.time_range.end <= hi:
+                row["wait_ms"] += w.time_range.elapsed_us() / 1e3 / pushes
+                row["waits"] += 1 / pushes
+    averages = prof.key_averages()
+    host_ops = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:15]
+    kernels = sorted((a for a in averages if getattr(a, "self_device_time_total", 0) > 0),
+                     key=lambda a: a.self_device_time_total, reverse=True)[:15]
+    frames = per_push * pushes
+    return {
+        "batch": batch, "overlap": overlap, "pushes": pushes, "frames_per_push": per_push,
+        "wall_ms_per_push": 1e3 * wall / pushes, "us_per_frame": 1e6 * wall / frames,
+        "stages_ms_per_push": per_stage,
+        "wait_ms_per_push": sum(w.time_range.elapsed_us() for w in waits) / 1e3 / pushes,
+        "top_host_ops": [{"name": a.key, "calls_per_push": a.count / pushes,
+                          "self_cpu_ms_per_push": a.self_cpu_time_total / 1e3 / pushes}
+                         for a in host_ops],
+        "top_kernels": [{"name": a.key[:120], "calls_per_push": a.count / pushes,
+                         "ms_per_push": a.self_device_time_total / 1e3 / pushes}
+                        for a in kernels],
+    }
+
+
+def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
+                  args: argparse.Namespace, batch: int) -> dict[str, Any]:
+    trace = Path(args.trace) if args.trace else None
+    return {mode: profile_pushes(backend, config, blobs, args.sessions, batch, args.step,
+                                 overlap=mode == "overlap", trace=trace)
+            for mode in ("serial", "overlap")}
+
+
 def cpu_rows(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int,
              batch: int) -> tuple[list[FrameResult], int]:
     """Today's path for one stream: cv2 decode, FrameStream (cv2 resize), infer_windows."""
@@ -400,6 +493,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     parser.add_argument("--input-size", default=None,
                         help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
+    parser.add_argument("--trace", default=None,
+                        help="profile stage: write Chrome traces of its pushes into this folder")
     parser.add_argument("--budget-s", type=float, default=165.0,
                         help="no new stage (or e2e row) after this many seconds")
     args = parser.parse_args()
@@ -452,6 +547,8 @@ def main() -> None:
         "cpu_path": lambda: stage_cpu_path(*need("backend", "config", "blobs"), args.step,
                                            batches[-1]),
         "parity": lambda: stage_parity(*need("backend", "config", "blobs"), args.step),
+        "profile": lambda: stage_profile(*need("backend", "config", "blobs"), args,
+                                         batches[len(batches) // 2]),
     }
     run_stages(results, stages, args.stages, budget, args.out)
 
