@@ -66,3 +66,10 @@ def test_track_cli_uses_the_choice(isolated, trained_small, tmp_path, clip, monk
     meta = json.loads((out / "track.json").read_text())
     assert meta["settings"]["backend"] in {"folded-fp32", "eager-fp32"}
     assert isolated.exists()
+
+
+def test_every_candidate_is_a_registered_backend() -> None:
+    names = set(base.names())
+    for device, candidates in auto.CANDIDATES.items():
+        assert set(candidates) <= names, f"{device}: {set(candidates) - names}"
+        assert candidates[-1] == auto.REFERENCE  # the fallback that always passes
