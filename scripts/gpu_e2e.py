@@ -220,12 +220,13 @@ def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> li
 
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
-            warm_pushes: int = 3, overlap: bool = False) -> dict[str, Any]:
+            warm_pushes: int = 3, overlap: bool = False,
+            compile_resize: bool = False) -> dict[str, Any]:
     device = backend.device
     timer = StageTimer(device, sync=sync_stages)
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
     pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
-                           overlap=overlap)
+                           overlap=overlap, compile_resize=compile_resize)
     for s in range(sessions):
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
     per_push = batch * step if step == 3 else batch  # frames that make about ``batch`` windows
@@ -254,7 +255,7 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
     lat = np.array(latencies)
     out = {
         "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
-        "overlap": overlap,
+        "overlap": overlap, "compile_resize": pipeline.resizer.compiled,
         "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
         "frames_per_s": frames / elapsed,
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
@@ -289,7 +290,8 @@ def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: arg
                 continue
             try:
                 row = run_e2e(backend, config, blobs, args.sessions, b, args.step, seconds,
-                              decoder, sync_stages, overlap=overlap)
+                              decoder, sync_stages, overlap=overlap,
+                              compile_resize=args.compile_resize)
             except Exception as exc:  # noqa: BLE001
                 row = {"batch": b, "sync_stages": sync_stages,
                        "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
@@ -314,7 +316,7 @@ class _ProfiledTimer(StageTimer):
 
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
                    batch: int, step: int, overlap: bool, pushes: int = 6,
-                   trace: Path | None = None) -> dict[str, Any]:
+                   trace: Path | None = None, compile_resize: bool = False) -> dict[str, Any]:
     """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -322,7 +324,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     timer = _ProfiledTimer(device)
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
     pipeline = GpuPipeline(backend, config, decoder=JpegDecoder(device), batch_sizes=sizes,
-                           timer=timer, overlap=overlap)
+                           timer=timer, overlap=overlap, compile_resize=compile_resize)
     for s in range(sessions):
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
     per_push = batch * step if step == 3 else batch
@@ -382,7 +384,8 @@ def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
                   args: argparse.Namespace, batch: int) -> dict[str, Any]:
     trace = Path(args.trace) if args.trace else None
     return {mode: profile_pushes(backend, config, blobs, args.sessions, batch, args.step,
-                                 overlap=mode == "overlap", trace=trace)
+                                 overlap=mode == "overlap", trace=trace,
+                                 compile_resize=args.compile_resize)
             for mode in ("serial", "overlap")}
 
 
@@ -493,6 +496,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     parser.add_argument("--input-size", default=None,
                         help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
+    parser.add_argument("--compile-resize", action="store_true",
+                        help="e2e and profile stages: the pipeline's resize fused by torch.compile")
     parser.add_argument("--trace", default=None,
                         help="profile stage: write Chrome traces of its pushes into this folder")
     parser.add_argument("--budget-s", type=float, default=165.0,

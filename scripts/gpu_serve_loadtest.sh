@@ -13,7 +13,8 @@
 #   once without and once with it, OUT differing, to compare the two modes), COLD_ONLY=1 (no
 #   warm restart: the cold-started server takes the load; saves ~40 s), KEEP_GOING=1 (run every
 #   count in SESSIONS even after one misses p99 < 50 ms: the whole curve; still stops on drops),
-#   OVERLAP=1 (with DEVICE_PIPELINE=1: serve --pipeline-overlap).
+#   OVERLAP=1 (with DEVICE_PIPELINE=1: serve --pipeline-overlap), COMPILE_RESIZE=1 (with
+#   DEVICE_PIPELINE=1: serve --pipeline-compile-resize).
 # CPU smoke test of the script itself (skip the wheel line):
 #   tail -n +N scripts/gpu_serve_loadtest.sh | DEVICE=cpu BACKEND=eager-fp32 BATCHES=1 \
 #     SESSIONS="1 2" DURATION=2 OUT=/tmp/x bash
@@ -60,6 +61,7 @@ start() {
     --warmup-batches "$BATCHES" --compile-cache "$CACHE" --decode-threads "$DECODE_THREADS" \
     --max-queue 1024 --max-sessions 256 --log-level warning $([ -n "${VERIFY:-}" ] && echo --verify) \
     $([ -n "$DEVICE_PIPELINE" ] && echo --device-pipeline) $([ -n "${OVERLAP:-}" ] && echo --pipeline-overlap) \
+    $([ -n "${COMPILE_RESIZE:-}" ] && echo --pipeline-compile-resize) \
     > "$S/server-$label.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 20 ))  # in elapsed seconds

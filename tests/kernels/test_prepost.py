@@ -341,6 +341,24 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
 
 
+def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> None:
+    """compile_resize=True (``serve --pipeline-compile-resize``): the torch.compile'd resize is
+    bit-exact, so the rows are the eager pipeline's; one compile serves two source sizes and
+    every batch size (about 7 s on two CPU cores)."""
+    sessions = {
+        "a": (session_frames(12, (320, 180), streak=True), StreamOptions(step=3)),
+        "b": (session_frames(10, (256, 144), streak=False), StreamOptions(step=1)),
+    }
+    eager = gpu_rows(GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                                 batch_sizes=(1, 2, 4)), sessions, 60.0, chunk=5)
+    compiled = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                           batch_sizes=(1, 2, 4), compile_resize=True)
+    got = gpu_rows(compiled, sessions, 60.0, chunk=5)
+    assert compiled.resizer.compiled and compiled.resizer.compile_error is None
+    assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
+        {sid: [r.as_dict() for r in rows] for sid, rows in eager.items()}
+
+
 def test_overlap_drops_the_windows_of_a_session_closed_in_flight(small_config: WeightsConfig) -> None:
     pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
                            batch_sizes=(1, 2, 4), overlap=True)

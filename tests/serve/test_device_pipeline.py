@@ -258,6 +258,7 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     client = servers["device"]
     assert client.readiness()["device_pipeline"]["decoder"] == "cv2"
     assert client.readiness()["device_pipeline"]["overlap"] is False
+    assert client.readiness()["device_pipeline"]["compile_resize"] is False
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
     session = client.open_session()
@@ -461,6 +462,10 @@ def test_cli_flag_sets_the_mode() -> None:
     assert both.device_pipeline and both.pipeline_overlap
     with pytest.raises(UserError, match="--pipeline-overlap needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-overlap"]))
+    fused = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-compile-resize"]))
+    assert fused.pipeline_compile_resize and not both.pipeline_compile_resize
+    with pytest.raises(UserError, match="--pipeline-compile-resize needs --device-pipeline"):
+        settings_from(parser.parse_args(["--pipeline-compile-resize"]))
 
 
 SERVER = textwrap.dedent("""

@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-overlap", action="store_true",
                    help="with --device-pipeline: overlap a push's network with the next push's "
                         "decode under load; a push's rows come with the next one (docs/serve.md)")
+    p.add_argument("--pipeline-compile-resize", action="store_true",
+                   help="with --device-pipeline: fuse the device resize with torch.compile "
+                        "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -95,6 +98,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         decode_threads=args.decode_threads, torch_threads=args.torch_threads,
         device_pipeline=args.device_pipeline,
         pipeline_overlap=args.pipeline_overlap,
+        pipeline_compile_resize=args.pipeline_compile_resize,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

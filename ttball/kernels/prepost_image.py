@@ -146,6 +146,11 @@ class Resizer:
         self._core = torch.compile(_resize_taps, dynamic=True) if compile else _resize_taps
         self.compile_error: str | None = None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled resize runs (False: eager, asked for or after a failed compile)."""
+        return self._core is not _resize_taps
+
     def _table(self, src_h: int, src_w: int, device: torch.device) -> tuple[Tensor, ...]:
         key = (src_h, src_w, device)
         if key not in self._tables:

@@ -73,7 +73,8 @@ class DevicePath:
         self.metrics, self._executor = metrics, executor
         self.pipeline = GpuPipeline(backend, config, batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
-                                    overlap=settings.pipeline_overlap)
+                                    overlap=settings.pipeline_overlap,
+                                    compile_resize=settings.pipeline_compile_resize)
         self.config = config
         metrics.watch_device()
         self._keys = itertools.count()
@@ -84,8 +85,10 @@ class DevicePath:
 
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
+        resizer = self.pipeline.resizer
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
-                "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap}
+                "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
+                "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
 
     # -- sessions (event loop) ---------------------------------------------------------------------
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:

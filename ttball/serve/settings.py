@@ -53,6 +53,9 @@ class ServeSettings:
     # With device_pipeline: a push leaves its batches running on the GPU while the next push
     # decodes; rows of a push come with the next one (or when the queue runs short).
     pipeline_overlap: bool = False
+    # With device_pipeline: the device resize fused by torch.compile (bit-exact with the eager
+    # one; compiles during warm-up; falls back to eager if compiling fails).
+    pipeline_compile_resize: bool = False
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -86,6 +89,8 @@ class ServeSettings:
             raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-batch")
         if self.pipeline_overlap and not self.device_pipeline:
             raise UserError("--pipeline-overlap needs --device-pipeline")
+        if self.pipeline_compile_resize and not self.device_pipeline:
+            raise UserError("--pipeline-compile-resize needs --device-pipeline")
         if self.max_sessions < 1 or self.session_ttl_s <= 0:
             raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
         if not self.loopback and not self.token:
