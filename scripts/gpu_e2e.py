@@ -158,6 +158,20 @@ def stage_decode(blobs: list[bytes], device: torch.device, batch: int) -> dict[s
         d = torch.stack(diffs).float()
         out["nvjpeg_vs_cv2_pixels"] = {"max": float(d.max()), "mean": float(d.mean()),
                                        "share_differing": float((d > 0).float().mean())}
+    nvimg = JpegDecoder(device, library="nvimgcodec")
+    out["nvimgcodec"] = "available" if nvimg.kind == "nvimgcodec" else nvimg.gpu_reason
+    if nvimg.kind == "nvimgcodec":  # its rate counts the decode to the end (a sync in `rate`)
+        out[f"nvimgcodec_batch_{batch}"] = rate(lambda: nvimg(chunk), len(chunk))
+        out["nvimgcodec_batch_16"] = rate(lambda: nvimg(chunk[:16]), 16)
+        d = torch.stack([(g.cpu().int() - decode_cv2(b).int()).abs()
+                         for g, b in zip(nvimg(blobs[:8]), blobs)]).float()
+        out["nvimgcodec_vs_cv2_pixels"] = {"max": float(d.max()), "mean": float(d.mean()),
+                                           "share_differing": float((d > 0).float().mean())}
+        # host time of one call: what the backend thread pays (the decode itself is queued)
+        start = time.perf_counter()
+        nvimg(chunk)
+        out[f"nvimgcodec_host_ms_batch_{batch}"] = 1e3 * (time.perf_counter() - start)
+        sync()
     return out
 
 
@@ -316,15 +330,17 @@ class _ProfiledTimer(StageTimer):
 
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
                    batch: int, step: int, overlap: bool, pushes: int = 6,
-                   trace: Path | None = None, compile_resize: bool = False) -> dict[str, Any]:
+                   trace: Path | None = None, compile_resize: bool = False,
+                   decoder: str = "nvjpeg") -> dict[str, Any]:
     """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring."""
     from torch.profiler import ProfilerActivity, profile
 
     device = backend.device
     timer = _ProfiledTimer(device)
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
-    pipeline = GpuPipeline(backend, config, decoder=JpegDecoder(device), batch_sizes=sizes,
-                           timer=timer, overlap=overlap, compile_resize=compile_resize)
+    pipeline = GpuPipeline(backend, config, decoder=JpegDecoder(device, library=decoder),
+                           batch_sizes=sizes, timer=timer, overlap=overlap,
+                           compile_resize=compile_resize)
     for s in range(sessions):
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
     per_push = batch * step if step == 3 else batch
@@ -367,7 +383,8 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
                      key=lambda a: a.self_device_time_total, reverse=True)[:15]
     frames = per_push * pushes
     return {
-        "batch": batch, "overlap": overlap, "pushes": pushes, "frames_per_push": per_push,
+        "batch": batch, "overlap": overlap, "decoder": pipeline.decoder.kind,
+        "compile_resize": pipeline.resizer.compiled, "pushes": pushes, "frames_per_push": per_push,
         "wall_ms_per_push": 1e3 * wall / pushes, "us_per_frame": 1e6 * wall / frames,
         "stages_ms_per_push": per_stage,
         "wait_ms_per_push": sum(w.time_range.elapsed_us() for w in waits) / 1e3 / pushes,
@@ -385,7 +402,7 @@ def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
     trace = Path(args.trace) if args.trace else None
     return {mode: profile_pushes(backend, config, blobs, args.sessions, batch, args.step,
                                  overlap=mode == "overlap", trace=trace,
-                                 compile_resize=args.compile_resize)
+                                 compile_resize=args.compile_resize, decoder=args.decoder)
             for mode in ("serial", "overlap")}
 
 
@@ -496,6 +513,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     parser.add_argument("--input-size", default=None,
                         help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
+    parser.add_argument("--decoder", default="nvjpeg", choices=("nvjpeg", "nvimgcodec", "cv2"),
+                        help="e2e, e2e_overlap and profile stages: the pipeline's JPEG decoder")
     parser.add_argument("--compile-resize", action="store_true",
                         help="e2e and profile stages: the pipeline's resize fused by torch.compile")
     parser.add_argument("--trace", default=None,
@@ -544,9 +563,10 @@ def main() -> None:
         "backend": backend,
         "post": lambda: stage_post(*need("backend", "blobs", "config"), device, batches[-1]),
         "e2e": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
-                                 JpegDecoder(device), batches),
+                                 JpegDecoder(device, library=args.decoder), batches),
         "e2e_overlap": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
-                                         JpegDecoder(device), batches, overlap=True),
+                                         JpegDecoder(device, library=args.decoder), batches,
+                                         overlap=True),
         "e2e_cpu_decode": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
                                             JpegDecoder(device, prefer_gpu=False), batches[-1:]),
         "cpu_path": lambda: stage_cpu_path(*need("backend", "config", "blobs"), args.step,

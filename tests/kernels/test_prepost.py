@@ -103,6 +103,86 @@ def test_cpu_decoder_equals_the_workers_cv2_decode() -> None:
     assert decode_cv2(blobs[1]).dtype == torch.uint8
 
 
+class _FakeNvImgCodec:
+    """The part of ``nvidia.nvimgcodec`` the decoder uses, decoding with cv2 on the host: a
+    CodeStream refuses bytes without an image header, ``decode`` gives None for a stream it
+    can't decode, images are HWC RGB arrays."""
+
+    class CodeStream:
+        def __init__(self, data: bytes) -> None:
+            if not data.startswith(b"\xff\xd8"):
+                raise RuntimeError("Failed to get image info")
+            self.data = data
+
+    class Decoder:
+        def __init__(self, device_id: int) -> None:
+            self.device_id, self.streams = device_id, []
+
+        def decode(self, streams: list, cuda_stream: int = 0) -> list:
+            self.streams.append(cuda_stream)
+            out = []
+            for s in streams:
+                bgr = cv2.imdecode(np.frombuffer(s.data, np.uint8), cv2.IMREAD_COLOR)
+                out.append(None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            return out
+
+
+def test_nvimgcodec_decoder_wraps_its_images_and_names_bad_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``library="nvimgcodec"``: on a machine without it (or without CUDA) the decoder falls
+    back and says why; its decode path, run here on a stand-in module, returns CHW tensors
+    equal to cv2's and names the frame it can't decode."""
+    import sys
+    import types
+
+    from ttball.kernels.prepost import nvimgcodec_reason
+
+    decoder = JpegDecoder("cpu", library="nvimgcodec")
+    assert decoder.kind == "cv2" and "not cuda" in decoder.gpu_reason
+    assert nvimgcodec_reason(torch.device("cpu")) == "device is cpu, not cuda"
+    with pytest.raises(ValueError, match="unknown JPEG decoder"):
+        JpegDecoder("cpu", library="pillow")
+
+    package = types.ModuleType("nvidia")
+    package.nvimgcodec = _FakeNvImgCodec  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvidia", package)
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", _FakeNvImgCodec)
+    decoder.kind = "nvimgcodec"  # as on a GPU with the library installed
+    frames = [rgb_noise(64, 48, s, smooth=True) for s in range(3)]
+    blobs = [jpeg(f) for f in frames]
+    got = decoder(blobs)
+    cv2_decoder = JpegDecoder("cpu")
+    for mine, theirs in zip(got, cv2_decoder(blobs)):
+        assert mine.shape == (3, 48, 64) and torch.equal(mine, theirs)
+    assert decoder._nvimg.streams == [0]  # the caller's stream (CPU: none)
+    with pytest.raises(DecodeError, match="frame 1"):
+        decoder([blobs[0], b"not a jpeg"])  # no header: refused by CodeStream
+    with pytest.raises(DecodeError, match="frame 2"):
+        decoder([blobs[0], blobs[1], b"\xff\xd8 truncated"])  # decode gives None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nvimgcodec_matches_nvjpeg_on_cuda() -> None:
+    """The two GPU decoders on the same JPEGs: same shapes; pixels within the rounding of two
+    IDCT and chroma upsampling implementations."""
+    from ttball.kernels.prepost import nvimgcodec_reason
+
+    cuda = torch.device("cuda")
+    if nvimgcodec_reason(cuda) or gpu_jpeg_reason(cuda):
+        pytest.skip(nvimgcodec_reason(cuda) or gpu_jpeg_reason(cuda))
+    blobs = [jpeg(draw(i, (320, 180), True)) for i in range(4)]
+    mine = JpegDecoder(cuda, library="nvimgcodec")
+    assert mine.kind == "nvimgcodec"
+    for a, b in zip(mine(blobs), JpegDecoder(cuda)(blobs)):
+        assert a.shape == b.shape == (3, 180, 320) and a.device.type == "cuda"
+        diff = (a.int() - b.int()).abs()
+        assert diff.float().mean() < 1.0 and diff.max() <= 16
+    with pytest.raises(DecodeError, match="frame 1"):
+        mine([blobs[0], b"not a jpeg"])
+
+
 def test_stacked_windows_normalise_like_preprocess(small_config: WeightsConfig) -> None:
     frames = [rgb_noise(320, 180, s, smooth=True) for s in range(4)]
     resizer = Resizer(small_config.input_height, small_config.input_width)

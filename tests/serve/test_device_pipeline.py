@@ -466,6 +466,11 @@ def test_cli_flag_sets_the_mode() -> None:
     assert fused.pipeline_compile_resize and not both.pipeline_compile_resize
     with pytest.raises(UserError, match="--pipeline-compile-resize needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-compile-resize"]))
+    assert both.pipeline_decoder == "nvjpeg"
+    chosen = settings_from(parser.parse_args(["--device-pipeline", "--jpeg-decoder", "nvimgcodec"]))
+    assert chosen.pipeline_decoder == "nvimgcodec"
+    with pytest.raises(UserError, match="--jpeg-decoder needs --device-pipeline"):
+        settings_from(parser.parse_args(["--jpeg-decoder", "cv2"]))
 
 
 SERVER = textwrap.dedent("""

@@ -55,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-compile-resize", action="store_true",
                    help="with --device-pipeline: fuse the device resize with torch.compile "
                         "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
+    p.add_argument("--jpeg-decoder", default="nvjpeg", choices=("nvjpeg", "nvimgcodec", "cv2"),
+                   help="with --device-pipeline: nvJPEG through torchvision (default), NVIDIA "
+                        "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), or cv2 "
+                        "on the host; a GPU decoder that can't run falls back (/readyz says why)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -99,6 +103,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         device_pipeline=args.device_pipeline,
         pipeline_overlap=args.pipeline_overlap,
         pipeline_compile_resize=args.pipeline_compile_resize,
+        pipeline_decoder=args.jpeg_decoder,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

@@ -43,11 +43,13 @@ from torch import Tensor
 from ttball.backends.base import Backend, synchronize
 from ttball.frames import host_to_device, normalizer
 from ttball.kernels.prepost_image import (
+    DECODERS,
     DecodeError,
     JpegDecoder,
     Resizer,
     decode_cv2,
     gpu_jpeg_reason,
+    nvimgcodec_reason,
     stack_windows,
 )
 from ttball.kernels.prepost_post import (
@@ -64,6 +66,7 @@ from ttball.results import FrameResult
 from ttball.stream import FrameStream, StreamOptions, Window
 
 __all__ = [
+    "DECODERS",
     "DecodeError",
     "DeviceStream",
     "DeviceWindow",
@@ -78,6 +81,7 @@ __all__ = [
     "decode_cv2",
     "detections",
     "gpu_jpeg_reason",
+    "nvimgcodec_reason",
     "packed_stats",
     "stack_windows",
 ]

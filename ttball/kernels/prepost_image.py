@@ -23,7 +23,9 @@ frames of a batch never leave the GPU:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -56,6 +58,42 @@ def gpu_jpeg_reason(device: torch.device) -> str | None:
     return None
 
 
+def _preload_nvjpeg() -> None:
+    """Load ``libnvjpeg`` from the ``nvidia-nvjpeg`` wheel, wherever it was installed on
+    ``sys.path``, so nvImageCodec's own ``dlopen`` by name finds it (best effort)."""
+    import ctypes
+    import glob
+    import sys
+
+    for root in sys.path:
+        for lib in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libnvjpeg.so*"))):
+            try:
+                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                continue
+
+
+def nvimgcodec_reason(device: torch.device) -> str | None:
+    """Why nvImageCodec can't decode on ``device``; None when it can (``pip install
+    nvidia-nvimgcodec-cu13 nvidia-nvjpeg``). On CUDA it decodes a small JPEG to find out: the
+    library imports without nvJPEG and then decodes nothing."""
+    if device.type != "cuda":
+        return f"device is {device.type}, not cuda"
+    try:
+        _preload_nvjpeg()
+        from nvidia import nvimgcodec
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        probe = cv2.imencode(".jpg", np.full((16, 16, 3), 128, np.uint8))[1].tobytes()
+        image = nvimgcodec.Decoder(device_id=index).decode([nvimgcodec.CodeStream(probe)])[0]
+    except Exception as exc:  # noqa: BLE001  (any failure means: not available)
+        return f"nvidia-nvimgcodec is not usable ({type(exc).__name__}: {exc})"
+    if image is None:
+        return "nvidia-nvimgcodec decoded nothing (is nvidia-nvjpeg installed?)"
+    return None
+
+
 def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     """One JPEG (or PNG) → ``(3, H, W) uint8`` RGB on the host, exactly as the worker decodes."""
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
@@ -65,24 +103,72 @@ def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1)
 
 
+DECODERS = ("nvjpeg", "nvimgcodec", "cv2")
+
+
 class JpegDecoder:
     """A batch of JPEG byte strings → RGB ``(3, H, W) uint8`` tensors on ``device``.
 
-    ``kind``: ``"nvjpeg"`` (torchvision on the GPU) or ``"cv2"`` (host decode, then one pinned
-    copy per frame). ``prefer_gpu=False`` forces ``cv2``.
+    ``kind``: ``"nvjpeg"`` (nvJPEG through torchvision, on the GPU), ``"nvimgcodec"`` (NVIDIA's
+    nvImageCodec, on the GPU: its decode is queued on the caller's CUDA stream, where
+    torchvision's ends by waiting for a stream of its own) or ``"cv2"`` (host decode, then one
+    pinned copy per frame). ``library`` asks for one; a GPU library that can't run here falls
+    back to the next (nvimgcodec → nvjpeg → cv2), and ``gpu_reason`` says why.
+    ``prefer_gpu=False`` is ``library="cv2"``.
     """
 
-    def __init__(self, device: torch.device | str, prefer_gpu: bool = True) -> None:
+    def __init__(self, device: torch.device | str, prefer_gpu: bool = True,
+                 library: str = "nvjpeg") -> None:
+        if library not in DECODERS:
+            raise ValueError(f"unknown JPEG decoder {library!r} (one of {', '.join(DECODERS)})")
         self.device = torch.device(device)
-        self.gpu_reason = gpu_jpeg_reason(self.device) if prefer_gpu else "cv2 decode requested"
-        self.kind = "nvjpeg" if self.gpu_reason is None else "cv2"
+        self._nvimg: Any = None
+        if not prefer_gpu or library == "cv2":
+            self.gpu_reason: str | None = "cv2 decode requested"
+            self.kind = "cv2"
+            return
+        reason = nvimgcodec_reason(self.device) if library == "nvimgcodec" else None
+        fallback = gpu_jpeg_reason(self.device) if library == "nvjpeg" or reason else None
+        if library == "nvimgcodec" and reason is None:
+            self.kind = "nvimgcodec"
+        elif fallback is None:
+            self.kind = "nvjpeg"
+        else:
+            self.kind = "cv2"
+        self.gpu_reason = "; ".join(dict.fromkeys(r for r in (reason, fallback) if r)) or None
 
     def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
         if not blobs:
             return []
         if self.kind == "nvjpeg":
             return self._nvjpeg(blobs)
+        if self.kind == "nvimgcodec":
+            return self._nvimgcodec(blobs)
         return [self._to_device(decode_cv2(b, i)) for i, b in enumerate(blobs)]
+
+    def _nvimgcodec(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        from nvidia import nvimgcodec
+
+        if self._nvimg is None:
+            index = self.device.index if self.device.index is not None else (
+                torch.cuda.current_device() if self.device.type == "cuda" else 0)
+            self._nvimg = nvimgcodec.Decoder(device_id=index)
+        streams = []
+        for i, data in enumerate(blobs):
+            try:
+                streams.append(nvimgcodec.CodeStream(bytes(data)))
+            except RuntimeError as exc:  # no image header
+                raise DecodeError(i, f"nvImageCodec: {exc}") from None
+        cuda_stream = (torch.cuda.current_stream(self.device).cuda_stream
+                       if self.device.type == "cuda" else 0)
+        images = self._nvimg.decode(streams, cuda_stream=cuda_stream)
+        out = []
+        for i, image in enumerate(images):
+            if image is None:
+                raise DecodeError(i, "nvImageCodec: not a decodable JPEG")
+            # HWC interleaved RGB; the tensor keeps the image's buffer alive
+            out.append(torch.as_tensor(image, device=self.device).permute(2, 0, 1))
+        return out
 
     def _to_device(self, rgb: Tensor) -> Tensor:
         if self.device.type == "cpu":

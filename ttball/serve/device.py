@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from ttball.backends import Backend
-from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline
+from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import WINDOW, Batcher
@@ -71,7 +71,9 @@ class DevicePath:
                  metrics: Metrics, executor: Executor) -> None:
         """``executor``: the backend thread (closing a session waits for a push in flight)."""
         self.metrics, self._executor = metrics, executor
-        self.pipeline = GpuPipeline(backend, config, batch_sizes=settings.warmup_batches,
+        decoder = JpegDecoder(backend.device, library=settings.pipeline_decoder)
+        self.pipeline = GpuPipeline(backend, config, decoder=decoder,
+                                    batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
                                     overlap=settings.pipeline_overlap,
                                     compile_resize=settings.pipeline_compile_resize)

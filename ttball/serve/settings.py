@@ -56,6 +56,10 @@ class ServeSettings:
     # With device_pipeline: the device resize fused by torch.compile (bit-exact with the eager
     # one; compiles during warm-up; falls back to eager if compiling fails).
     pipeline_compile_resize: bool = False
+    # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
+    # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec) or "cv2" (host); a GPU one that can't
+    # run falls back, and /readyz says why.
+    pipeline_decoder: str = "nvjpeg"
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -91,6 +95,11 @@ class ServeSettings:
             raise UserError("--pipeline-overlap needs --device-pipeline")
         if self.pipeline_compile_resize and not self.device_pipeline:
             raise UserError("--pipeline-compile-resize needs --device-pipeline")
+        if self.pipeline_decoder not in ("nvjpeg", "nvimgcodec", "cv2"):
+            raise UserError(f"--jpeg-decoder must be nvjpeg, nvimgcodec or cv2, got "
+                            f"{self.pipeline_decoder!r}")
+        if self.pipeline_decoder != "nvjpeg" and not self.device_pipeline:
+            raise UserError("--jpeg-decoder needs --device-pipeline")
         if self.max_sessions < 1 or self.session_ttl_s <= 0:
             raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
         if not self.loopback and not self.token:
