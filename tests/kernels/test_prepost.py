@@ -337,6 +337,7 @@ def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> N
     serial = gpu_rows(GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2)),
                       sessions, 60.0, chunk=7)
     overlap = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    assert overlap._side.priority < 0  # scheduled ahead of the network's kernels
     got = gpu_rows(overlap, sessions, 60.0, chunk=7)
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
         {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}

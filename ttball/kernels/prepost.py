@@ -228,8 +228,12 @@ class GpuPipeline:
         self.timer = timer or StageTimer(self.device)
         self.overlap = overlap
         # overlap on CUDA: decode and resize on their own stream, so the duplicate test's
-        # read-back does not wait for the previous push's network on the default stream
-        self._side = torch.cuda.Stream(self.device) if overlap and self.device.type == "cuda" else None
+        # read-back does not wait for the previous push's network on the default stream; of a
+        # higher priority than it, so that their kernels are scheduled ahead of the network's that
+        # fill the GPU meanwhile (nvImageCodec decodes on it too; torchvision's nvJPEG on a
+        # stream of its own)
+        self._side = (torch.cuda.Stream(self.device, priority=-1)
+                      if overlap and self.device.type == "cuda" else None)
         self._pending: list[_InFlight] = []  # overlap: the last push's batches, not yet read back
         self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
         self._sessions: dict[str, _Session] = {}
