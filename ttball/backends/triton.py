@@ -117,4 +117,5 @@ def _triton_fp16_nograph(
     tags=_TAGS,
 )
 def _triton_fp16_pdl(model: torch.nn.Module, device: torch.device, **options: Any) -> TritonBackend:
-    return TritonBackend(model, device, graph=True, pdl=True, **options)
+    options.setdefault("pdl", True)
+    return TritonBackend(model, device, graph=True, **options)
