@@ -6,7 +6,7 @@ that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp1
 launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1);
 ``triton-fp16-pdl`` is ``triton-fp16`` with programmatic dependent launch between its kernels
 (Hopper and later, :mod:`ttball.kernels.gdc`). Option ``tune=False`` skips the per-shape tuning
-and uses each step's default configuration; option ``pdl`` turns dependent launch on or off.
+and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ttball.backends._recipe import preset
 from ttball.backends.base import BackendBase, register
 from ttball.backends.cudagraph import GraphCache
 from ttball.errors import BackendUnavailable, UserError
@@ -86,36 +87,22 @@ class TritonBackend(BackendBase):
         return self._graphs(batch)
 
 
-@register(
-    "triton-fp16",
-    description="own Triton kernels (fused implicit-GEMM convs), BN folded, FP16, NHWC, "
-    "one CUDA graph per shape; option tune",
-    requires=triton_missing,
-    tags=_TAGS,
+# (name, description, requirement, fixed options): every variant is TritonBackend with some
+# options fixed; giving one of them differently is an error (``preset``).
+_VARIANTS = (
+    ("triton-fp16",
+     ("own Triton kernels (fused implicit-GEMM convs), BN folded, FP16, NHWC, one CUDA graph "
+      "per shape; option tune"),
+     triton_missing, {"graph": True}),
+    ("triton-fp16-nograph",
+     "own Triton kernels, BN folded, FP16, NHWC, launched one by one; option tune",
+     triton_missing, {"graph": False}),
+    ("triton-fp16-pdl",
+     ("triton-fp16 with programmatic dependent launch between its kernels (sm_90+); "
+      "option tune"),
+     pdl_missing, {"graph": True, "pdl": True}),
 )
-def _triton_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> TritonBackend:
-    return TritonBackend(model, device, graph=True, **options)
-
-
-@register(
-    "triton-fp16-nograph",
-    description="own Triton kernels, BN folded, FP16, NHWC, launched one by one; option tune",
-    requires=triton_missing,
-    tags=_TAGS,
-)
-def _triton_fp16_nograph(
-    model: torch.nn.Module, device: torch.device, **options: Any
-) -> TritonBackend:
-    return TritonBackend(model, device, graph=False, **options)
-
-
-@register(
-    "triton-fp16-pdl",
-    description="triton-fp16 with programmatic dependent launch between its kernels "
-    "(sm_90+); option tune",
-    requires=pdl_missing,
-    tags=_TAGS,
-)
-def _triton_fp16_pdl(model: torch.nn.Module, device: torch.device, **options: Any) -> TritonBackend:
-    options.setdefault("pdl", True)
-    return TritonBackend(model, device, graph=True, **options)
+for _name, _description, _requires, _fixed in _VARIANTS:
+    register(_name, description=_description, requires=_requires, tags=_TAGS)(
+        preset(TritonBackend, **_fixed)
+    )
