@@ -248,6 +248,12 @@ def cpu_rows(backend: BackendBase, config: WeightsConfig, blobs: list[bytes],
     return rows + stream.drain()
 
 
+def cpu_pipeline(config: WeightsConfig, **options: object) -> GpuPipeline:
+    """The pipeline on CPU tensors with cv2 decode and the fake network, batches of 1, 2, 4."""
+    return GpuPipeline(BrightBackend(), config, decoder=JpegDecoder("cpu"), batch_sizes=(1, 2, 4),
+                       **options)  # type: ignore[arg-type]
+
+
 def gpu_rows(pipeline: GpuPipeline, sessions: dict[str, tuple[list[bytes], StreamOptions]],
              fps: float, chunk: int, flush: bool = False) -> dict[str, list[FrameResult]]:
     """Push the sessions' frames interleaved, ``chunk`` frames per push, then (``flush``) flush,
@@ -398,10 +404,8 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
         "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
         "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
     }
-    serial = gpu_rows(GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                                  batch_sizes=(1, 2, 4)), sessions, 60.0, chunk=5)
-    overlap = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                          batch_sizes=(1, 2, 4), overlap=True)
+    serial = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
+    overlap = cpu_pipeline(small_config, overlap=True)
     got = gpu_rows(overlap, sessions, 60.0, chunk=5, flush=flush)
     for sid in sessions:
         assert_rows_match(got[sid], serial[sid])
@@ -409,8 +413,7 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert overlap.in_flight == 0 and len(overlap) == 0
 
     # step 1: the fourth frame's window makes frames 0-1 final, but only once it is read back
-    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                           batch_sizes=(1, 2, 4), overlap=True)
+    pipeline = cpu_pipeline(small_config, overlap=True)
     blobs = [jpeg(draw(i, (320, 180), True)) for i in range(6)]
     pipeline.open("s", StreamOptions(step=1), 60.0)
     assert pipeline.push([("s", b) for b in blobs[:4]]) == {"s": []}
@@ -430,10 +433,8 @@ def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> Non
         "a": (session_frames(12, (320, 180), streak=True), StreamOptions(step=3)),
         "b": (session_frames(10, (256, 144), streak=False), StreamOptions(step=1)),
     }
-    eager = gpu_rows(GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                                 batch_sizes=(1, 2, 4)), sessions, 60.0, chunk=5)
-    compiled = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                           batch_sizes=(1, 2, 4), compile_resize=True)
+    eager = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
+    compiled = cpu_pipeline(small_config, compile_resize=True)
     got = gpu_rows(compiled, sessions, 60.0, chunk=5)
     assert compiled.resizer.compiled and compiled.resizer.compile_error is None
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
@@ -441,8 +442,7 @@ def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> Non
 
 
 def test_overlap_drops_the_windows_of_a_session_closed_in_flight(small_config: WeightsConfig) -> None:
-    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
-                           batch_sizes=(1, 2, 4), overlap=True)
+    pipeline = cpu_pipeline(small_config, overlap=True)
     a, b = ([jpeg(draw(i, (320, 180), streak)) for i in range(6)] for streak in (True, False))
     for sid in "ab":
         pipeline.open(sid, StreamOptions(step=3), 60.0)
