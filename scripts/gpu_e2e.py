@@ -232,18 +232,27 @@ def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> li
     return out
 
 
+def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int, step: int,
+                  decoder: JpegDecoder, timer: StageTimer, **options: Any
+                  ) -> tuple[GpuPipeline, int]:
+    """A pipeline warmed for ``batch`` windows with ``sessions`` open, and the frames per push
+    that make about ``batch`` windows."""
+    sizes = [s for s in WARM_SIZES if s < batch] + [batch]
+    pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
+                           **options)
+    for s in range(sessions):
+        pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
+    return pipeline, batch * step if step == 3 else batch
+
+
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
             warm_pushes: int = 3, overlap: bool = False,
             compile_resize: bool = False) -> dict[str, Any]:
     device = backend.device
     timer = StageTimer(device, sync=sync_stages)
-    sizes = [s for s in WARM_SIZES if s < batch] + [batch]
-    pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
-                           overlap=overlap, compile_resize=compile_resize)
-    for s in range(sessions):
-        pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
-    per_push = batch * step if step == 3 else batch  # frames that make about ``batch`` windows
+    pipeline, per_push = open_pipeline(backend, config, sessions, batch, step, decoder, timer,
+                                       overlap=overlap, compile_resize=compile_resize)
     offset, latencies, frames, rows = 0, [], 0, 0
     start = time.perf_counter()
     pushes = 0
@@ -336,14 +345,10 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     from torch.profiler import ProfilerActivity, profile
 
     device = backend.device
-    timer = _ProfiledTimer(device)
-    sizes = [s for s in WARM_SIZES if s < batch] + [batch]
-    pipeline = GpuPipeline(backend, config, decoder=JpegDecoder(device, library=decoder),
-                           batch_sizes=sizes, timer=timer, overlap=overlap,
-                           compile_resize=compile_resize)
-    for s in range(sessions):
-        pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
-    per_push = batch * step if step == 3 else batch
+    pipeline, per_push = open_pipeline(backend, config, sessions, batch, step,
+                                       JpegDecoder(device, library=decoder),
+                                       _ProfiledTimer(device), overlap=overlap,
+                                       compile_resize=compile_resize)
     offset = 0
     for _ in range(3):
         pipeline.push(feed(blobs, sessions, per_push, offset))
