@@ -148,7 +148,7 @@ def test_nvimgcodec_decoder_wraps_its_images_and_names_bad_frames(
     package.nvimgcodec = _FakeNvImgCodec  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "nvidia", package)
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", _FakeNvImgCodec)
-    decoder.kind = "nvimgcodec"  # as on a GPU with the library installed
+    decoder.kind, decoder._nvimg = "nvimgcodec", _FakeNvImgCodec.Decoder(0)  # as on a GPU with it
     frames = [rgb_noise(64, 48, s, smooth=True) for s in range(3)]
     blobs = [jpeg(f) for f in frames]
     got = decoder(blobs)

@@ -74,24 +74,31 @@ def _preload_nvjpeg() -> None:
                 continue
 
 
-def nvimgcodec_reason(device: torch.device) -> str | None:
-    """Why nvImageCodec can't decode on ``device``; None when it can (``pip install
-    nvidia-nvimgcodec-cu13 nvidia-nvjpeg``). On CUDA it decodes a small JPEG to find out: the
-    library imports without nvJPEG and then decodes nothing."""
+def _open_nvimgcodec(device: torch.device) -> tuple[Any, str | None]:
+    """An nvImageCodec decoder for ``device`` and None, or None and why it can't decode there.
+    It decodes a small JPEG to find out: the library imports without nvJPEG and then decodes
+    nothing."""
     if device.type != "cuda":
-        return f"device is {device.type}, not cuda"
+        return None, f"device is {device.type}, not cuda"
     try:
         _preload_nvjpeg()
         from nvidia import nvimgcodec
 
         index = device.index if device.index is not None else torch.cuda.current_device()
+        decoder = nvimgcodec.Decoder(device_id=index)
         probe = cv2.imencode(".jpg", np.full((16, 16, 3), 128, np.uint8))[1].tobytes()
-        image = nvimgcodec.Decoder(device_id=index).decode([nvimgcodec.CodeStream(probe)])[0]
+        image = decoder.decode([nvimgcodec.CodeStream(probe)])[0]
     except Exception as exc:  # noqa: BLE001  (any failure means: not available)
-        return f"nvidia-nvimgcodec is not usable ({type(exc).__name__}: {exc})"
+        return None, f"nvidia-nvimgcodec is not usable ({type(exc).__name__}: {exc})"
     if image is None:
-        return "nvidia-nvimgcodec decoded nothing (is nvidia-nvjpeg installed?)"
-    return None
+        return None, "nvidia-nvimgcodec decoded nothing (is nvidia-nvjpeg installed?)"
+    return decoder, None
+
+
+def nvimgcodec_reason(device: torch.device) -> str | None:
+    """Why nvImageCodec can't decode on ``device``; None when it can (``pip install
+    nvidia-nvimgcodec-cu13 nvidia-nvjpeg``)."""
+    return _open_nvimgcodec(device)[1]
 
 
 def decode_cv2(data: bytes, index: int = 0) -> Tensor:
@@ -122,12 +129,14 @@ class JpegDecoder:
         if library not in DECODERS:
             raise ValueError(f"unknown JPEG decoder {library!r} (one of {', '.join(DECODERS)})")
         self.device = torch.device(device)
-        self._nvimg: Any = None
+        self._nvimg: Any = None  # the nvImageCodec decoder, when kind is "nvimgcodec"
         if not prefer_gpu or library == "cv2":
             self.gpu_reason: str | None = "cv2 decode requested"
             self.kind = "cv2"
             return
-        reason = nvimgcodec_reason(self.device) if library == "nvimgcodec" else None
+        reason = None
+        if library == "nvimgcodec":
+            self._nvimg, reason = _open_nvimgcodec(self.device)
         fallback = gpu_jpeg_reason(self.device) if library == "nvjpeg" or reason else None
         if library == "nvimgcodec" and reason is None:
             self.kind = "nvimgcodec"
@@ -149,10 +158,6 @@ class JpegDecoder:
     def _nvimgcodec(self, blobs: Sequence[bytes]) -> list[Tensor]:
         from nvidia import nvimgcodec
 
-        if self._nvimg is None:
-            index = self.device.index if self.device.index is not None else (
-                torch.cuda.current_device() if self.device.type == "cuda" else 0)
-            self._nvimg = nvimgcodec.Decoder(device_id=index)
         streams = []
         for i, data in enumerate(blobs):
             try:
