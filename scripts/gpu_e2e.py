@@ -60,6 +60,7 @@ from _stages import Budget, run_stages
 from ttball.backends import create
 from ttball.frames import Frame
 from ttball.kernels.prepost import (
+    DECODERS,
     GpuPipeline,
     GraphedStats,
     JpegDecoder,
@@ -518,7 +519,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     parser.add_argument("--input-size", default=None,
                         help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
-    parser.add_argument("--decoder", default="nvjpeg", choices=("nvjpeg", "nvimgcodec", "cv2"),
+    parser.add_argument("--decoder", default="nvjpeg", choices=DECODERS,
                         help="e2e, e2e_overlap and profile stages: the pipeline's JPEG decoder")
     parser.add_argument("--compile-resize", action="store_true",
                         help="e2e and profile stages: the pipeline's resize fused by torch.compile")

@@ -467,6 +467,10 @@ def test_cli_flag_sets_the_mode() -> None:
     with pytest.raises(UserError, match="--pipeline-compile-resize needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-compile-resize"]))
     assert both.pipeline_decoder == "nvjpeg"
+    from ttball.kernels.prepost import DECODERS
+    from ttball.serve.settings import JPEG_DECODERS
+
+    assert JPEG_DECODERS == DECODERS
     chosen = settings_from(parser.parse_args(["--device-pipeline", "--jpeg-decoder", "nvimgcodec"]))
     assert chosen.pipeline_decoder == "nvimgcodec"
     with pytest.raises(UserError, match="--jpeg-decoder needs --device-pipeline"):

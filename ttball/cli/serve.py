@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 from ttball.errors import UserError
+from ttball.serve.settings import JPEG_DECODERS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-compile-resize", action="store_true",
                    help="with --device-pipeline: fuse the device resize with torch.compile "
                         "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
-    p.add_argument("--jpeg-decoder", default="nvjpeg", choices=("nvjpeg", "nvimgcodec", "cv2"),
+    p.add_argument("--jpeg-decoder", default="nvjpeg", choices=JPEG_DECODERS,
                    help="with --device-pipeline: nvJPEG through torchvision (default), NVIDIA "
                         "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), or cv2 "
                         "on the host; a GPU decoder that can't run falls back (/readyz says why)")

@@ -16,6 +16,9 @@ from ttball.errors import UserError
 MiB = 1 << 20
 
 
+# ttball.kernels.prepost.DECODERS, named here without importing torch (a test keeps them equal)
+JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "cv2")
+
 @dataclass(frozen=True)
 class ServeSettings:
     """Everything ``ttball serve`` can be told. Sizes in bytes, times in seconds."""
@@ -95,8 +98,8 @@ class ServeSettings:
             raise UserError("--pipeline-overlap needs --device-pipeline")
         if self.pipeline_compile_resize and not self.device_pipeline:
             raise UserError("--pipeline-compile-resize needs --device-pipeline")
-        if self.pipeline_decoder not in ("nvjpeg", "nvimgcodec", "cv2"):
-            raise UserError(f"--jpeg-decoder must be nvjpeg, nvimgcodec or cv2, got "
+        if self.pipeline_decoder not in JPEG_DECODERS:
+            raise UserError(f"--jpeg-decoder must be one of {', '.join(JPEG_DECODERS)}, got "
                             f"{self.pipeline_decoder!r}")
         if self.pipeline_decoder != "nvjpeg" and not self.device_pipeline:
             raise UserError("--jpeg-decoder needs --device-pipeline")
