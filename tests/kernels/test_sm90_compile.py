@@ -79,16 +79,12 @@ def compile_conv_steps() -> list[dict[str, Any]]:
             b, h, w, c = shapes[INPUT]
             bufs[INPUT] = torch.empty(b, c, h, w).permute(0, 2, 3, 1)
         sums = {"s": torch.zeros(2, step.cout)}
-        launch = _ConvLaunch(step, cpu)
-        launch.pdl = name.endswith("pdl")
-        launch(bufs, sums, config)
+        _ConvLaunch(step, cpu, pdl=name.endswith("pdl"))(bufs, sums, config)
         report.append(_ptx_report(name, compiled[-1]))
     # the tail kernel with PDL: the SE weights are read before the wait, the sums after it
     tail = SqueezeTail("y", "r", "s", torch.randn(1, 16), torch.randn(16, 1), out="t")
     bufs = {k: torch.empty(2, 288, 512, 16, dtype=torch.float16) for k in "yrt"}
-    launch = _TailLaunch(tail, cpu)
-    launch.pdl = True
-    launch(bufs, {"s": torch.zeros(2, 16)}, Config(128, 4, 1))
+    _TailLaunch(tail, cpu, pdl=True)(bufs, {"s": torch.zeros(2, 16)}, Config(128, 4, 1))
     report.append(_ptx_report("tail pdl", compiled[-1]))
     return report
 

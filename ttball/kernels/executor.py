@@ -125,11 +125,10 @@ def _pdl(on: bool) -> dict[str, Any]:
 
 
 class _ConvLaunch:
-    pdl = False  # set by TritonExecutor
-
-    def __init__(self, step: Conv, device: torch.device) -> None:
+    def __init__(self, step: Conv, device: torch.device, pdl: bool = False) -> None:
         if len(step.terms) > MAX_TERMS:
             raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
+        self.pdl_args = _pdl(pdl)
         self.step = step
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
         t0 = step.terms[0]
@@ -205,16 +204,15 @@ class _ConvLaunch:
             out, self.bias, add, se_sum, x0, w0, *pairs,
             Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
             **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **_pdl(self.pdl),
+            num_stages=cfg.num_stages, **self.pdl_args,
         )
 
 
 class _TailLaunch:
-    pdl = False  # set by TritonExecutor
-
-    def __init__(self, step: SqueezeTail, device: torch.device) -> None:
+    def __init__(self, step: SqueezeTail, device: torch.device, pdl: bool = False) -> None:
         if len(step.terms) > MAX_TERMS - 1:
             raise ValueError(f"{step.y}: at most {MAX_TERMS - 1} terms in a tail")
+        self.pdl_args = _pdl(pdl)
         self.step = step
         c, hid = step.channels, step.fc1.shape[0]
         hid_pad = max(2, triton.next_power_of_2(hid))
@@ -269,15 +267,17 @@ class _TailLaunch:
             y, res, sums[step.se_sum], self.fc1, self.fc2, t, self.bias, *pairs, f,
             self.head_w, self.head_b, Ho, Wo, 1.0 / (Ho * Wo), *f.stride(),
             **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **_pdl(self.pdl),
+            num_stages=cfg.num_stages, **self.pdl_args,
         )
 
 
 Launch = _ConvLaunch | _TailLaunch
 
 
-def _launcher(step: Step, device: torch.device) -> Launch:
-    return _ConvLaunch(step, device) if isinstance(step, Conv) else _TailLaunch(step, device)
+def _launcher(step: Step, device: torch.device, pdl: bool) -> Launch:
+    if isinstance(step, Conv):
+        return _ConvLaunch(step, device, pdl)
+    return _TailLaunch(step, device, pdl)
 
 
 class _Buffers:
@@ -343,10 +343,7 @@ class TritonExecutor:
         self.plan, self.device = plan, device
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
-        self.pdl = pdl
-        self.launches = [_launcher(step, device) for step in plan.steps]
-        for launch in self.launches:
-            launch.pdl = pdl
+        self.launches = [_launcher(step, device, pdl) for step in plan.steps]
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
         self.failures: list[str] = []
