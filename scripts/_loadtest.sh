@@ -2,14 +2,14 @@
 # install_wheels, elapsed/say/left against T0 and BUDGET_S, fetch URL, and pick_clip DIR.
 
 # install_wheels: the carried wheels (built for the GPU machine's Python 3.12) into /tmp/site,
-# once per machine (a marker file: later calls, and scripts started beside each other after a
-# first install, skip it): .raywhl/ (Ray, stripped, and the server's packages;
+# once per machine and folder (a marker file per folder: later calls, and scripts started beside
+# each other after a first install, skip it; a call with .raywhl/ after one with .whl/ does not): .raywhl/ (Ray, stripped, and the server's packages;
 # scripts/make_raywhl.sh) if carried, else .whl/ (the server's packages). Puts the repository and
 # /tmp/site on PYTHONPATH either way. Elsewhere (a CPU smoke test here) it installs nothing.
 install_wheels() {
   local dir=.whl
   [ -d .raywhl ] && dir=.raywhl
-  if compgen -G "$dir/*.whl" > /dev/null && [ ! -f /tmp/site/.installed ] \
+  if compgen -G "$dir/*.whl" > /dev/null && [ ! -f "/tmp/site/.installed-$dir" ] \
       && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$dir"/*.whl || return 1
@@ -18,7 +18,7 @@ install_wheels() {
       # the zip's unpacking dropped the executable bits: Ray's own binaries need them back
       find /tmp/site/ray/core -type f ! -name '*.py' -exec chmod +x {} +
     fi
-    touch /tmp/site/.installed
+    touch "/tmp/site/.installed-$dir"
   fi
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 }

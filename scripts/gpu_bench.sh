@@ -124,6 +124,14 @@ pdl() {
     --variants triton-fp16,triton-fp16-pdl
 }
 
+# TMA candidates (triton-fp16-tma) and the row-walking kernel (triton-fp16-rows) in the tuner,
+# beside triton-fp16, batch 1, 8, 64, in one run (triton-h200.md, "Fourth and fifth steps").
+# Each tunes every shape cold.
+tma() {
+  step tma 420 --batch 1,8,64 --warmup 10 --groups 5 --calls 20 --no-warm \
+    --variants triton-fp16,triton-fp16-tma,triton-fp16-rows
+}
+
 # The other two max-autotune-no-cudagraphs rows, batch 1 (~2 min of autotuning each).
 autotune_nocg_rest() {
   step autotune_nocg_rest 330 --batch 1 --warmup 10 --groups 5 --calls 20 --no-warm --variants \
@@ -169,8 +177,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma)" ;;
   esac
 done
 

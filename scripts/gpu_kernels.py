@@ -57,6 +57,8 @@ from ttball.model import BlurBall, randomize_batchnorm
 
 EAGER_GRAPH = "cudagraph-fp16-folded-cl"
 OURS = "triton-fp16"
+OURS_TMA = "triton-fp16-tma"
+OURS_ROWS = "triton-fp16-rows"
 
 
 def time_ms(fn: Callable[[], Any], warmup: int = 10, groups: int = 5, reps: int = 20) -> dict:
@@ -82,19 +84,34 @@ def conv_shapes(plan: Plan) -> list[dict[str, int]]:
 
 
 def is_new(cfg: Any) -> bool:
-    """A second-version variant (2-D tile, taps per K chunk or L1 gathers)?"""
-    return bool(getattr(cfg, "tile_w", 0) or getattr(cfg, "k_chunk", 0) or getattr(cfg, "l1", 0))
+    """A variant of the second, fourth or fifth step (2-D tile, taps per K chunk, L1 gathers,
+    TMA, row walking)?"""
+    return any(getattr(cfg, f, 0) for f in ("tile_w", "k_chunk", "l1", "tma", "rows"))
 
 
 def explore_configs(step: Conv, pixels: int) -> list[Any]:
     """Variants beyond the tuner's list for 3×3 shapes: each feature alone, then combined with
     other stage counts and tiles (which of L1, tile and taps pays, measured one by one)."""
-    from ttball.kernels.executor import Config
+    from ttball.kernels.executor import Config, rows_applies, tma_applies
 
     if not any(t.ksize == 3 for t in step.terms):
         return []
     bm = 128 if pixels >= 132 * 128 else 64
-    return [
+    tma = [  # fourth step: TMA boxes, tile shapes and pipeline depths
+        Config(bm, 4, 2, tile_w=16, tma=True),
+        Config(bm, 4, 4, tile_w=16, tma=True),
+        Config(2 * bm, 8, 3, tile_w=16, tma=True),
+        Config(2 * bm, 8, 3, tile_w=32, tma=True),
+        Config(bm // 2, 4, 4, tile_w=16, tma=True),
+    ] if tma_applies(step) else []
+    rows = [  # fifth step: row walking, strip widths, warps, rows a program, a pipelined loop
+        Config(128, 8, 1, rows=16),
+        Config(128, 4, 1, rows=32),
+        Config(256, 8, 1, rows=16),
+        Config(32, 4, 1, rows=16),
+        Config(64, 4, 2, rows=16),
+    ] if rows_applies(step) else []
+    return tma + rows + [
         Config(bm, 4, 3, l1=True),                            # L1 gathers alone
         Config(bm, 4, 3, tile_w=16, l1=True),                 # + 2-D tile
         Config(bm, 4, 3, k_chunk=64),                         # taps per chunk alone
@@ -108,7 +125,7 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
 
 def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
                 explore: bool = False) -> list[dict]:
-    from ttball.kernels.executor import _ConvLaunch, conv_configs
+    from ttball.kernels.executor import _ConvLaunch, conv_configs, rows_configs, tma_configs
 
     dev = torch.device("cuda")
     lo = shape["level"]
@@ -120,7 +137,7 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
     y = torch.empty(batch, height >> lo, width >> lo, shape["cout"], device=dev,
                     dtype=torch.float16)
     bufs = {"x": x, "y": y}
-    launch = _ConvLaunch(step, dev)
+    launch = _ConvLaunch(step, dev, tma=True, rows=True)
     pixels = y.shape[0] * y.shape[1] * y.shape[2]
     moved = 2 * (x.numel() + y.numel())
     flops = 2 * pixels * weight.numel()
@@ -134,7 +151,7 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
         t = time_ms(lambda: F.conv2d(x_cl, w_cl, b16, stride=shape["stride"],
                                      padding=shape["k"] // 2), reps=reps)
     rows.append({**shape, "batch": batch, "impl": "cudnn", **t})
-    configs = conv_configs(step, pixels)
+    configs = conv_configs(step, pixels) + tma_configs(step, pixels) + rows_configs(step, pixels)
     if explore:
         configs += [c for c in explore_configs(step, pixels) if c not in configs]
     for cfg in configs:
@@ -199,7 +216,7 @@ def stage_network(model: BlurBall, height: int, width: int, batches: list[int],
     refs = {b: reference(x).cpu() for b, x in inputs.items()}
     del reference
     rows = []
-    for name in (OURS, EAGER_GRAPH):
+    for name in (OURS, OURS_TMA, OURS_ROWS, EAGER_GRAPH):
         try:
             start = time.perf_counter()
             backend = create(name, model, "cuda")
@@ -224,7 +241,7 @@ def stage_network(model: BlurBall, height: int, width: int, batches: list[int],
                 t = time_ms(lambda bk=backend, xx=x: bk(xx), warmup=5, reps=reps)
                 row.update(t, ms_per_window=t["median_ms"] / b,
                            windows_s=1e3 * b / t["median_ms"])
-                if name == OURS:
+                if name in (OURS, OURS_TMA, OURS_ROWS):
                     ex = backend.executor  # type: ignore[attr-defined]
                     row["failures"] = list(ex.failures)
                     row["configs"] = [(n, vars(c)) for n, c in ex.chosen(tuple(x.shape))]
@@ -261,7 +278,7 @@ def stage_steps(model: BlurBall, height: int, width: int, batches: list[int],
 
     dev = torch.device("cuda")
     plan = build_plan(model)
-    ex = TritonExecutor(plan, dev)
+    ex = TritonExecutor(plan, dev, tma=True, rows=True)
     rows = []
     for b in batches:
         x = torch.randn(b, 9, height, width, device=dev)

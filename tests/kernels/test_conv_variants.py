@@ -125,3 +125,106 @@ def test_whole_plan_with_the_variants(device: torch.device) -> None:
     out = executor(x.to(device)).cpu()
     rel = ((out - expected).norm() / expected.norm()).item()
     assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"
+
+
+def tma_cfg(block_m: int, tile_w: int) -> object:
+    from ttball.kernels.executor import Config
+
+    return Config(block_m, 4, 3, tile_w=tile_w, tma=True)
+
+
+@pytest.mark.parametrize(("cin", "cout", "block_m", "tile_w", "sums"), [
+    (16, 16, 64, 16, ()),      # 4 × 16 tiles: the right ones half outside the 24-wide image
+    (32, 32, 128, 32, ("s",)),  # 4 × 32, wider than the image; SE sums skip masked pixels
+    (128, 16, 64, 16, ()),     # transition1's shape: two 64-channel boxes per tap
+])
+def test_tma_reads_each_tap_as_one_shifted_box(device: torch.device, cin: int, cout: int,
+                                               block_m: int, tile_w: int,
+                                               sums: tuple[str, ...]) -> None:
+    """3×3 stride 1 through tensor-memory-accelerator boxes: the copy engine's zero fill
+    (negative coordinates at the top and left, past the end at the bottom and right) is the
+    convolution's padding."""
+    step = Conv("y", (term("x", cout, cin, 3),), fp16_exact(cout), relu=not sums,
+                se_sum=sums[0] if sums else None)
+    used = run_variant(step, {"x": nhwc(cin, 0)}, device, 0, tma_cfg(block_m, tile_w), sums)
+    assert used["TILE_W"] == min(tile_w, 32)
+
+
+def test_tma_leaves_other_terms_and_steps_alone(device: torch.device) -> None:
+    """TMA reads term 0 only; a stride-2 term 0 (or the stem) keeps the gather loop."""
+    from ttball.kernels.executor import _ConvLaunch, tma_applies
+
+    step, bufs = every_term_kind()  # term 0: stride 2
+    assert not tma_applies(step)
+    run_variant(step, bufs, device, 1, tma_cfg(32, 8), sums=("s",))
+    step = Conv("y", (term("x", 16, 16, 3), term("z", 16, 32, 1, up=1)), fp16_exact(16))
+    assert tma_applies(step)
+    run_variant(step, {"x": nhwc(16, 0), "z": nhwc(32, 1)}, device, 0, tma_cfg(64, 16))
+    assert "TMA" in _ConvLaunch(step, device).variant_meta(tma_cfg(64, 16), W)  # type: ignore[arg-type]
+
+
+def test_whole_plan_with_tma(device: torch.device) -> None:
+    """Every 3×3 stride-1 step of the plan through TMA boxes, the others as before (one
+    configuration for every step on a GPU too: tuned, TMA might lose everywhere)."""
+    from ttball.kernels.executor import Config, TritonExecutor
+
+    model = randomize_batchnorm(BlurBall(), seed=0).eval()
+    plan = build_plan(model)
+    x = torch.randn(1, 9, 16, 32, generator=torch.Generator().manual_seed(0))
+    expected = run_reference(plan, x)
+    executor = TritonExecutor(plan, device, config=Config(64, 4, 3, tile_w=16, tma=True))
+    out = executor(x.to(device)).cpu()
+    rel = ((out - expected).norm() / expected.norm()).item()
+    assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"
+
+
+def rows_cfg(block_w: int, rows: int) -> object:
+    from ttball.kernels.executor import Config
+
+    return Config(block_w, 4, 1, rows=rows)
+
+
+@pytest.mark.parametrize(("cin", "cout", "block_w", "rows", "sums", "add"), [
+    (16, 16, 16, 8, (), False),    # 16 rows in two strips, 24 columns in two (half outside)
+    (32, 32, 32, 16, ("s",), False),  # one strip wider than the image; SE sums once a program
+    (16, 32, 16, 32, ("s",), True),   # rows past the image's 16; a coarser addend
+    (32, 16, 16, 8, (), True),
+])
+def test_rows_walks_down_the_image(device: torch.device, cin: int, cout: int, block_w: int,
+                                   rows: int, sums: tuple[str, ...], add: bool) -> None:
+    """The row-walking kernel (ttball.kernels.rows) against the reference: padding at every
+    edge, strips that end past the image, the epilogue's addend, SE sums and ReLU."""
+    from ttball.kernels.executor import rows_applies
+
+    addends = (("e", 1),) if add else ()
+    step = Conv("y", (term("x", cout, cin, 3),), fp16_exact(cout), addends=addends,
+                relu=not sums, se_sum=sums[0] if sums else None)
+    assert rows_applies(step)
+    bufs = {"x": nhwc(cin, 0)}
+    if add:
+        bufs["e"] = nhwc(cout, 1)
+    run_variant(step, bufs, device, 0, rows_cfg(block_w, rows), sums)
+
+
+def test_rows_leaves_other_steps_to_the_conv_kernel(device: torch.device) -> None:
+    from ttball.kernels.executor import rows_applies
+
+    wide = Conv("y", (term("x", 64, 64, 3),), fp16_exact(64), relu=True)
+    strided = Conv("y", (term("x", 16, 16, 3, stride=2),), fp16_exact(16))
+    two_terms = Conv("y", (term("x", 16, 16, 3), term("z", 16, 32, 1, up=1)), fp16_exact(16))
+    assert not any(rows_applies(s) for s in (wide, strided, two_terms))
+    run_variant(wide, {"x": nhwc(64, 0)}, device, 0, rows_cfg(32, 8))
+
+
+def test_whole_plan_with_rows(device: torch.device) -> None:
+    """The 16- and 32-channel 3×3 steps of the plan walk rows, the others as before."""
+    from ttball.kernels.executor import Config, TritonExecutor
+
+    model = randomize_batchnorm(BlurBall(), seed=0).eval()
+    plan = build_plan(model)
+    x = torch.randn(1, 9, 16, 32, generator=torch.Generator().manual_seed(0))
+    expected = run_reference(plan, x)
+    executor = TritonExecutor(plan, device, config=Config(32, 4, 1, rows=8))
+    out = executor(x.to(device)).cpu()
+    rel = ((out - expected).norm() / expected.norm()).item()
+    assert rel < 2e-3, f"relative error {rel:.1e} against the FP32 reference"

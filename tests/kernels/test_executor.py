@@ -57,7 +57,8 @@ def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device,
 
 def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:
     rows = {r["name"]: r for r in describe("cpu")}
-    for name in ("triton-fp16", "triton-fp16-nograph", "triton-fp16-pdl"):
+    for name in ("triton-fp16", "triton-fp16-nograph", "triton-fp16-pdl", "triton-fp16-tma",
+                 "triton-fp16-rows"):
         assert not rows[name]["available"] and "CUDA" in rows[name]["reason"]
         assert "fp16" in rows[name]["tags"]
         with pytest.raises(BackendUnavailable, match="CUDA"):

@@ -2,8 +2,9 @@
 own launch code runs with Triton's ``JITFunction.run`` replaced by a compile for
 ``GPUTarget("cuda", 90, 64)`` with the specialization a real launch would get (16-byte
 alignment of pointers and of integers divisible by 16, integers equal to 1 folded), then the
-PTX is checked for what the variant is for (L1-cached ``cp.async.ca`` gathers, wgmma, and with
-programmatic dependent launch the ``griddepcontrol`` instructions before any load).
+PTX is checked for what the variant is for (L1-cached ``cp.async.ca`` gathers, wgmma, 4-D
+tensor copies with TMA, and with programmatic dependent launch the ``griddepcontrol``
+instructions before any load).
 
 It runs in a subprocess: the other kernel tests import Triton in interpreter mode, and this
 needs it compiled. About 6 s on two cores; skipped where Triton's NVIDIA backend is missing."""
@@ -72,6 +73,12 @@ def compile_conv_steps() -> list[dict[str, Any]]:
          Config(128, 4, 2, tile_w=16, k_chunk=64, l1=True)),
     ]
     cases.append(("16->16 pdl", *cases[0][1:]))
+    cases.append(("16->16 tma", *cases[0][1:3], Config(128, 4, 3, tile_w=16, tma=True)))
+    cases.append(("128->16 tma", *cases[1][1:3], Config(64, 4, 3, tile_w=16, tma=True)))
+    cases.append(("16->16 rows", *cases[0][1:3], Config(128, 8, 1, rows=16)))
+    cases.append(("32->32 rows se pdl",
+                  Conv("y", (term("x", 32, 32, 3),), torch.zeros(32), se_sum="s"),
+                  {"x": (2, 144, 256, 32), "y": (2, 144, 256, 32)}, Config(64, 4, 1, rows=16)))
     report = []
     for name, step, shapes, config in cases:
         bufs = {k: torch.empty(*s, dtype=torch.float16) for k, s in shapes.items()}
@@ -96,6 +103,7 @@ def _ptx_report(name: str, kernel: Any) -> dict[str, Any]:
     return {"name": name, "shared": kernel.metadata.shared,
             "cp_async_ca": len(re.findall(r"cp\.async\.ca", ptx)),
             "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+            "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx)),
             "ld_global": len(re.findall(r"ld\.global", ptx)),
             "gdc_wait": ptx.count("griddepcontrol.wait"),
             "gdc_launch": ptx.count("griddepcontrol.launch_dependents"),
@@ -126,3 +134,9 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     assert report["16->16 pdl"]["reads_before_wait"] == 0, report["16->16 pdl"]
     assert 0 < report["tail pdl"]["reads_before_wait"], report["tail pdl"]
     assert report["16->16 tile16 kc64"]["gdc_wait"] == 0  # without PDL: the kernel as before
+    # TMA: the activations arrive as 4-D tensor copies (the weights keep their small copies)
+    for name in ("16->16 tma", "128->16 tma"):
+        assert report[name]["tma_loads"] > 0 and report[name]["wgmma"] > 0, report[name]
+    assert report["16->16 tile16 kc64"]["tma_loads"] == 0
+    # the row-walking kernel (ttball.kernels.rows): with PDL, no activation read before the wait
+    assert report["32->32 rows se pdl"]["gdc_wait"] == 1

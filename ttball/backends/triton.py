@@ -5,7 +5,11 @@ one fused kernel per step of :func:`ttball.kernels.build_plan` (67 steps + 1 mem
 that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp16-nograph``
 launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1);
 ``triton-fp16-pdl`` is ``triton-fp16`` with programmatic dependent launch between its kernels
-(Hopper and later, :mod:`ttball.kernels.gdc`). Option ``tune=False`` skips the per-shape tuning
+(Hopper and later, :mod:`ttball.kernels.gdc`); ``triton-fp16-tma`` lets the tuner also try
+reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (Hopper and later,
+:func:`ttball.kernels.executor.tma_configs`); ``triton-fp16-rows`` lets it also try walking the
+16- and 32-channel 3×3 steps down the image a row at a time (:mod:`ttball.kernels.rows`).
+Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
@@ -46,17 +50,31 @@ def pdl_missing(device: torch.device) -> str | None:
     return gdc_missing(device)
 
 
+def tma_missing(device: torch.device) -> str | None:
+    """Why ``triton-fp16-tma`` can't run on ``device`` (None: it can)."""
+    reason = triton_missing(device)
+    if reason:
+        return reason
+    if importlib.util.find_spec("triton.tools.tensor_descriptor") is None:
+        return "this Triton has no triton.tools.tensor_descriptor"
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return "TMA needs compute capability 9.0 or later"
+    return None
+
+
 class TritonBackend(BackendBase):
     """The plan's Triton executor, optionally replayed from one CUDA graph per input shape."""
 
     def __init__(
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
-        tune: bool = True, pdl: bool = False, **options: Any,
+        tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
+        **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
             raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
-        reason = pdl_missing(device) if pdl else triton_missing(device)
+        reason = (pdl_missing(device) if pdl else None) or (tma_missing(device) if tma else None)
+        reason = reason or triton_missing(device)
         if reason:
             raise BackendUnavailable(f"triton backend: {reason}")
         from ttball.kernels import build_plan
@@ -64,7 +82,8 @@ class TritonBackend(BackendBase):
 
         self.precision = "fp16"
         self.plan = build_plan(model)
-        self.executor = TritonExecutor(self.plan, device, tune=tune, pdl=bool(pdl))
+        self.executor = TritonExecutor(self.plan, device, tune=tune, pdl=bool(pdl),
+                                       tma=bool(tma), rows=bool(rows))
         self.graph = graph
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
@@ -101,6 +120,14 @@ _VARIANTS = (
      ("triton-fp16 with programmatic dependent launch between its kernels (sm_90+); "
       "option tune"),
      pdl_missing, {"graph": True, "pdl": True}),
+    ("triton-fp16-tma",
+     ("triton-fp16 whose tuner also tries TMA copies for the 3x3 stride-1 steps' inputs "
+      "(sm_90+); option tune"),
+     tma_missing, {"graph": True, "tma": True}),
+    ("triton-fp16-rows",
+     ("triton-fp16 whose tuner also tries a row-walking kernel for the 16- and 32-channel 3x3 "
+      "steps; option tune"),
+     triton_missing, {"graph": True, "rows": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
     register(_name, description=_description, requires=_requires, tags=_TAGS)(

@@ -34,6 +34,13 @@ Variants (constexprs; the executor's tuner picks per step and shape, see ``Confi
 - ``IM0`` (term 0 only, :func:`accumulate_im2col`): K ordered ``(c, kh, kw)`` and padded once,
   for Cin < 16 (the 9-channel stem: K = 81 → 128 instead of 9 taps × 16), weights packed by
   :func:`pack_weight_im2col`.
+- ``TMA`` (term 0 only, a 3×3 stride-1 NHWC FP16 source with a power-of-two Cin ≥ 16, 2-D
+  tiles): each (tap, channel chunk) is one tensor-memory-accelerator copy of the tile's
+  ``(1, BLOCK_M // TILE_W, TILE_W, BLOCK_K)`` box shifted by the tap, through a
+  :class:`~triton.tools.tensor_descriptor.TensorDescriptor` of the source; the copy engine
+  zero-fills the box outside the image (negative coordinates included). The ncu profile of the
+  third session put the gathers' address and mask arithmetic at about half of a 16-channel
+  step's ~700 instructions per warp (``triton-h200.md``, "Fourth step"): with TMA none is left.
 - ``PDL``: launched with programmatic dependent launch (:mod:`ttball.kernels.gdc`); the program
   waits for the previous kernel after its index arithmetic, before its first load.
 """
@@ -244,6 +251,28 @@ def accumulate_im2col(
 
 
 @triton.jit
+def accumulate_tma(
+    acc, x_desc, w_ptr, b, h0, w0,
+    CIN: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    TILE_H: tl.constexpr, TILE_W: tl.constexpr,
+):
+    """``acc (TILE_H * TILE_W, BLOCK_N) += conv3x3(x)`` for the output tile at ``(h0, w0)`` of
+    image ``b``: one descriptor load per (tap, channel chunk), its box shifted by the tap
+    (stride 1, padding 1; the copy engine zero-fills outside the image). Weights as
+    :func:`pack_weight` (row ``tap * CIN + c``)."""
+    rk = tl.arange(0, BLOCK_K)
+    rn = tl.arange(0, BLOCK_N)
+    chunks = CIN // BLOCK_K
+    for it in range(9 * chunks):
+        tap = it // chunks
+        a = x_desc.load([b, h0 + tap // 3 - 1, w0 + tap % 3 - 1, (it % chunks) * BLOCK_K])
+        a = tl.reshape(a, (TILE_H * TILE_W, BLOCK_K))
+        w = tl.load(w_ptr + (it * BLOCK_K + rk)[:, None] * BLOCK_N + rn[None, :])
+        acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
 def accumulate_term(
     acc, x_ptr, w_ptr, b, ho, wo, m_mask, Ho, Wo,
     CIN: tl.constexpr, KS: tl.constexpr, STRIDE: tl.constexpr, UP: tl.constexpr,
@@ -273,14 +302,16 @@ def conv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TILE_W: tl.constexpr = 0, L1: tl.constexpr = False, IM0: tl.constexpr = False,
     T0: tl.constexpr = 1, T1: tl.constexpr = 1, T2: tl.constexpr = 1, T3: tl.constexpr = 1,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, TMA: tl.constexpr = False,
 ):
     b = tl.program_id(1)
     if TILE_W > 0:  # a (BLOCK_M // TILE_W) × TILE_W tile of output pixels
         r = tl.arange(0, BLOCK_M)
         tiles_w = tl.cdiv(Wo, TILE_W)
-        ho = (tl.program_id(0) // tiles_w) * (BLOCK_M // TILE_W) + r // TILE_W
-        wo = (tl.program_id(0) % tiles_w) * TILE_W + r % TILE_W
+        h0 = (tl.program_id(0) // tiles_w) * (BLOCK_M // TILE_W)
+        w0 = (tl.program_id(0) % tiles_w) * TILE_W
+        ho = h0 + r // TILE_W
+        wo = w0 + r % TILE_W
         m_mask = (ho < Ho) & (wo < Wo)
     else:  # BLOCK_M consecutive output pixels
         m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -294,7 +325,10 @@ def conv_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     x0_base = b.to(tl.int64) * sx0b
-    if IM0:  # P0 is the padded K here (im2col_k)
+    if TMA:  # x0_ptr is a TensorDescriptor of the NHWC source, box (1, TILE_H, TILE_W, BK0)
+        acc = accumulate_tma(acc, x0_ptr, w0_ptr, b, h0, w0, C0, BK0, BLOCK_N,
+                             BLOCK_M // TILE_W, TILE_W)
+    elif IM0:  # P0 is the padded K here (im2col_k)
         acc = accumulate_im2col(
             acc, x0_ptr, w0_ptr, x0_base, ho, wo, m_mask, H0, W0, sx0h, sx0w, sx0c,
             C0, K0, S0, P0, BK0, BLOCK_N, L1,

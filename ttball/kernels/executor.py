@@ -1,7 +1,10 @@
 """Runs a :class:`~ttball.kernels.plan.Plan` with the Triton kernels: one launch per step plus
 one memset of the SE sums, so ``len(plan.steps) + 1`` kernels per call (68 for BlurBall).
 Optionally every kernel is launched with programmatic dependent launch
-(:mod:`ttball.kernels.gdc`), so each one's launch overlaps the end of the one before.
+(:mod:`ttball.kernels.gdc`), so each one's launch overlaps the end of the one before, and the
+tuner gets candidates that read a 3×3 step's input through the tensor memory accelerator
+(``tma=True``, :func:`tma_configs`) or, for the 16- and 32-channel 3×3 steps, walk down the
+image a row at a time (``rows=True``, :func:`rows_configs`, :mod:`ttball.kernels.rows`).
 
 Weights are packed once (FP16, padded; biases and SE weights float32). Activations are NHWC
 FP16 buffers allocated per input shape and reused along the plan by liveness (a buffer whose
@@ -39,6 +42,7 @@ from ttball.kernels.conv import (
 )
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
+from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
 
 MAX_TERMS = 4
 TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
@@ -49,7 +53,10 @@ class Config:
     """A kernel configuration. Conv steps only (defaults: the first version's kernel):
     ``tile_w`` > 0 makes a program's pixels a ``(block_m // tile_w) × tile_w`` tile,
     ``k_chunk`` > 0 packs several 3×3 taps into K chunks of that size, ``l1`` caches the
-    activation gathers in L1 (:mod:`ttball.kernels.conv`)."""
+    activation gathers in L1, ``tma`` reads term 0 with tensor-memory-accelerator copies
+    (needs ``tile_w``; steps it does not apply to ignore it; :mod:`ttball.kernels.conv`).
+    ``rows`` > 0 runs a step :func:`rows_applies` to with :mod:`ttball.kernels.rows` instead:
+    ``block_m`` columns × ``rows`` output rows per program (other steps ignore it)."""
 
     block_m: int
     num_warps: int
@@ -57,13 +64,17 @@ class Config:
     tile_w: int = 0
     k_chunk: int = 0
     l1: bool = False
+    tma: bool = False
+    rows: int = 0
 
     def short(self) -> str:
-        """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``)."""
+        """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
+        ``r16`` rows per program)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
-        return text + ("L1" if self.l1 else "")
+        text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
+        return text + (f"r{self.rows}" if self.rows else "")
 
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
@@ -103,6 +114,46 @@ def tap_configs(step: Conv, pixels: int) -> list[Config]:
             Config(256, 8, 2, tile_w=32, k_chunk=64, l1=True)]
 
 
+def tma_applies(step: Conv) -> bool:
+    """Whether term 0 can be read with TMA copies: a 3×3 stride-1 convolution of an NHWC FP16
+    buffer with a power-of-two number of channels (not the stem, which reads the batch)."""
+    t0 = step.terms[0]
+    return (t0.ksize == 3 and t0.stride == 1 and t0.up == 0 and t0.src != INPUT
+            and t0.cin >= 16 and t0.cin == padded(t0.cin))
+
+
+def tma_configs(step: Conv, pixels: int) -> list[Config]:
+    """TMA candidates (fourth step, ``triton-h200.md``) for a step :func:`tma_applies` to:
+    8×16 and 4×32 tiles of 128 pixels with 3-4 stages (the copies are asynchronous, so deeper
+    pipelines cost only shared memory: 4 KB a stage for 16 channels), 4×16 for 128 output
+    channels or small grids."""
+    if not tma_applies(step):
+        return []
+    if pixels < 132 * 128 or padded(step.cout) >= 128:
+        return [Config(64, 4, 3, tile_w=16, tma=True), Config(128, 4, 3, tile_w=16, tma=True)]
+    return [Config(128, 4, 3, tile_w=16, tma=True), Config(128, 4, 4, tile_w=32, tma=True)]
+
+
+def rows_applies(step: Conv) -> bool:
+    """Whether :mod:`ttball.kernels.rows` can run the step: one 3×3 stride-1 term of an NHWC
+    FP16 buffer with 16 or 32 channels, at most 32 output channels (its nine weight matrices
+    stay in registers)."""
+    t0 = step.terms[0]
+    return (len(step.terms) == 1 and t0.ksize == 3 and t0.stride == 1 and t0.up == 0
+            and t0.src != INPUT and t0.cin in (16, 32) and padded(step.cout) <= 32)
+
+
+def rows_configs(step: Conv, pixels: int) -> list[Config]:
+    """Row-walking candidates (``block_m`` columns, ``rows`` rows a program) for a step
+    :func:`rows_applies` to: narrow strips and few rows for small grids (batch 1 at half
+    resolution is 144 × 256 pixels), wider and longer ones for large batches."""
+    if not rows_applies(step):
+        return []
+    if pixels < 132 * 128 * 8:
+        return [Config(32, 4, 1, rows=8), Config(64, 4, 1, rows=8)]
+    return [Config(64, 4, 1, rows=16), Config(128, 4, 1, rows=16), Config(64, 4, 1, rows=32)]
+
+
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
     """About 8 k elements per program for the elementwise tail; 64-128 pixels with 1×1 terms."""
     if step.terms:
@@ -125,11 +176,14 @@ def _pdl(on: bool) -> dict[str, Any]:
 
 
 class _ConvLaunch:
-    def __init__(self, step: Conv, device: torch.device, pdl: bool = False) -> None:
+    def __init__(self, step: Conv, device: torch.device, pdl: bool = False,
+                 tma: bool = False, rows: bool = False) -> None:
         if len(step.terms) > MAX_TERMS:
             raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
         self.pdl_args = _pdl(pdl)
         self.step = step
+        self.tma, self.rows = tma, rows  # offer tma_configs / rows_configs to the tuner
+        self._descs: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Any] = {}
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
         t0 = step.terms[0]
         self.im2col = t0.ksize == 3 and t0.up == 0 and t0.cin < 16  # the 9-channel stem
@@ -164,6 +218,10 @@ class _ConvLaunch:
             meta["TILE_W"] = min(cfg.tile_w, triton.next_power_of_2(wo), cfg.block_m)
         if cfg.l1:
             meta["L1"] = True
+        if cfg.tma and tma_applies(self.step):
+            if not cfg.tile_w:
+                raise ValueError(f"{cfg}: TMA needs a 2-D tile (tile_w)")
+            meta["TMA"] = True
         if cfg.k_chunk:
             for k, t in enumerate(self.step.terms):
                 taps, bk = chunk_plan(t.cin, t.ksize, cfg.k_chunk)
@@ -180,11 +238,28 @@ class _ConvLaunch:
         return out.shape[0] * out.shape[1] * out.shape[2]
 
     def configs(self, bufs: dict[str, Tensor]) -> list[Config]:
-        return conv_configs(self.step, self.out_pixels(bufs))
+        pixels = self.out_pixels(bufs)
+        extra = tma_configs(self.step, pixels) if self.tma else []
+        extra += rows_configs(self.step, pixels) if self.rows else []
+        return conv_configs(self.step, pixels) + extra
+
+    def descriptor(self, x: Tensor, box: tuple[int, ...]) -> Any:
+        """A TMA descriptor of the NHWC buffer ``x`` (one per buffer and box; a buffer is
+        reused along the plan, so is its descriptor)."""
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        key = (x.data_ptr(), tuple(x.shape), box)
+        if key not in self._descs:
+            self._descs[key] = TensorDescriptor(_nhwc(x), list(x.shape), list(x.stride()),
+                                                list(box))
+        return self._descs[key]
 
     def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
         step, out = self.step, bufs[self.step.out]
         B, Ho, Wo, _ = out.shape
+        if cfg.rows and rows_applies(step):
+            self._rows(bufs, sums, cfg)
+            return
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
         w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
@@ -200,11 +275,31 @@ class _ConvLaunch:
             tiles = triton.cdiv(Ho, cfg.block_m // tile_w) * triton.cdiv(Wo, tile_w)
         else:
             tiles = triton.cdiv(Ho * Wo, cfg.block_m)
+        src0: Any = x0
+        if meta.get("TMA"):
+            tile_w = meta["TILE_W"]
+            src0 = self.descriptor(x0, (1, cfg.block_m // tile_w, tile_w, meta["BK0"]))
         conv_kernel[(tiles, B)](
-            out, self.bias, add, se_sum, x0, w0, *pairs,
+            out, self.bias, add, se_sum, src0, w0, *pairs,
             Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
             **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **self.pdl_args,
+        )
+
+
+    def _rows(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
+        step, out = self.step, bufs[self.step.out]
+        B, Ho, Wo, _ = out.shape
+        m = self.meta
+        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
+        se_sum = sums[step.se_sum] if step.se_sum else self.bias
+        conv3x3_rows_kernel[rows_grid(Ho, Wo, B, cfg.block_m, cfg.rows)](
+            out, _nhwc(bufs[step.terms[0].src]), self.weights[0], self.bias, add, se_sum,
+            Ho, Wo, *out.stride(),
+            CIN=m["C0"], COUT=m["COUT"], BLOCK_N=m["BLOCK_N"], BLOCK_W=cfg.block_m,
+            ROWS=cfg.rows, HAS_ADD=m["HAS_ADD"], ADD_UP=m["ADD_UP"], HAS_SUM=m["HAS_SUM"],
+            RELU=m["RELU"], num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **self.pdl_args,
         )
 
 
@@ -274,9 +369,9 @@ class _TailLaunch:
 Launch = _ConvLaunch | _TailLaunch
 
 
-def _launcher(step: Step, device: torch.device, pdl: bool) -> Launch:
+def _launcher(step: Step, device: torch.device, pdl: bool, tma: bool, rows: bool) -> Launch:
     if isinstance(step, Conv):
-        return _ConvLaunch(step, device, pdl)
+        return _ConvLaunch(step, device, pdl, tma, rows)
     return _TailLaunch(step, device, pdl)
 
 
@@ -333,17 +428,18 @@ class TritonExecutor:
     The returned tensor is the shape's own output buffer, overwritten by the next call of that
     shape. ``cold_seconds[shape]`` is the first call's time (compiles and tuning included).
     ``pdl``: launch every kernel with programmatic dependent launch (sm_90+; the caller checks
-    :func:`ttball.kernels.gdc.pdl_missing`).
+    :func:`ttball.kernels.gdc.pdl_missing`). ``tma``: the tuner also times :func:`tma_configs`
+    (sm_90+); ``rows``: and :func:`rows_configs`.
     """
 
     def __init__(
         self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None,
-        pdl: bool = False,
+        pdl: bool = False, tma: bool = False, rows: bool = False,
     ) -> None:
         self.plan, self.device = plan, device
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
-        self.launches = [_launcher(step, device, pdl) for step in plan.steps]
+        self.launches = [_launcher(step, device, pdl, tma, rows) for step in plan.steps]
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
         self.failures: list[str] = []
