@@ -32,12 +32,14 @@ def main() -> None:
     parser.add_argument("--steps", default="0,1,5,7,12", help="plan step indices to profile")
     parser.add_argument("--pdl", action="store_true", help="launch with programmatic dependent launch")
     parser.add_argument("--tma", action="store_true", help="let the tuner try TMA configurations")
+    parser.add_argument("--rows", action="store_true", help="and the row-walking kernel")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_ncu.py needs a CUDA GPU")
     dev = torch.device("cuda")
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
-    ex = TritonExecutor(build_plan(model), dev, pdl=args.pdl, tma=args.tma)
+    ex = TritonExecutor(build_plan(model), dev, pdl=args.pdl, tma=args.tma,
+                       rows=args.rows)
     x = torch.randn(args.batch, 9, args.height, args.width, device=dev)
     ex(x)  # tunes every step for this shape
     bufs = ex._buffers[tuple(x.shape)]

@@ -471,3 +471,19 @@ def test_pipeline_refuses_what_it_cannot_do(small_config: WeightsConfig) -> None
     rows = pipeline.push([("s", jpeg(draw(i, (320, 180), False))) for i in range(1, 4)])["s"]
     rows += pipeline.finish("s")
     assert [r.frame for r in rows] == [0, 1, 2, 3]
+
+
+def test_warm_resize_compiles_every_graph_a_worker_needs() -> None:
+    """After ``Resizer.warm`` no frame count or source size compiles again: a lone frame
+    (Dynamo's size-1 specialization) used to cost a 2-5 s push under load."""
+    from torch._dynamo.utils import counters
+
+    from ttball.kernels.prepost_image import Resizer
+
+    resize = Resizer(36, 64, compile=True)
+    resize.warm(torch.device("cpu"))
+    graphs = counters["stats"]["unique_graphs"]
+    for count, h, w in ((1, 72, 128), (3, 72, 128), (7, 90, 160), (1, 144, 256)):
+        frames = torch.randint(0, 255, (count, 3, h, w), dtype=torch.uint8)
+        assert torch.equal(resize(frames), Resizer(36, 64)(frames))
+    assert counters["stats"]["unique_graphs"] == graphs and resize.compile_error is None

@@ -242,6 +242,15 @@ class Resizer:
         """Whether the compiled resize runs (False: eager, asked for or after a failed compile)."""
         return self._core is not _resize_taps
 
+    def warm(self, device: torch.device) -> None:
+        """Compile every graph a worker can need, before it is ready: one for a single frame
+        (Dynamo specializes a size of 1) and one for any other count and source size. Without
+        it the first push of a lone frame compiled again: a 2-5 s stall under load (seventh
+        session, ``serve-h200.md``). A no-op when eager."""
+        if self.compiled:
+            for count in (1, 2):
+                self(torch.zeros(count, 3, 16, 24, dtype=torch.uint8, device=device))
+
     def _table(self, src_h: int, src_w: int, device: torch.device) -> tuple[Tensor, ...]:
         key = (src_h, src_w, device)
         if key not in self._tables:
