@@ -38,9 +38,10 @@ Variants (constexprs; the executor's tuner picks per step and shape, see ``Confi
   tiles): each (tap, channel chunk) is one tensor-memory-accelerator copy of the tile's
   ``(1, BLOCK_M // TILE_W, TILE_W, BLOCK_K)`` box shifted by the tap, through a
   :class:`~triton.tools.tensor_descriptor.TensorDescriptor` of the source; the copy engine
-  zero-fills the box outside the image (negative coordinates included). The ncu profile of the
-  third session put the gathers' address and mask arithmetic at about half of a 16-channel
-  step's ~700 instructions per warp (``triton-h200.md``, "Fourth step"): with TMA none is left.
+  zero-fills the box outside the image (negative coordinates included), so none of the
+  gathers' address and mask arithmetic is left (about half of a 16-channel step's ~700
+  instructions per warp). Measured on an H200 (seventh session, ``triton-h200.md``): faster
+  for 32-128 input channels (1.04-1.07× per step), slower for 16 (4 KB boxes).
 - ``PDL``: launched with programmatic dependent launch (:mod:`ttball.kernels.gdc`); the program
   waits for the previous kernel after its index arithmetic, before its first load.
 """

@@ -286,7 +286,6 @@ class _ConvLaunch:
             num_stages=cfg.num_stages, **self.pdl_args,
         )
 
-
     def _rows(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
         step, out = self.step, bufs[self.step.out]
         B, Ho, Wo, _ = out.shape

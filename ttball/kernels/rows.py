@@ -18,6 +18,10 @@ times, and a row's addresses are one vector of columns. The epilogue is the conv
 bias, an optional (coarser) addend, the squeeze-excitation sums (summed over the program's
 rows, one atomic add per program), ReLU, any output strides.
 
+Measured on an H200 (seventh session): L2 traffic −40 % and instructions −37 % on a 16 → 16
+step, but then bound by L1 and shared memory (90 % busy): Triton stages the ``wgmma`` operands
+through shared memory. 1.05–1.15× per step at batch 64.
+
 Weights as :func:`ttball.kernels.conv.pack_weight`: row ``(kh * 3 + kw) * CIN + c``.
 """
 
