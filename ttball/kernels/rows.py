@@ -13,10 +13,10 @@ channels. Before its loop it loads the nine ``(Cin, Cout)`` weight matrices (4.6
 18 KB for 32 → 32: registers) and the input rows above and at its first output row; each
 iteration loads one new input row, three times shifted by a column (the three column taps; the
 second and third loads hit L1), computes one output row with nine small ``tl.dot``, and shifts
-its three rows. So each input pixel is loaded from L2 about once per program instead of nine
-times, and a row's addresses are one vector of columns. The epilogue is the conv kernel's:
-bias, an optional (coarser) addend, the squeeze-excitation sums (summed over the program's
-rows, one atomic add per program), ReLU, any output strides.
+its three rows. So each input pixel is read three times per program (two of them from L1)
+instead of nine, and a row's addresses are one vector of columns. The epilogue is the conv
+kernel's: bias, an optional (coarser) addend, the squeeze-excitation sums (summed over the
+program's rows, one atomic add per program), ReLU, any output strides.
 
 Measured on an H200 (seventh session): L2 traffic −40 % and instructions −37 % on a 16 → 16
 step, but then bound by L1 and shared memory (90 % busy): Triton stages the ``wgmma`` operands
