@@ -117,9 +117,10 @@ class JpegDecoder:
     """A batch of JPEG byte strings → RGB ``(3, H, W) uint8`` tensors on ``device``.
 
     ``kind``: ``"nvjpeg"`` (nvJPEG through torchvision, on the GPU), ``"nvimgcodec"`` (NVIDIA's
-    nvImageCodec, on the GPU: its decode is queued on the caller's CUDA stream, where
-    torchvision's ends by waiting for a stream of its own) or ``"cv2"`` (host decode, then one
-    pinned copy per frame). ``library`` asks for one; a GPU library that can't run here falls
+    nvImageCodec, on the GPU: it takes the caller's CUDA stream, where torchvision's call ends
+    by waiting for a stream of its own; on the H200 its call still held the thread for as long
+    as the decode took, ``docs/benchmarks/e2e.md``) or ``"cv2"`` (host decode, then one pinned
+    copy per frame). ``library`` asks for one; a GPU library that can't run here falls
     back to the next (nvimgcodec → nvjpeg → cv2), and ``gpu_reason`` says why.
     ``prefer_gpu=False`` is ``library="cv2"``.
     """
