@@ -11,6 +11,7 @@ Run inside a loopback-only network namespace (see test_archive.py).
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,9 +58,17 @@ def clip(seed: int, n: int = FRAMES) -> list[bytes]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below Linux's ephemeral range (32768-60999): the kernel hands ephemeral
+    ports to Ray's own processes as they start, and one of them once took the port a test had
+    picked with ``bind(0)`` before ``serve`` bound it ("Failed to bind to address")."""
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 def worker_settings(weights: Path, **overrides) -> ServeSettings:
