@@ -41,7 +41,7 @@ Variants (constexprs; the executor's tuner picks per step and shape, see ``Confi
   zero-fills the box outside the image (negative coordinates included), so none of the
   gathers' address and mask arithmetic is left (about half of a 16-channel step's ~700
   instructions per warp). Measured on an H200 (seventh session, ``triton-h200.md``): faster
-  for 32-128 input channels (1.04-1.07× per step), slower for 16 (4 KB boxes).
+  for 32-128 input channels (1.01-1.10× per shape), slower for 16 (4 KB boxes).
 - ``PDL``: launched with programmatic dependent launch (:mod:`ttball.kernels.gdc`); the program
   waits for the previous kernel after its index arithmetic, before its first load.
 """
