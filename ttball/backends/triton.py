@@ -73,8 +73,11 @@ class TritonBackend(BackendBase):
         super().__init__(device)
         if options:
             raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
-        reason = (pdl_missing(device) if pdl else None) or (tma_missing(device) if tma else None)
-        reason = reason or triton_missing(device)
+        reason = triton_missing(device)
+        if reason is None and pdl:
+            reason = pdl_missing(device)
+        if reason is None and tma:
+            reason = tma_missing(device)
         if reason:
             raise BackendUnavailable(f"triton backend: {reason}")
         from ttball.kernels import build_plan

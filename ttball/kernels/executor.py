@@ -257,8 +257,10 @@ class _ConvLaunch:
     def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
         step, out = self.step, bufs[self.step.out]
         B, Ho, Wo, _ = out.shape
+        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
+        se_sum = sums[step.se_sum] if step.se_sum else self.bias
         if cfg.rows and rows_applies(step):
-            self._rows(bufs, sums, cfg)
+            self._rows(bufs, out, add, se_sum, cfg)
             return
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
@@ -268,8 +270,6 @@ class _ConvLaunch:
         pairs = []
         for k in range(MAX_TERMS - 1):
             pairs += [xs[k], ws[k]] if k < len(xs) else [x0, w0]
-        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
-        se_sum = sums[step.se_sum] if step.se_sum else self.bias
         if "TILE_W" in meta:
             tile_w = meta["TILE_W"]
             tiles = triton.cdiv(Ho, cfg.block_m // tile_w) * triton.cdiv(Wo, tile_w)
@@ -286,14 +286,14 @@ class _ConvLaunch:
             num_stages=cfg.num_stages, **self.pdl_args,
         )
 
-    def _rows(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
-        step, out = self.step, bufs[self.step.out]
+    def _rows(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
+              cfg: Config) -> None:
+        """The step through :func:`conv3x3_rows_kernel` (``add``, ``se_sum``: as for the conv
+        kernel, stand-ins where the step has none)."""
         B, Ho, Wo, _ = out.shape
         m = self.meta
-        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
-        se_sum = sums[step.se_sum] if step.se_sum else self.bias
         conv3x3_rows_kernel[rows_grid(Ho, Wo, B, cfg.block_m, cfg.rows)](
-            out, _nhwc(bufs[step.terms[0].src]), self.weights[0], self.bias, add, se_sum,
+            out, _nhwc(bufs[self.step.terms[0].src]), self.weights[0], self.bias, add, se_sum,
             Ho, Wo, *out.stride(),
             CIN=m["C0"], COUT=m["COUT"], BLOCK_N=m["BLOCK_N"], BLOCK_W=cfg.block_m,
             ROWS=cfg.rows, HAS_ADD=m["HAS_ADD"], ADD_UP=m["ADD_UP"], HAS_SUM=m["HAS_SUM"],
