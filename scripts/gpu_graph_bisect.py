@@ -27,27 +27,23 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.backends import create
+from ttball.backends.cudagraph import GraphCache
 from ttball.bench.timing import TimingPlan, time_calls
 from ttball.model import BlurBall, randomize_batchnorm
 
 
 def graph_ms(executor: Any, x: torch.Tensor, configs: list[Any], plan: TimingPlan) -> float:
-    """Median ms of one CUDA graph replay of ``executor`` with ``configs`` for ``x``'s shape."""
+    """Median ms of a call of ``executor``'s CUDA graph for ``x``'s shape, captured with
+    ``configs`` (the backend's own ``GraphCache``: input copy, replay, output clone)."""
     shape = tuple(x.shape)
     kept = executor._configs[shape]
     executor._configs[shape] = configs
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            executor(x)  # every configuration is compiled already; this one warms the stream
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            executor(x)
-        return time_calls(graph.replay, x.device, plan)["median_ms"]
+        graphs = GraphCache(executor, x.device, warmup=1)
+        graphs(x)  # captures with ``configs``; every kernel is compiled already
     finally:
         executor._configs[shape] = kept
+    return time_calls(lambda: graphs(x), x.device, plan)["median_ms"]
 
 
 def main() -> None:

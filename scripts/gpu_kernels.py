@@ -59,6 +59,7 @@ EAGER_GRAPH = "cudagraph-fp16-folded-cl"
 OURS = "triton-fp16"
 OURS_TMA = "triton-fp16-tma"
 OURS_ROWS = "triton-fp16-rows"
+OURS_ALL = (OURS, OURS_TMA, OURS_ROWS)
 
 
 def time_ms(fn: Callable[[], Any], warmup: int = 10, groups: int = 5, reps: int = 20) -> dict:
@@ -216,7 +217,7 @@ def stage_network(model: BlurBall, height: int, width: int, batches: list[int],
     refs = {b: reference(x).cpu() for b, x in inputs.items()}
     del reference
     rows = []
-    for name in (OURS, OURS_TMA, OURS_ROWS, EAGER_GRAPH):
+    for name in (*OURS_ALL, EAGER_GRAPH):
         try:
             start = time.perf_counter()
             backend = create(name, model, "cuda")
@@ -241,7 +242,7 @@ def stage_network(model: BlurBall, height: int, width: int, batches: list[int],
                 t = time_ms(lambda bk=backend, xx=x: bk(xx), warmup=5, reps=reps)
                 row.update(t, ms_per_window=t["median_ms"] / b,
                            windows_s=1e3 * b / t["median_ms"])
-                if name in (OURS, OURS_TMA, OURS_ROWS):
+                if name in OURS_ALL:
                     ex = backend.executor  # type: ignore[attr-defined]
                     row["failures"] = list(ex.failures)
                     row["configs"] = [(n, vars(c)) for n, c in ex.chosen(tuple(x.shape))]

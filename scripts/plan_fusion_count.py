@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.kernels import build_plan, plan_cost
+from ttball.kernels.executor import _reads
 from ttball.kernels.plan import Conv, Plan
 from ttball.model import BlurBall
 
@@ -26,10 +27,7 @@ def readers(plan: Plan) -> dict[str, list[int]]:
     """Buffer name → the steps that read it."""
     out: dict[str, list[int]] = {}
     for i, step in enumerate(plan.steps):
-        names = [t.src for t in step.terms]
-        names += ([a for a, _ in step.addends] if isinstance(step, Conv)
-                  else [step.y, step.residual])
-        for name in set(names):
+        for name in _reads(step):
             out.setdefault(name, []).append(i)
     return out
 
