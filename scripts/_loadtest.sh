@@ -2,8 +2,9 @@
 # install_wheels, elapsed/say/left against T0 and BUDGET_S, fetch URL, and pick_clip DIR.
 
 # install_wheels: the carried wheels (built for the GPU machine's Python 3.12) into /tmp/site,
-# once per machine and folder (a marker file per folder: later calls, and scripts started beside
-# each other after a first install, skip it; a call with .raywhl/ after one with .whl/ does not): .raywhl/ (Ray, stripped, and the server's packages;
+# once per machine and folder (a marker file per folder: later calls, and scripts started
+# beside each other after a first install, skip it; a call with .raywhl/ after one with .whl/
+# does not): .raywhl/ (Ray, stripped, and the server's packages;
 # scripts/make_raywhl.sh) if carried, else .whl/ (the server's packages). Puts the repository and
 # /tmp/site on PYTHONPATH either way. Elsewhere (a CPU smoke test here) it installs nothing.
 install_wheels() {

@@ -113,7 +113,8 @@ class DevicePath:
     def warm(self, sizes: Sequence[int]) -> None:
         """Run a push of ``b`` windows for every batch size ``b`` (decoder, resize tables and,
         on CUDA, the post-processing graph of each size), after compiling the resize's graphs
-        (:meth:`~ttball.kernels.prepost_image.Resizer.warm`), so a ready worker never captures or compiles."""
+        (:meth:`~ttball.kernels.prepost_image.Resizer.warm`), so a ready worker never captures
+        or compiles."""
         h, w = self.config.input_size
         blanks = [cv2.imencode(".jpg", np.full((2 * h, 2 * w, 3), v, np.uint8))[1].tobytes()
                   for v in (0, 64, 128)]  # three distinct frames: one step-3 window
