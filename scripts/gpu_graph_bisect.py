@@ -7,8 +7,10 @@ Tunes ``triton-fp16`` and the variant on the same weights and input, then replay
 graph of the variant's executor per configuration list: the variant's own choices, the
 baseline's, and the variant's with one differing step at a time switched back to the
 baseline's choice. Each step that differs is also timed alone with both configurations, with
-many more launches than the tuner's three. A step whose switch-back saves much more graph time
-than its alone-times differ is where timing alone misleads.
+many more launches than the tuner's three, as the host issues them and as device time alone
+(``device_ms``). A step whose switch-back saves much more graph time than its alone-times
+differ is where timing alone misleads. (Eighth session: at batch 1 the launch-issued times
+were the host's launch path; the tuner now uses ``device_ms``, ``scripts/gpu_tuner_ab.py``.)
 
     PYTHONPATH=. python3 scripts/gpu_graph_bisect.py --variant triton-fp16-rows --batch 1 \
         --out bisect.json
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.backends import create
 from ttball.backends.cudagraph import GraphCache
-from ttball.bench.timing import TimingPlan, time_calls
+from ttball.bench.timing import TimingPlan, device_ms, time_calls
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -83,13 +85,19 @@ def main() -> None:
         alone = {name: time_calls(lambda c=cfg, la=launch: la(bufs.tensors, bufs.sums, c), dev,
                                   alone_plan)["median_ms"]
                  for name, cfg in (("variant", a), ("baseline", b))}
+        alone_device = {name: device_ms(lambda c=cfg, la=launch: la(bufs.tensors, bufs.sums, c),
+                                        dev, 100)
+                        for name, cfg in (("variant", a), ("baseline", b))}
         switched = graph_ms(ex, x, mine[:i] + [b] + mine[i + 1:], graph_plan)
         row = {"step": i, "variant_config": a.short(), "baseline_config": b.short(),
-               "alone_ms": alone, "graph_ms_switched_back": switched,
+               "alone_ms": alone, "alone_device_ms": alone_device,
+               "graph_ms_switched_back": switched,
                "graph_saving_ms": report["graph_ms"]["variant"] - switched}
         report["steps"].append(row)
         print(f"#{i:<3} {a.short():>16} vs {b.short():<16} alone {1e3 * alone['variant']:7.1f} "
-              f"vs {1e3 * alone['baseline']:7.1f} us; switching back saves "
+              f"vs {1e3 * alone['baseline']:7.1f} us (device "
+              f"{1e3 * alone_device['variant']:5.1f} vs {1e3 * alone_device['baseline']:5.1f}); "
+              f"switching back saves "
               f"{1e3 * row['graph_saving_ms']:7.1f} us of the graph", flush=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

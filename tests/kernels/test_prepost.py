@@ -17,6 +17,7 @@ from torch import Tensor
 from ttball.backends import create
 from ttball.backends.base import BackendBase
 from ttball.frames import Frame, normalize, preprocess
+from ttball.kernels import prepost_image
 from ttball.kernels.prepost import (
     DecodeError,
     GpuPipeline,
@@ -114,16 +115,26 @@ class _FakeNvImgCodec:
                 raise RuntimeError("Failed to get image info")
             self.data = data
 
+    class BackendKind:
+        HW_GPU_ONLY = "hw"
+
     class Decoder:
-        def __init__(self, device_id: int) -> None:
-            self.device_id, self.streams = device_id, []
+        """With ``backend_kinds=[HW_GPU_ONLY]`` it refuses (None) JPEGs with a comment
+        segment, as the hardware engines refuse progressive ones."""
+
+        def __init__(self, device_id: int, backend_kinds: list | None = None) -> None:
+            self.device_id, self.streams, self.decoded = device_id, [], 0
+            self.hardware = backend_kinds == ["hw"]
 
         def decode(self, streams: list, cuda_stream: int = 0) -> list:
             self.streams.append(cuda_stream)
             out = []
             for s in streams:
                 bgr = cv2.imdecode(np.frombuffer(s.data, np.uint8), cv2.IMREAD_COLOR)
+                if self.hardware and b"\xff\xfe" in s.data:
+                    bgr = None
                 out.append(None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+                self.decoded += bgr is not None
             return out
 
 
@@ -160,6 +171,49 @@ def test_nvimgcodec_decoder_wraps_its_images_and_names_bad_frames(
         decoder([blobs[0], b"not a jpeg"])  # no header: refused by CodeStream
     with pytest.raises(DecodeError, match="frame 2"):
         decoder([blobs[0], blobs[1], b"\xff\xd8 truncated"])  # decode gives None
+
+
+def test_nvimgcodec_hw_hands_refused_frames_to_the_general_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``library="nvimgcodec-hw"``: off a GPU it falls back like the others; on a stand-in
+    module, frames the hardware engines refuse are decoded by the general nvImageCodec decoder
+    (opened once, on first need) and land in their places; a frame neither decodes is named."""
+    import sys
+    import types
+
+    from ttball.kernels.prepost import nvimgcodec_reason
+
+    decoder = JpegDecoder("cpu", library="nvimgcodec-hw")
+    assert decoder.kind == "cv2" and "not cuda" in decoder.gpu_reason
+    assert nvimgcodec_reason(torch.device("cpu"), hardware=True) == "device is cpu, not cuda"
+
+    package = types.ModuleType("nvidia")
+    package.nvimgcodec = _FakeNvImgCodec  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvidia", package)
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", _FakeNvImgCodec)
+    general = _FakeNvImgCodec.Decoder(0)
+    opened: list[bool] = []
+
+    def fake_open(device: torch.device, hardware: bool = False) -> tuple[object, None]:
+        opened.append(hardware)
+        return general, None
+
+    monkeypatch.setattr(prepost_image, "_open_nvimgcodec", fake_open)
+    hardware = _FakeNvImgCodec.Decoder(0, backend_kinds=[_FakeNvImgCodec.BackendKind.HW_GPU_ONLY])
+    decoder.kind, decoder._nvimg = "nvimgcodec-hw", hardware  # as on a GPU with the engines
+    frames = [rgb_noise(64, 48, s, smooth=True) for s in range(4)]
+    blobs = [jpeg(f) for f in frames]
+    blobs[1] = with_comment(blobs[1])
+    blobs[3] = with_comment(blobs[3])
+    got = decoder(blobs)
+    for mine, theirs in zip(got, JpegDecoder("cpu")(blobs), strict=True):
+        assert mine.shape == (3, 48, 64) and torch.equal(mine, theirs)
+    assert (hardware.decoded, general.decoded, opened) == (2, 2, [False])
+    decoder(blobs)
+    assert opened == [False]  # the general decoder is kept
+    with pytest.raises(DecodeError, match="frame 2"):
+        decoder([blobs[0], blobs[1], b"\xff\xd8 truncated"])
 
 
 @pytest.mark.gpu

@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
     p.add_argument("--jpeg-decoder", default="nvjpeg", choices=JPEG_DECODERS,
                    help="with --device-pipeline: nvJPEG through torchvision (default), NVIDIA "
-                        "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), or cv2 "
+                        "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), "
+                        "nvimgcodec-hw (its hardware JPEG engines only), or cv2 "
                         "on the host; a GPU decoder that can't run falls back (/readyz says why)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")

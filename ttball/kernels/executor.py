@@ -30,7 +30,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ttball.bench.timing import group_ms
+from ttball.bench.timing import device_ms
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -46,6 +46,7 @@ from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
 
 MAX_TERMS = 4
 TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
+SHORT_MS, SHORT_REPS = 0.02, 20  # a candidate faster than this is timed again with more launches
 
 
 @dataclass(frozen=True)
@@ -499,7 +500,8 @@ class TritonExecutor:
         fn()  # compiles; on CPU (interpreter) this is the only run
         if not self.tune:
             return 0.0
-        return group_ms(fn, self.device, TUNE_REPS)
+        ms = device_ms(fn, self.device, TUNE_REPS)
+        return device_ms(fn, self.device, SHORT_REPS) if ms < SHORT_MS else ms
 
     def chosen(self, shape: tuple[int, ...]) -> list[tuple[str, Config]]:
         """The configuration each step runs with for ``shape`` (after its first call)."""

@@ -74,10 +74,11 @@ def _preload_nvjpeg() -> None:
                 continue
 
 
-def _open_nvimgcodec(device: torch.device) -> tuple[Any, str | None]:
+def _open_nvimgcodec(device: torch.device, hardware: bool = False) -> tuple[Any, str | None]:
     """An nvImageCodec decoder for ``device`` and None, or None and why it can't decode there.
     It decodes a small JPEG to find out: the library imports without nvJPEG and then decodes
-    nothing."""
+    nothing. ``hardware``: only the GPU's JPEG engines (``BackendKind.HW_GPU_ONLY``; A100,
+    H100/H200 and later have them), no CUDA-core or host decoding."""
     if device.type != "cuda":
         return None, f"device is {device.type}, not cuda"
     try:
@@ -85,20 +86,23 @@ def _open_nvimgcodec(device: torch.device) -> tuple[Any, str | None]:
         from nvidia import nvimgcodec
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        decoder = nvimgcodec.Decoder(device_id=index)
-        probe = cv2.imencode(".jpg", np.full((16, 16, 3), 128, np.uint8))[1].tobytes()
+        kinds = [nvimgcodec.BackendKind.HW_GPU_ONLY] if hardware else None
+        decoder = nvimgcodec.Decoder(device_id=index, backend_kinds=kinds)
+        probe = cv2.imencode(".jpg", np.full((64, 64, 3), 128, np.uint8))[1].tobytes()
         image = decoder.decode([nvimgcodec.CodeStream(probe)])[0]
     except Exception as exc:  # noqa: BLE001  (any failure means: not available)
         return None, f"nvidia-nvimgcodec is not usable ({type(exc).__name__}: {exc})"
     if image is None:
+        if hardware:
+            return None, "nvidia-nvimgcodec: this GPU's hardware JPEG decoder decoded nothing"
         return None, "nvidia-nvimgcodec decoded nothing (is nvidia-nvjpeg installed?)"
     return decoder, None
 
 
-def nvimgcodec_reason(device: torch.device) -> str | None:
-    """Why nvImageCodec can't decode on ``device``; None when it can (``pip install
-    nvidia-nvimgcodec-cu13 nvidia-nvjpeg``)."""
-    return _open_nvimgcodec(device)[1]
+def nvimgcodec_reason(device: torch.device, hardware: bool = False) -> str | None:
+    """Why nvImageCodec (``hardware``: its hardware JPEG engines) can't decode on ``device``;
+    None when it can (``pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg``)."""
+    return _open_nvimgcodec(device, hardware)[1]
 
 
 def decode_cv2(data: bytes, index: int = 0) -> Tensor:
@@ -110,7 +114,7 @@ def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1)
 
 
-DECODERS = ("nvjpeg", "nvimgcodec", "cv2")
+DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
 
 
 class JpegDecoder:
@@ -119,10 +123,12 @@ class JpegDecoder:
     ``kind``: ``"nvjpeg"`` (nvJPEG through torchvision, on the GPU), ``"nvimgcodec"`` (NVIDIA's
     nvImageCodec, on the GPU: it takes the caller's CUDA stream, where torchvision's call ends
     by waiting for a stream of its own; on the H200 its call still held the thread for as long
-    as the decode took, ``docs/benchmarks/e2e.md``) or ``"cv2"`` (host decode, then one pinned
-    copy per frame). ``library`` asks for one; a GPU library that can't run here falls
-    back to the next (nvimgcodec → nvjpeg → cv2), and ``gpu_reason`` says why.
-    ``prefer_gpu=False`` is ``library="cv2"``.
+    as the decode took, ``docs/benchmarks/e2e.md``), ``"nvimgcodec-hw"`` (nvImageCodec on the
+    GPU's hardware JPEG engines only, which leave the SMs to the network; a frame the engines
+    refuse, such as a progressive JPEG, is decoded by the general nvImageCodec decoder) or
+    ``"cv2"`` (host decode, then one pinned copy per frame). ``library`` asks for one; a GPU
+    library that can't run here falls back to the next (nvimgcodec-hw → nvimgcodec → nvjpeg →
+    cv2), and ``gpu_reason`` says why. ``prefer_gpu=False`` is ``library="cv2"``.
     """
 
     def __init__(self, device: torch.device | str, prefer_gpu: bool = True,
@@ -130,29 +136,39 @@ class JpegDecoder:
         if library not in DECODERS:
             raise ValueError(f"unknown JPEG decoder {library!r} (one of {', '.join(DECODERS)})")
         self.device = torch.device(device)
-        self._nvimg: Any = None  # the nvImageCodec decoder, when kind is "nvimgcodec"
+        self._nvimg: Any = None  # the nvImageCodec decoder, when kind is "nvimgcodec(-hw)"
+        self._nvimg_any: Any = None  # with "nvimgcodec-hw": the general one, for refused frames
         if not prefer_gpu or library == "cv2":
             self.gpu_reason: str | None = "cv2 decode requested"
             self.kind = "cv2"
             return
-        reason = None
-        if library == "nvimgcodec":
+        reasons: list[str] = []
+        self.kind = ""
+        if library == "nvimgcodec-hw":
+            self._nvimg, reason = _open_nvimgcodec(self.device, hardware=True)
+            if reason is None:
+                self.kind = library
+            else:
+                reasons.append(reason)
+        if not self.kind and library.startswith("nvimgcodec"):
             self._nvimg, reason = _open_nvimgcodec(self.device)
-        fallback = gpu_jpeg_reason(self.device) if library == "nvjpeg" or reason else None
-        if library == "nvimgcodec" and reason is None:
-            self.kind = "nvimgcodec"
-        elif fallback is None:
-            self.kind = "nvjpeg"
-        else:
-            self.kind = "cv2"
-        self.gpu_reason = "; ".join(dict.fromkeys(r for r in (reason, fallback) if r)) or None
+            if reason is None:
+                self.kind = "nvimgcodec"
+            else:
+                reasons.append(reason)
+        if not self.kind:
+            reason = gpu_jpeg_reason(self.device)
+            self.kind = "cv2" if reason else "nvjpeg"
+            if reason:
+                reasons.append(reason)
+        self.gpu_reason = "; ".join(dict.fromkeys(reasons)) or None
 
     def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
         if not blobs:
             return []
         if self.kind == "nvjpeg":
             return self._nvjpeg(blobs)
-        if self.kind == "nvimgcodec":
+        if self.kind.startswith("nvimgcodec"):
             return self._nvimgcodec(blobs)
         return [self._to_device(decode_cv2(b, i)) for i, b in enumerate(blobs)]
 
@@ -168,6 +184,15 @@ class JpegDecoder:
         cuda_stream = (torch.cuda.current_stream(self.device).cuda_stream
                        if self.device.type == "cuda" else 0)
         images = self._nvimg.decode(streams, cuda_stream=cuda_stream)
+        refused = [i for i, image in enumerate(images) if image is None]
+        if refused and self.kind == "nvimgcodec-hw":
+            if self._nvimg_any is None:
+                self._nvimg_any, reason = _open_nvimgcodec(self.device)
+                if reason:
+                    raise DecodeError(refused[0], f"the hardware decoder refused it and {reason}")
+            again = self._nvimg_any.decode([streams[i] for i in refused], cuda_stream=cuda_stream)
+            for i, image in zip(refused, again):
+                images[i] = image
         out = []
         for i, image in enumerate(images):
             if image is None:

@@ -17,7 +17,7 @@ MiB = 1 << 20
 
 
 # ttball.kernels.prepost.DECODERS, named here without importing torch (a test keeps them equal)
-JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "cv2")
+JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -60,8 +60,8 @@ class ServeSettings:
     # one; compiles during warm-up; falls back to eager if compiling fails).
     pipeline_compile_resize: bool = False
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
-    # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec) or "cv2" (host); a GPU one that can't
-    # run falls back, and /readyz says why.
+    # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
+    # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
     pipeline_decoder: str = "nvjpeg"
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Would 8-bit activations pass verify? Emulated on the CPU before any kernel is written.
+
+Runs the plan executor (:mod:`ttball.kernels.reference`) in FP32 with FP16 weights and every
+step's stored outputs rounded to a storage format, as a backend, and verifies it against eager
+FP32 on the given clips with the default tolerances (no visibility flip, p99 ≤ 0.5 px). The
+8-bit formats are scaled per tensor or per channel from the window's own maximum (``dyn``): the
+most favourable static calibration could only match it, so a failure here rules the format out.
+
+Formats: ``fp16`` (what triton-fp16 stores), ``bf16``, ``e4m3`` / ``e4m3-ch`` (FP8, per tensor /
+per channel), ``e5m2``, ``int8-ch`` (symmetric per channel; activations after ReLU use the
+unsigned range).
+
+Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+from ttball.backends import create
+from ttball.kernels import build_plan
+from ttball.kernels import reference as ref
+from ttball.kernels.plan import Conv, Plan
+from ttball.model import load_model
+from ttball.verify import VerifyOptions, summary_row, verify_many
+
+
+def _fp8(dtype: torch.dtype, per_channel: bool) -> Callable[[Tensor], Tensor]:
+    top = torch.finfo(dtype).max
+
+    def q(x: Tensor) -> Tensor:  # NHWC
+        amax = x.abs().amax(dim=(0, 1, 2) if per_channel else None).clamp_min(1e-12)
+        scale = amax / top
+        return (x / scale).to(dtype).float() * scale
+
+    return q
+
+
+def _int8_channel(x: Tensor) -> Tensor:
+    amax = x.abs().amax(dim=(0, 1, 2)).clamp_min(1e-12)
+    levels = 255.0 if bool((x >= 0).all()) else 127.0  # unsigned after ReLU
+    scale = amax / levels
+    return torch.round(x / scale).clamp(-levels, levels) * scale
+
+
+FORMATS: dict[str, Callable[[Tensor], Tensor]] = {
+    "fp16": lambda x: x.half().float(),
+    "bf16": lambda x: x.bfloat16().float(),
+    "e4m3": _fp8(torch.float8_e4m3fn, per_channel=False),
+    "e4m3-ch": _fp8(torch.float8_e4m3fn, per_channel=True),
+    "e5m2": _fp8(torch.float8_e5m2, per_channel=False),
+    "int8-ch": _int8_channel,
+}
+
+
+class Emulated:
+    """A backend: the plan with FP16 weights, FP32 arithmetic, outputs stored as ``fmt``."""
+
+    def __init__(self, plan: Plan, fmt: str) -> None:
+        self.plan, self.quantize = plan, FORMATS[fmt]
+        self.name, self.device, self.warmed = f"plan-{fmt}", torch.device("cpu"), set()
+
+    @torch.inference_mode()
+    def __call__(self, batch: Tensor) -> Tensor:
+        bufs, sums = {ref.INPUT: batch.float().permute(0, 2, 3, 1)}, {}
+        for step in self.plan.steps:
+            before = set(bufs)
+            (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
+            for name in set(bufs) - before - {ref.OUTPUT}:
+                bufs[name] = self.quantize(bufs[name])
+        return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
+
+    def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
+        return {b: 0.0 for b in batch_sizes}
+
+
+def _half_weights(plan: Plan) -> None:
+    for step in plan.steps:
+        for term in step.terms:
+            term.weight.copy_(term.weight.half().float())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("clips", nargs="+")
+    p.add_argument("--formats", default="fp16,bf16,e4m3,e4m3-ch,e5m2,int8-ch")
+    p.add_argument("--max-frames", type=int, default=None)
+    p.add_argument("--weights", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model = load_model(args.weights).eval()
+    plan = build_plan(model)
+    _half_weights(plan)
+    reference = create("eager-fp32", model, "cpu")
+    candidates = {f"plan-{f}": Emulated(plan, f) for f in args.formats.split(",")}
+    reports = verify_many(
+        candidates, reference, args.clips, config=model.config,
+        options=VerifyOptions(max_frames=args.max_frames),
+    )
+    rows = {name: summary_row(report) for name, report in reports.items()}
+    for name, row in rows.items():
+        print(f"{name:14s} passed={row['passed']!s:5s} flips={row['flips']} "
+              f"p99={row['p99_px']:.3g}px max={row['max_px']:.3g}px "
+              f"peak_moved={row['peak_moved']} logit_rel={row['logit_rel']:.2e}")
+    print(json.dumps(rows, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
