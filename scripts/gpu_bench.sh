@@ -117,6 +117,13 @@ nograph() {
   step nograph 150 --batch 1,2,3 --warmup 10 --groups 5 --calls 20 --variants triton-fp16-nograph,triton-fp16
 }
 
+# Our Triton kernels with the tuner timing each candidate's device work (eighth session;
+# triton-h200.md, "Sixth step"), batch 1, 8 and 64, each shape tuned cold.
+tuner() {
+  step tuner 240 --batch 1,8,64 --warmup 10 --groups 5 --calls 20 --no-warm \
+    --variants triton-fp16,triton-fp16-pdl
+}
+
 # Programmatic dependent launch (triton-fp16-pdl) beside the same kernels without it, batch 1-3
 # and 8, 64, in one run (triton-h200.md, "Third step"). Each tunes every shape cold.
 pdl() {
@@ -177,8 +184,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner)" ;;
   esac
 done
 
