@@ -460,7 +460,8 @@ def _against(got: dict[str, list[FrameResult]], serial: dict[str, list[FrameResu
     }
 
 
-def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int) -> dict[str, Any]:
+def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int,
+                 library: str = "nvjpeg") -> dict[str, Any]:
     clips = {"p0": blobs[:40], "p1": blobs[20:60] if len(blobs) >= 60 else blobs[::-1][:40]}
     want = {sid: cpu_rows(backend, config, clip, step, PARITY_BATCH)[0] for sid, clip in clips.items()}
     out: dict[str, Any] = {}
@@ -468,9 +469,12 @@ def stage_parity(backend: Any, config: WeightsConfig, blobs: list[bytes], step: 
     # "_again": the serial pipeline a second time. A backend whose kernels sum with atomics
     # (triton-fp16's squeeze-excitation means) is not bit-reproducible from run to run, so
     # overlap's rows are judged against that run-to-run difference, not against zero.
-    for label, decoder, overlap in (("pipeline_decoder", JpegDecoder(backend.device), False),
-                                    ("pipeline_decoder_again", JpegDecoder(backend.device), False),
-                                    ("pipeline_decoder_overlap", JpegDecoder(backend.device), True),
+    def gpu() -> JpegDecoder:
+        return JpegDecoder(backend.device, library=library)
+
+    for label, decoder, overlap in (("pipeline_decoder", gpu(), False),
+                                    ("pipeline_decoder_again", gpu(), False),
+                                    ("pipeline_decoder_overlap", gpu(), True),
                                     ("cv2_decoder", JpegDecoder(backend.device, prefer_gpu=False), False)):
         pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=(PARITY_BATCH,),
                                overlap=overlap)
@@ -520,7 +524,8 @@ def main() -> None:
     parser.add_argument("--input-size", default=None,
                         help="HxW network input (default: the weights'; 72x128 for a CPU smoke test)")
     parser.add_argument("--decoder", default="nvjpeg", choices=DECODERS,
-                        help="e2e, e2e_overlap and profile stages: the pipeline's JPEG decoder")
+                        help="e2e, e2e_overlap, parity and profile stages: the pipeline's JPEG "
+                             "decoder")
     parser.add_argument("--compile-resize", action="store_true",
                         help="e2e and profile stages: the pipeline's resize fused by torch.compile")
     parser.add_argument("--trace", default=None,
@@ -577,7 +582,8 @@ def main() -> None:
                                             JpegDecoder(device, prefer_gpu=False), batches[-1:]),
         "cpu_path": lambda: stage_cpu_path(*need("backend", "config", "blobs"), args.step,
                                            batches[-1]),
-        "parity": lambda: stage_parity(*need("backend", "config", "blobs"), args.step),
+        "parity": lambda: stage_parity(*need("backend", "config", "blobs"), args.step,
+                                       args.decoder),
         "profile": lambda: stage_profile(*need("backend", "config", "blobs"), args,
                                          batches[len(batches) // 2]),
     }
