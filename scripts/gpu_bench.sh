@@ -124,6 +124,13 @@ tuner() {
     --variants triton-fp16,triton-fp16-pdl
 }
 
+# HRNet's branches side by side on CUDA streams (triton-fp16-branches, eighth session;
+# triton-h200.md, "Seventh step") beside triton-fp16 and -pdl, batch 1, 2, 8 and 64.
+branches() {
+  step branches 300 --batch 1,2,8,64 --warmup 10 --groups 5 --calls 20 --no-warm \
+    --variants triton-fp16,triton-fp16-pdl,triton-fp16-branches
+}
+
 # Programmatic dependent launch (triton-fp16-pdl) beside the same kernels without it, batch 1-3
 # and 8, 64, in one run (triton-h200.md, "Third step"). Each tunes every shape cold.
 pdl() {
@@ -184,8 +191,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches)" ;;
   esac
 done
 

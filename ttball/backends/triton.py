@@ -8,7 +8,10 @@ launches the kernels one by one (for profiling; Python launch overhead dominates
 (Hopper and later, :mod:`ttball.kernels.gdc`); ``triton-fp16-tma`` lets the tuner also try
 reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (Hopper and later,
 :func:`ttball.kernels.executor.tma_configs`); ``triton-fp16-rows`` lets it also try walking the
-16- and 32-channel 3×3 steps down the image a row at a time (:mod:`ttball.kernels.rows`).
+16- and 32-channel 3×3 steps down the image a row at a time (:mod:`ttball.kernels.rows`);
+``triton-fp16-branches`` runs each resolution's steps on a CUDA stream of its own, waiting
+only where the steps share data (:func:`ttball.kernels.executor.hazards`), so the graph runs
+HRNet's parallel branches side by side.
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
@@ -68,7 +71,7 @@ class TritonBackend(BackendBase):
     def __init__(
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
-        **options: Any,
+        branches: bool = False, **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
@@ -86,7 +89,7 @@ class TritonBackend(BackendBase):
         self.precision = "fp16"
         self.plan = build_plan(model)
         self.executor = TritonExecutor(self.plan, device, tune=tune, pdl=bool(pdl),
-                                       tma=bool(tma), rows=bool(rows))
+                                       tma=bool(tma), rows=bool(rows), branches=bool(branches))
         self.graph = graph
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
@@ -131,6 +134,10 @@ _VARIANTS = (
      ("triton-fp16 whose tuner also tries a row-walking kernel for the 16- and 32-channel 3x3 "
       "steps; option tune"),
      triton_missing, {"graph": True, "rows": True}),
+    ("triton-fp16-branches",
+     ("triton-fp16 with each resolution's steps on a CUDA stream of its own, so HRNet's "
+      "branches run side by side in the graph; options tune, pdl"),
+     triton_missing, {"graph": True, "branches": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
     register(_name, description=_description, requires=_requires, tags=_TAGS)(

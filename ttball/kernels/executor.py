@@ -422,6 +422,47 @@ def _reads(step: Step) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _main_output(step: Step) -> str:
+    return step.out if isinstance(step, Conv) else step.y
+
+
+def hazards(plan: Plan, bufs: _Buffers) -> list[list[int]]:
+    """For each step, the earlier steps it must wait for when steps may run concurrently:
+    the last writer of every tensor it reads (read after write) and, for every tensor it
+    writes, that tensor's last writer and its readers since (write after write, write after
+    read). Tensors are compared by storage, since :class:`_Buffers` reuses a tensor once its
+    buffer is dead; squeeze-excitation sums count as tensors (the conv writes, the tail
+    reads)."""
+    def key(t: Tensor) -> int:
+        return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+
+    writer: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    out: list[list[int]] = []
+    for i, step in enumerate(plan.steps):
+        reads = [bufs.tensors[n] for n in _reads(step)]
+        writes = [bufs.tensors[n] for n in plan.outputs(step)]
+        if isinstance(step, Conv) and step.se_sum:
+            writes.append(bufs.sums[step.se_sum])
+        if isinstance(step, SqueezeTail):
+            reads.append(bufs.sums[step.se_sum])
+        deps: set[int] = set()
+        for t in reads:
+            if key(t) in writer:
+                deps.add(writer[key(t)])
+        for t in writes:
+            if key(t) in writer:
+                deps.add(writer[key(t)])
+            deps.update(readers.get(key(t), []))
+        for t in reads:
+            readers.setdefault(key(t), []).append(i)
+        for t in writes:
+            writer[key(t)], readers[key(t)] = i, []
+        deps.discard(i)
+        out.append(sorted(deps))
+    return out
+
+
 class TritonExecutor:
     """``executor(batch (B, 9, H, W) float32 contiguous) -> logits (B, 3, H, W) float32``.
 
@@ -429,14 +470,21 @@ class TritonExecutor:
     shape. ``cold_seconds[shape]`` is the first call's time (compiles and tuning included).
     ``pdl``: launch every kernel with programmatic dependent launch (sm_90+; the caller checks
     :func:`ttball.kernels.gdc.pdl_missing`). ``tma``: the tuner also times :func:`tma_configs`
-    (sm_90+); ``rows``: and :func:`rows_configs`.
+    (sm_90+); ``rows``: and :func:`rows_configs`. ``branches`` (CUDA): after the first call of a
+    shape, each step runs on the CUDA stream of its output's resolution, so HRNet's parallel
+    branches run side by side; the steps wait for each other only where :func:`hazards` says
+    (a CUDA graph captured from such a call keeps the same edges).
     """
 
     def __init__(
         self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None,
-        pdl: bool = False, tma: bool = False, rows: bool = False,
+        pdl: bool = False, tma: bool = False, rows: bool = False, branches: bool = False,
     ) -> None:
         self.plan, self.device = plan, device
+        self.branches = branches and device.type == "cuda"
+        self._streams: list[torch.cuda.Stream] = []  # branches: one per level but the first
+        self._events: list[torch.cuda.Event] = []
+        self._waits: dict[tuple[int, ...], list[list[int]]] = {}  # branches: per shape, per step
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
         self.launches = [_launcher(step, device, pdl, tma, rows) for step in plan.steps]
@@ -457,9 +505,39 @@ class TritonExecutor:
         bufs = self._buffers[shape]
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         bufs.sum_block.zero_()
+        if self.branches:
+            self._run_branches(shape, bufs)
+            return bufs.logits
         for launch, cfg in zip(self.launches, self._configs[shape]):
             launch(bufs.tensors, bufs.sums, cfg)
         return bufs.logits
+
+    def _run_branches(self, shape: tuple[int, ...], bufs: _Buffers) -> None:
+        """One stream per resolution level (the first is the caller's): fork after the SE
+        sums are zeroed, an event wait for each cross-stream hazard, join at the end."""
+        main = torch.cuda.current_stream(self.device)
+        if not self._streams:
+            self._streams = [torch.cuda.Stream(self.device) for _ in range(LEVELS - 1)]
+            self._events = [torch.cuda.Event() for _ in self.launches]
+        if shape not in self._waits:
+            self._waits[shape] = hazards(self.plan, bufs)
+        streams = [main, *self._streams]
+        lanes = [self.plan.buffers[_main_output(la.step)].level for la in self.launches]
+        needed = {j for i, deps in enumerate(self._waits[shape]) for j in deps
+                  if lanes[j] != lanes[i]}
+        for side in self._streams:
+            side.wait_stream(main)
+        for i, (launch, cfg) in enumerate(zip(self.launches, self._configs[shape])):
+            stream = streams[lanes[i]]
+            for j in self._waits[shape][i]:
+                if lanes[j] != lanes[i]:
+                    stream.wait_event(self._events[j])
+            with torch.cuda.stream(stream):
+                launch(bufs.tensors, bufs.sums, cfg)
+            if i in needed:
+                self._events[i].record(stream)
+        for side in self._streams:
+            main.wait_stream(side)
 
     def _first_call(self, batch: Tensor) -> Tensor:
         shape = tuple(batch.shape)
