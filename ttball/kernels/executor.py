@@ -483,6 +483,9 @@ class TritonExecutor:
         self.plan, self.device = plan, device
         self.branches = branches and device.type == "cuda"
         self._streams: list[torch.cuda.Stream] = []  # branches: one per level but the first
+        # branches: each level's stream priority (lower is more urgent; CUDA's default is 0,
+        # the least); a level 0 priority other than 0 gives level 0 a stream of its own too
+        self.lane_priority: tuple[int, ...] = (0,) * LEVELS
         self._events: list[torch.cuda.Event] = []
         self._waits: dict[tuple[int, ...], list[list[int]]] = {}  # branches: per shape, per step
         self.tune = tune and device.type == "cuda" and config is None
@@ -517,11 +520,13 @@ class TritonExecutor:
         sums are zeroed, an event wait for each cross-stream hazard, join at the end."""
         main = torch.cuda.current_stream(self.device)
         if not self._streams:
-            self._streams = [torch.cuda.Stream(self.device) for _ in range(LEVELS - 1)]
+            own = range(0 if self.lane_priority[0] else 1, LEVELS)
+            self._streams = [torch.cuda.Stream(self.device, priority=self.lane_priority[k])
+                             for k in own]
             self._events = [torch.cuda.Event() for _ in self.launches]
         if shape not in self._waits:
             self._waits[shape] = hazards(self.plan, bufs)
-        streams = [main, *self._streams]
+        streams = self._streams if len(self._streams) == LEVELS else [main, *self._streams]
         lanes = [self.plan.buffers[_main_output(la.step)].level for la in self.launches]
         needed = {j for i, deps in enumerate(self._waits[shape]) for j in deps
                   if lanes[j] != lanes[i]}

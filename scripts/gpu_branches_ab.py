@@ -1,0 +1,85 @@
+"""HRNet's branches on CUDA streams (``triton-fp16-branches``): which way of running them is
+fastest at small batches (issue 9, batch 1)? Side by side in one process, same weights and
+input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays, median):
+
+- ``serial``: triton-fp16, one stream;
+- ``branches``: each resolution level on a stream of its own;
+- ``branches+pdl``: and programmatic dependent launch within each stream;
+- ``branches+prio0``: level 0 (the full-resolution branch, most of the critical path) on a
+  stream of higher priority, so its kernels get the SMs first when the branches compete;
+- ``branches+prio0+pdl``.
+
+The tuner runs once per variant (device clock); timing alternates over the variants three
+times and keeps each one's best median, so drift hits all alike.
+
+    PYTHONPATH=. python3 scripts/gpu_branches_ab.py --out branches-ab.json [--batches 1,2,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ttball.backends import create
+from ttball.bench.timing import TimingPlan, time_calls
+from ttball.model import BlurBall, randomize_batchnorm
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "serial": {},
+    "branches": {"branches": True},
+    "branches+pdl": {"branches": True, "pdl": True},
+    "branches+prio0": {"branches": True, "priority": (-2, 0, 0, 0)},
+    "branches+prio0+pdl": {"branches": True, "pdl": True, "priority": (-2, 0, 0, 0)},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", default="1,2,8")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_branches_ab.py needs a CUDA GPU")
+    dev = torch.device("cuda")
+    model = randomize_batchnorm(BlurBall(), seed=0).eval()
+    plan = TimingPlan(20, 7, 50)
+    report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "priority_range": torch.cuda.Stream.priority_range(),
+                              "rows": []}
+    for batch in [int(b) for b in args.batches.split(",")]:
+        x = torch.randn(batch, 9, 288, 512, device=dev)
+        backends = {}
+        for name, options in VARIANTS.items():
+            options = dict(options)
+            priority = options.pop("priority", None)
+            backend = create("triton-fp16", model, dev, **options)
+            if priority is not None:
+                backend.executor.lane_priority = priority  # type: ignore[attr-defined]
+            backend(x)  # tunes, then captures on the next call
+            backends[name] = backend
+        ms: dict[str, list[float]] = {name: [] for name in backends}
+        for _ in range(3):
+            for name, backend in backends.items():
+                ms[name].append(time_calls(lambda b=backend, xb=x: b(xb), dev, plan)["median_ms"])
+        want = backends["serial"](x).float()
+        for name, backend in backends.items():
+            got = backend(x).float()
+            rel = ((got - want).norm() / want.norm()).item()
+            row = {"batch": batch, "variant": name, "ms": min(ms[name]), "ms_all": ms[name],
+                   "rel_vs_serial": rel}
+            report["rows"].append(row)
+            print(f"b={batch:<3} {name:20s} {row['ms']:.3f} ms  (rel {rel:.1e})", flush=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
