@@ -269,3 +269,28 @@ def test_direct_streams_is_a_ray_option() -> None:
     assert settings_from(parser.parse_args(["--ray", "--direct-streams"])).direct_streams
     with pytest.raises(UserError, match="--direct-streams needs --ray"):
         run(parser.parse_args(["--direct-streams"]))
+
+
+def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_path,
+                                                          monkeypatch) -> None:
+    pytest.importorskip("ttball.verify")
+    from ttball.backends import auto
+
+    monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(auto.CANDIDATES, "cpu", ("cudagraph-fp16", "folded-fp32",
+                                                 "eager-fp32"))
+    settings = ServeSettings(weights=str(small_weights), device="cpu", backend="auto",
+                             warmup_batches=(1,), torch_threads=1)
+    with serve_in_thread(create_app(settings)) as url, Client(url) as client:
+        body = client.wait_ready(timeout=180, poll=0.1)
+    trials = {t["name"]: t["status"] for t in body["auto"]["trials"]}
+    assert body["backend"] in {"folded-fp32", "eager-fp32"}, body
+    assert body["auto"]["chosen"] == body["backend"] and body["auto"]["cached"] is False
+    assert trials["cudagraph-fp16"] == "unavailable"
+    assert trials[body["backend"]] == "chosen"
+    assert body["startup_seconds"]["choose"] > 0
+    assert (tmp_path / "cache" / "auto-backend.json").exists()
+
+    with serve_in_thread(create_app(settings)) as url, Client(url) as client:
+        again = client.wait_ready(timeout=60, poll=0.1)
+    assert again["auto"]["cached"] is True and again["backend"] == body["backend"]

@@ -17,8 +17,9 @@ from ttball.serve.settings import JPEG_DECODERS
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="eager-fp32",
-                   help="backend name (ttball bench --list shows them); e.g. "
-                        "compile-reduce-overhead-fp16 on a GPU")
+                   help="backend name (ttball bench --list shows them), e.g. triton-fp16-branches "
+                        "on a GPU, or auto: the fastest that passes verification on this machine, "
+                        "chosen during start-up and cached, as ttball track does")
     p.add_argument("--weights", help="checkpoint; default: the shipped weights")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--host", default="127.0.0.1",
@@ -127,9 +128,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
     from ttball.backends.base import spec
+    from ttball.serve.settings import AUTO
 
     settings = settings_from(args)
-    if settings.backend_factory is None:
+    if settings.backend_factory is None and settings.backend != AUTO:
         spec(settings.backend)  # an unknown name fails now, not in the background
     app = create_app(settings)
     # ws_per_message_deflate=False: session frames are JPEG/PNG (or raw pixels, which a client

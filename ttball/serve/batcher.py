@@ -48,7 +48,7 @@ from ttball.backends import Backend, resolve_device
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
-from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.settings import AUTO, ApiError, ServeSettings
 from ttball.stream import Window
 
 if TYPE_CHECKING:
@@ -308,6 +308,7 @@ class Worker:
         self.feeder: Feeder | None = None
         self.store: SessionStore | None = None
         self.verification: Any = None
+        self.choice: Any = None  # --backend auto: ttball.backends.auto.Choice
         # torch's CPU thread pool: one thread on the decode threads, which parallelise by their
         # number. With torch's default (one per core) every small torch op there wakes a whole
         # OpenMP team, and the spinning teams starve the event loop and the backend thread: with a
@@ -370,6 +371,8 @@ class Worker:
         s = self.settings
         self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
         self.config = self.model.config
+        if s.backend == AUTO and s.backend_factory is None:
+            self.choice = self._timed("choose", self._choose_backend)
         self.backend = self._timed("build", self._build_backend)
         if s.device_pipeline:
             from ttball.serve.device import DevicePath
@@ -380,26 +383,36 @@ class Worker:
         if s.verify:
             self._timed("verify", self._verify)
 
+    def _choose_backend(self) -> Any:
+        """``--backend auto``: the fastest backend that passes verification on this machine,
+        chosen once and cached per machine and weights, as ``ttball track`` does."""
+        from ttball.backends import resolve_device
+        from ttball.backends.auto import choose_backend
+
+        return choose_backend(self.model, resolve_device(self.settings.device),
+                              log=lambda msg: print(f"ttball serve: {msg}", flush=True))
+
     def _build_backend(self) -> Any:
         from ttball.backends import create, resolve_device
         from ttball.backends.base import spec
 
         s = self.settings
+        name = self.choice.backend if self.choice is not None else s.backend
         device = resolve_device(s.device)
         options: dict[str, Any] = {}
         if s.compile_cache:
             cache = Path(s.compile_cache).expanduser().resolve()
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
             os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-            if s.backend_factory is None and "disk-cache" in spec(s.backend).tags:
+            if s.backend_factory is None and "disk-cache" in spec(name).tags:
                 options["cache_dir"] = str(cache)
         if s.backend_factory is not None:
             backend = s.backend_factory(self.model, device)
         else:
-            backend = create(s.backend, self.model, device, **options)
+            backend = create(name, self.model, device, **options)
         if device.type == "cuda":
             self.metrics.watch_cuda(device)
-        self.metrics.info.info({"backend": str(getattr(backend, "name", s.backend)),
+        self.metrics.info.info({"backend": str(getattr(backend, "name", name)),
                                 "device": str(device), "weights": str(self.config.name),
                                 "version": __version__})
         return backend
@@ -496,6 +509,10 @@ class Worker:
                        "pending": [b for b in sizes if b not in self.warmup_s],
                        "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()}},
             "verified": getattr(self.verification, "passed", None),
+            "auto": None if self.choice is None else {
+                "chosen": self.choice.backend, "cached": self.choice.cached,
+                "trials": [{"name": t.name, "status": t.status, "ms": t.ms, "reason": t.reason}
+                           for t in self.choice.trials]},
             "device_pipeline": self.device.describe() if self.device is not None else None,
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),

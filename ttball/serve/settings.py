@@ -18,6 +18,8 @@ MiB = 1 << 20
 
 # ttball.kernels.prepost.DECODERS, named here without importing torch (a test keeps them equal)
 JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
+# --backend auto: the fastest backend that passes verification here (ttball.backends.auto)
+AUTO = "auto"
 
 @dataclass(frozen=True)
 class ServeSettings:
