@@ -81,8 +81,9 @@ def device_ms(fn: Callable[[], object], device: torch.device, calls: int) -> flo
     time: the calls are queued behind a spinning kernel long enough to cover their launches,
     so the events around them see the kernels run back to back, as in a CUDA graph. (Plain
     :func:`group_ms` of a 5 µs kernel measures its ~30 µs Python launch instead.) On CPU, the
-    wall clock as :func:`group_ms`."""
-    if device.type != "cuda":
+    wall clock as :func:`group_ms`, as on a torch without ``torch.cuda._sleep`` (a private
+    function, so not promised to stay)."""
+    if device.type != "cuda" or not hasattr(torch.cuda, "_sleep"):
         return group_ms(fn, device, calls)
     synchronize(device)
     begin = time.perf_counter()
