@@ -11,7 +11,13 @@ Formats: ``fp16`` (what triton-fp16 stores), ``bf16``, ``e4m3`` / ``e4m3-ch`` (F
 per channel), ``e5m2``, ``int8-ch`` (symmetric per channel; activations after ReLU use the
 unsigned range).
 
+``--split-taps`` also runs each format with every 3×3 stride-1 step of few outputs and many
+inputs (Cin ≥ 4·Cout: transition1's 128→16) computed as a 1×1 convolution to 9·Cout tap partials,
+stored in the format, then summed shifted (the "tap split" a kernel would do to read its wide
+input once instead of nine times): named ``FORMAT+split``.
+
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
+       [--split-taps]
 """
 
 from __future__ import annotations
@@ -59,11 +65,38 @@ FORMATS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
+def splits(step: object) -> bool:
+    """Whether ``--split-taps`` computes ``step`` from tap partials: one 3×3 stride-1 term
+    with at least four input channels per output channel, no addend, no SE sum."""
+    if not isinstance(step, Conv) or len(step.terms) != 1 or step.addends or step.se_sum:
+        return False
+    t = step.terms[0]
+    return t.ksize == 3 and t.stride == 1 and t.up == 0 and t.cin >= 4 * step.cout
+
+
+def run_split(step: Conv, bufs: dict[str, Tensor], quantize: Callable[[Tensor], Tensor]) -> None:
+    """``step`` as a 1×1 convolution to ``(B, H, W, 9, Cout)`` tap partials (stored as the
+    format), summed over the taps at their shifted pixels, plus bias, ReLU."""
+    t = step.terms[0]
+    x = bufs[t.src]  # NHWC
+    w = t.weight.to(x)  # (Cout, Cin, 3, 3) → (Cin, 9 * Cout), tap-major
+    w1 = w.permute(1, 2, 3, 0).reshape(t.cin, 9 * step.cout)
+    partials = quantize(x @ w1).unflatten(-1, (9, step.cout))
+    padded = torch.nn.functional.pad(partials, (0, 0, 0, 0, 1, 1, 1, 1))  # W and H by 1
+    height, width = x.shape[1], x.shape[2]
+    acc = sum(padded[:, dh:dh + height, dw:dw + width, dh * 3 + dw]
+              for dh in range(3) for dw in range(3))
+    acc = acc + step.bias.to(acc)
+    bufs[step.out] = torch.relu(acc) if step.relu else acc
+
+
 class Emulated:
-    """A backend: the plan with FP16 weights, FP32 arithmetic, outputs stored as ``fmt``."""
+    """A backend: the plan with FP16 weights, FP32 arithmetic, outputs stored as ``fmt``
+    (``fmt+split``: and the steps :func:`splits` selects computed by :func:`run_split`)."""
 
     def __init__(self, plan: Plan, fmt: str) -> None:
-        self.plan, self.quantize = plan, FORMATS[fmt]
+        base, _, split = fmt.partition("+")
+        self.plan, self.quantize, self.split = plan, FORMATS[base], split == "split"
         self.name, self.device, self.warmed = f"plan-{fmt}", torch.device("cpu"), set()
 
     @torch.inference_mode()
@@ -71,7 +104,10 @@ class Emulated:
         bufs, sums = {ref.INPUT: batch.float().permute(0, 2, 3, 1)}, {}
         for step in self.plan.steps:
             before = set(bufs)
-            (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
+            if self.split and splits(step):
+                run_split(step, bufs, self.quantize)
+            else:
+                (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
             for name in set(bufs) - before - {ref.OUTPUT}:
                 bufs[name] = self.quantize(bufs[name])
         return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
@@ -92,13 +128,20 @@ def main() -> None:
     p.add_argument("--formats", default="fp16,bf16,e4m3,e4m3-ch,e5m2,int8-ch")
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--weights", default=None)
+    p.add_argument("--split-taps", action="store_true",
+                   help="also each format with the tap split (FORMAT+split)")
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model = load_model(args.weights).eval()
     plan = build_plan(model)
     _half_weights(plan)
     reference = create("eager-fp32", model, "cpu")
-    candidates = {f"plan-{f}": Emulated(plan, f) for f in args.formats.split(",")}
+    formats = args.formats.split(",")
+    if args.split_taps:
+        print("tap split: steps " + ", ".join(
+            str(i) for i, step in enumerate(plan.steps) if splits(step)))
+        formats += [f"{f}+split" for f in formats]
+    candidates = {f"plan-{f}": Emulated(plan, f) for f in formats}
     reports = verify_many(
         candidates, reference, args.clips, config=model.config,
         options=VerifyOptions(max_frames=args.max_frames),
