@@ -5,6 +5,7 @@ start-up failure, the web page mount."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -277,10 +278,18 @@ def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_pa
     from ttball.backends import auto
 
     monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # restored after the test
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
     monkeypatch.setitem(auto.CANDIDATES, "cpu", ("cudagraph-fp16", "folded-fp32",
                                                  "eager-fp32"))
+    seen = []  # the Triton cache each selection compiles into: --compile-cache's
+    choose = auto.choose_backend
+    monkeypatch.setattr(auto, "choose_backend", lambda *a, **k: (
+        seen.append(os.environ.get("TRITON_CACHE_DIR")), choose(*a, **k))[1])
     settings = ServeSettings(weights=str(small_weights), device="cpu", backend="auto",
-                             warmup_batches=(1,), torch_threads=1)
+                             warmup_batches=(1,), torch_threads=1,
+                             compile_cache=str(tmp_path / "compiled"))
     with serve_in_thread(create_app(settings)) as url, Client(url) as client:
         body = client.wait_ready(timeout=180, poll=0.1)
     trials = {t["name"]: t["status"] for t in body["auto"]["trials"]}
@@ -294,3 +303,4 @@ def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_pa
     with serve_in_thread(create_app(settings)) as url, Client(url) as client:
         again = client.wait_ready(timeout=60, poll=0.1)
     assert again["auto"]["cached"] is True and again["backend"] == body["backend"]
+    assert seen == [str((tmp_path / "compiled" / "triton").resolve())] * 2

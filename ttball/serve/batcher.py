@@ -371,6 +371,10 @@ class Worker:
         s = self.settings
         self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
         self.config = self.model.config
+        if s.compile_cache:  # before choosing too: the trials then fill the same caches
+            cache = Path(s.compile_cache).expanduser().resolve()
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+            os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
         if s.backend == AUTO and s.backend_factory is None:
             self.choice = self._timed("choose", self._choose_backend)
         self.backend = self._timed("build", self._build_backend)
@@ -402,8 +406,6 @@ class Worker:
         options: dict[str, Any] = {}
         if s.compile_cache:
             cache = Path(s.compile_cache).expanduser().resolve()
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-            os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
             if s.backend_factory is None and "disk-cache" in spec(name).tags:
                 options["cache_dir"] = str(cache)
         if s.backend_factory is not None:
