@@ -7,7 +7,8 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+pdl``: and programmatic dependent launch within each stream;
 - ``branches+prio0``: level 0 (the full-resolution branch, most of the critical path) on a
   stream of higher priority, so its kernels get the SMs first when the branches compete;
-- ``branches+prio0+pdl``.
+- ``branches+prio0+pdl``;
+- ``branches+direct``: and the tuner also tries the CUDA direct kernel (triton-fp16-direct).
 
 The tuner runs once per variant (device clock); timing alternates over the variants three
 times and keeps each one's best median, so drift hits all alike.
@@ -37,6 +38,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+pdl": {"branches": True, "pdl": True},
     "branches+prio0": {"branches": True, "priority": (-2, 0, 0, 0)},
     "branches+prio0+pdl": {"branches": True, "pdl": True, "priority": (-2, 0, 0, 0)},
+    "branches+direct": {"branches": True, "direct": True},
 }
 
 

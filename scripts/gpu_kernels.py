@@ -60,7 +60,8 @@ EAGER_GRAPH = "cudagraph-fp16-folded-cl"
 OURS = "triton-fp16"
 OURS_TMA = "triton-fp16-tma"
 OURS_ROWS = "triton-fp16-rows"
-OURS_ALL = (OURS, OURS_TMA, OURS_ROWS)
+OURS_DIRECT = "triton-fp16-direct"
+OURS_ALL = (OURS, OURS_TMA, OURS_ROWS, OURS_DIRECT)
 
 
 def time_ms(fn: Callable[[], Any], warmup: int = 10, groups: int = 5, reps: int = 20) -> dict:
@@ -93,9 +94,9 @@ def conv_shapes(plan: Plan) -> list[dict[str, int]]:
 
 
 def is_new(cfg: Any) -> bool:
-    """A variant of the second, fourth or fifth step (2-D tile, taps per K chunk, L1 gathers,
-    TMA, row walking)?"""
-    return any(getattr(cfg, f, 0) for f in ("tile_w", "k_chunk", "l1", "tma", "rows"))
+    """A variant of the second, fourth, fifth or eighth step (2-D tile, taps per K chunk, L1
+    gathers, TMA, row walking, the CUDA direct kernel)?"""
+    return any(getattr(cfg, f, 0) for f in ("tile_w", "k_chunk", "l1", "tma", "rows", "direct"))
 
 
 def explore_configs(step: Conv, pixels: int) -> list[Any]:
@@ -120,7 +121,12 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
         Config(32, 4, 1, rows=16),
         Config(64, 4, 2, rows=16),
     ] if rows_applies(step) else []
-    return tma + rows + [
+    from ttball.kernels.direct import TILES, direct_applies
+
+    direct = [  # eighth step: the CUDA direct kernel, every compiled tile
+        Config(cols, 8, 1, direct=rows) for rows, cols in TILES
+    ] if direct_applies(step) else []
+    return tma + rows + direct + [
         Config(bm, 4, 3, l1=True),                            # L1 gathers alone
         Config(bm, 4, 3, tile_w=16, l1=True),                 # + 2-D tile
         Config(bm, 4, 3, k_chunk=64),                         # taps per chunk alone
@@ -134,7 +140,14 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
 
 def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
                 explore: bool = False) -> list[dict]:
-    from ttball.kernels.executor import _ConvLaunch, conv_configs, rows_configs, tma_configs
+    from ttball.kernels.direct import direct_missing
+    from ttball.kernels.executor import (
+        _ConvLaunch,
+        conv_configs,
+        direct_configs,
+        rows_configs,
+        tma_configs,
+    )
 
     dev = torch.device("cuda")
     lo = shape["level"]
@@ -146,7 +159,8 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
     y = torch.empty(batch, height >> lo, width >> lo, shape["cout"], device=dev,
                     dtype=torch.float16)
     bufs = {"x": x, "y": y}
-    launch = _ConvLaunch(step, dev, tma=True, rows=True)
+    direct = direct_missing(dev) is None
+    launch = _ConvLaunch(step, dev, tma=True, rows=True, direct=direct)
     pixels = y.shape[0] * y.shape[1] * y.shape[2]
     moved = 2 * (x.numel() + y.numel())
     flops = 2 * pixels * weight.numel()
@@ -161,8 +175,10 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
                                      padding=shape["k"] // 2), reps=reps)
     rows.append({**shape, "batch": batch, "impl": "cudnn", **t})
     configs = conv_configs(step, pixels) + tma_configs(step, pixels) + rows_configs(step, pixels)
+    configs += direct_configs(step, pixels) if direct else []
     if explore:
-        configs += [c for c in explore_configs(step, pixels) if c not in configs]
+        configs += [c for c in explore_configs(step, pixels)
+                    if c not in configs and (direct or not c.direct)]
     for cfg in configs:
         row = {**shape, "batch": batch, "impl": "triton", "config": vars(cfg).copy(),
                "new": is_new(cfg)}
@@ -283,11 +299,12 @@ def print_network(row: dict) -> None:
 
 def stage_steps(model: BlurBall, height: int, width: int, batches: list[int],
                 budget: Budget) -> dict:
+    from ttball.kernels.direct import direct_missing
     from ttball.kernels.executor import TritonExecutor
 
     dev = torch.device("cuda")
     plan = build_plan(model)
-    ex = TritonExecutor(plan, dev, tma=True, rows=True)
+    ex = TritonExecutor(plan, dev, tma=True, rows=True, direct=direct_missing(dev) is None)
     rows = []
     for b in batches:
         x = torch.randn(b, 9, height, width, device=dev)

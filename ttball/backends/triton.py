@@ -11,7 +11,9 @@ reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (H
 16- and 32-channel 3×3 steps down the image a row at a time (:mod:`ttball.kernels.rows`);
 ``triton-fp16-branches`` runs each resolution's steps on a CUDA stream of its own, waiting
 only where the steps share data (:func:`ttball.kernels.executor.hazards`), so the graph runs
-HRNet's parallel branches side by side.
+HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-branches`` whose
+tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
+:mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps, built at first use with nvcc.
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
@@ -65,13 +67,23 @@ def tma_missing(device: torch.device) -> str | None:
     return None
 
 
+def direct_missing(device: torch.device) -> str | None:
+    """Why ``triton-fp16-direct`` can't run on ``device`` (None: it can)."""
+    reason = triton_missing(device)
+    if reason:
+        return reason
+    from ttball.kernels.direct import direct_missing as kernel_missing
+
+    return kernel_missing(device)
+
+
 class TritonBackend(BackendBase):
     """The plan's Triton executor, optionally replayed from one CUDA graph per input shape."""
 
     def __init__(
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
-        branches: bool = False, **options: Any,
+        branches: bool = False, direct: bool = False, **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
@@ -81,6 +93,8 @@ class TritonBackend(BackendBase):
             reason = pdl_missing(device)
         if reason is None and tma:
             reason = tma_missing(device)
+        if reason is None and direct:
+            reason = direct_missing(device)
         if reason:
             raise BackendUnavailable(f"triton backend: {reason}")
         from ttball.kernels import build_plan
@@ -89,7 +103,8 @@ class TritonBackend(BackendBase):
         self.precision = "fp16"
         self.plan = build_plan(model)
         self.executor = TritonExecutor(self.plan, device, tune=tune, pdl=bool(pdl),
-                                       tma=bool(tma), rows=bool(rows), branches=bool(branches))
+                                       tma=bool(tma), rows=bool(rows), branches=bool(branches),
+                                       direct=bool(direct))
         self.graph = graph
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
@@ -138,6 +153,11 @@ _VARIANTS = (
      ("triton-fp16 with each resolution's steps on a CUDA stream of its own, so HRNet's "
       "branches run side by side in the graph; options tune, pdl"),
      triton_missing, {"graph": True, "branches": True}),
+    ("triton-fp16-direct",
+     ("triton-fp16-branches whose tuner also tries a direct 3x3 convolution in CUDA C++ (halo "
+      "in shared memory) for the 16- and 32-channel steps; built with nvcc at first use "
+      "(not measured yet); option tune"),
+     direct_missing, {"graph": True, "branches": True, "direct": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
     register(_name, description=_description, requires=_requires, tags=_TAGS)(

@@ -40,6 +40,7 @@ from ttball.kernels.conv import (
     pack_weight_im2col,
     padded,
 )
+from ttball.kernels.direct import conv3x3_direct, direct_applies, direct_tiles
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
@@ -57,7 +58,9 @@ class Config:
     activation gathers in L1, ``tma`` reads term 0 with tensor-memory-accelerator copies
     (needs ``tile_w``; steps it does not apply to ignore it; :mod:`ttball.kernels.conv`).
     ``rows`` > 0 runs a step :func:`rows_applies` to with :mod:`ttball.kernels.rows` instead:
-    ``block_m`` columns × ``rows`` output rows per program (other steps ignore it)."""
+    ``block_m`` columns × ``rows`` output rows per program (other steps ignore it).
+    ``direct`` > 0 runs a step :func:`~ttball.kernels.direct.direct_applies` to with the CUDA
+    kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns."""
 
     block_m: int
     num_warps: int
@@ -67,6 +70,7 @@ class Config:
     l1: bool = False
     tma: bool = False
     rows: int = 0
+    direct: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
@@ -75,7 +79,8 @@ class Config:
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
-        return text + (f"r{self.rows}" if self.rows else "")
+        text += f"r{self.rows}" if self.rows else ""
+        return text + (f"d{self.direct}" if self.direct else "")
 
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
@@ -155,6 +160,14 @@ def rows_configs(step: Conv, pixels: int) -> list[Config]:
     return [Config(64, 4, 1, rows=16), Config(128, 4, 1, rows=16), Config(64, 4, 1, rows=32)]
 
 
+def direct_configs(step: Conv, pixels: int) -> list[Config]:
+    """Candidates of the CUDA direct kernel (:mod:`ttball.kernels.direct`) for a step it
+    applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns, 8 warps."""
+    if not direct_applies(step):
+        return []
+    return [Config(cols, 8, 1, direct=rows) for rows, cols in direct_tiles(pixels)]
+
+
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
     """About 8 k elements per program for the elementwise tail; 64-128 pixels with 1×1 terms."""
     if step.terms:
@@ -178,12 +191,13 @@ def _pdl(on: bool) -> dict[str, Any]:
 
 class _ConvLaunch:
     def __init__(self, step: Conv, device: torch.device, pdl: bool = False,
-                 tma: bool = False, rows: bool = False) -> None:
+                 tma: bool = False, rows: bool = False, direct: bool = False) -> None:
         if len(step.terms) > MAX_TERMS:
             raise ValueError(f"{step.out}: at most {MAX_TERMS} terms per conv step")
         self.pdl_args = _pdl(pdl)
         self.step = step
-        self.tma, self.rows = tma, rows  # offer tma_configs / rows_configs to the tuner
+        # offer tma_configs / rows_configs / direct_configs to the tuner
+        self.tma, self.rows, self.direct = tma, rows, direct
         self._descs: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Any] = {}
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
         t0 = step.terms[0]
@@ -242,6 +256,7 @@ class _ConvLaunch:
         pixels = self.out_pixels(bufs)
         extra = tma_configs(self.step, pixels) if self.tma else []
         extra += rows_configs(self.step, pixels) if self.rows else []
+        extra += direct_configs(self.step, pixels) if self.direct else []
         return conv_configs(self.step, pixels) + extra
 
     def descriptor(self, x: Tensor, box: tuple[int, ...]) -> Any:
@@ -262,6 +277,11 @@ class _ConvLaunch:
         se_sum = sums[step.se_sum] if step.se_sum else self.bias
         if cfg.rows and rows_applies(step):
             self._rows(bufs, out, add, se_sum, cfg)
+            return
+        if cfg.direct and direct_applies(step):
+            conv3x3_direct(out, _nhwc(bufs[step.terms[0].src]), self.weights[0], self.bias,
+                           se_sum if step.se_sum else None, (cfg.direct, cfg.block_m),
+                           step.relu)
             return
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
@@ -369,9 +389,10 @@ class _TailLaunch:
 Launch = _ConvLaunch | _TailLaunch
 
 
-def _launcher(step: Step, device: torch.device, pdl: bool, tma: bool, rows: bool) -> Launch:
+def _launcher(step: Step, device: torch.device, pdl: bool, tma: bool, rows: bool,
+              direct: bool = False) -> Launch:
     if isinstance(step, Conv):
-        return _ConvLaunch(step, device, pdl, tma, rows)
+        return _ConvLaunch(step, device, pdl, tma, rows, direct)
     return _TailLaunch(step, device, pdl)
 
 
@@ -470,7 +491,9 @@ class TritonExecutor:
     shape. ``cold_seconds[shape]`` is the first call's time (compiles and tuning included).
     ``pdl``: launch every kernel with programmatic dependent launch (sm_90+; the caller checks
     :func:`ttball.kernels.gdc.pdl_missing`). ``tma``: the tuner also times :func:`tma_configs`
-    (sm_90+); ``rows``: and :func:`rows_configs`. ``branches`` (CUDA): after the first call of a
+    (sm_90+); ``rows``: and :func:`rows_configs`; ``direct`` (CUDA, the caller checks
+    :func:`ttball.kernels.direct.direct_missing`): and :func:`direct_configs`, the CUDA C++
+    direct convolution. ``branches`` (CUDA): after the first call of a
     shape, each step runs on the CUDA stream of its output's resolution, so HRNet's parallel
     branches run side by side; the steps wait for each other only where :func:`hazards` says
     (a CUDA graph captured from such a call keeps the same edges).
@@ -479,6 +502,7 @@ class TritonExecutor:
     def __init__(
         self, plan: Plan, device: torch.device, tune: bool = True, config: Config | None = None,
         pdl: bool = False, tma: bool = False, rows: bool = False, branches: bool = False,
+        direct: bool = False,
     ) -> None:
         self.plan, self.device = plan, device
         self.branches = branches and device.type == "cuda"
@@ -490,7 +514,7 @@ class TritonExecutor:
         self._waits: dict[tuple[int, ...], list[list[int]]] = {}  # branches: per shape, per step
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
-        self.launches = [_launcher(step, device, pdl, tma, rows) for step in plan.steps]
+        self.launches = [_launcher(step, device, pdl, tma, rows, direct) for step in plan.steps]
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
         self.failures: list[str] = []

@@ -1,0 +1,134 @@
+"""The CUDA direct 3×3 convolution (ttball.kernels.direct): which steps it takes, that its
+source compiles for sm_90 wherever nvcc is found, and, on a GPU, that it equals the
+convolution and leaves the backend's logits as triton-fp16 has them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kernel_env import CUDA, DEVICE, require_triton
+
+from ttball.kernels import Conv, build_plan
+from ttball.kernels.direct import (
+    KERNEL_SOURCE,
+    TILES,
+    direct_applies,
+    direct_missing,
+    direct_tiles,
+)
+from ttball.model import BlurBall, randomize_batchnorm
+
+
+@pytest.fixture(scope="module")
+def model() -> BlurBall:
+    return randomize_batchnorm(BlurBall(), seed=0).eval()
+
+
+def test_it_takes_the_small_channel_3x3_steps_of_the_blocks(model: BlurBall) -> None:
+    plan = build_plan(model)
+    taken = [s for s in plan.steps if isinstance(s, Conv) and direct_applies(s)]
+    # conv1 and conv2 of the 12 BasicBlocks at full (16 ch) and half resolution (32 ch), and
+    # layer1's 32 -> 32: every one-term 3x3 stride-1 step between 16 and 32 channels
+    assert len(taken) == 25
+    assert {(s.terms[0].cin, s.cout) for s in taken} == {(16, 16), (32, 32)}
+    assert sum(1 for s in taken if s.se_sum) == 12 and sum(1 for s in taken if s.relu) == 13
+    for step in plan.steps:
+        if isinstance(step, Conv) and step not in taken:
+            t = step.terms[0]
+            assert (len(step.terms) > 1 or step.addends or t.ksize != 3 or t.stride != 1
+                    or t.cin not in (16, 32) or step.cout not in (16, 32) or t.src == "input")
+
+
+def test_the_tuner_offers_only_compiled_tiles() -> None:
+    compiled = set()
+    for line in re.findall(r"TTBALL_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE):
+        compiled.add((int(line[0]), int(line[1])))
+    assert compiled == set(TILES)
+    for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
+        assert set(direct_tiles(pixels)) <= compiled
+
+
+def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
+    assert "CUDA" in (direct_missing(torch.device("cpu")) or "")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
+def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
+    """What can be checked without a GPU: the CUDA source compiles for the H200 (sm_90), every
+    (channels, tile) kernel is instantiated, and none spills registers to local memory."""
+    src = tmp_path / "direct.cu"
+    src.write_text(KERNEL_SOURCE)
+    done = subprocess.run(
+        ["nvcc", "-c", "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90",
+         "-Xptxas", "-v", str(src), "-o", str(tmp_path / "direct.o")],
+        check=False, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
+    assert len(set(kernels)) == 4 * len(TILES)
+    spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
+    assert spills and all(int(n) == 0 for n in spills)
+
+
+def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: bool):
+    """(NHWC out, per-(batch, channel) sums before the ReLU), in float32."""
+    y = F.conv2d(x.float().permute(0, 3, 1, 2), weight, bias, padding=1)
+    sums = y.sum(dim=(2, 3))
+    y = torch.relu(y) if relu else y
+    return y.permute(0, 2, 3, 1), sums
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout", [(16, 16), (32, 32), (16, 32), (32, 16)])
+@pytest.mark.parametrize("tile", TILES)
+def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
+    """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums."""
+    from ttball.kernels.conv import pack_weight
+    from ttball.kernels.direct import conv3x3_direct
+
+    if direct_missing(DEVICE):
+        pytest.skip(direct_missing(DEVICE))
+    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
+    x = torch.randn(2, 18, 40, cin, generator=g).half().to(DEVICE)
+    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
+    bias = torch.randn(cout, generator=g).to(DEVICE)
+    for relu in (False, True):
+        out = torch.full((2, 18, 40, cout), float("nan"), dtype=torch.half, device=DEVICE)
+        sums = torch.zeros(2, cout, device=DEVICE)
+        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu)
+        want, want_sums = _reference(x, weight.half().float(), bias, relu)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> None:
+    """triton-fp16-direct against triton-fp16, every applicable step forced onto the direct
+    kernel (not left to the tuner), graph capture and replay included."""
+    from ttball.backends import create
+    from ttball.kernels.executor import Config
+
+    require_triton()
+    if direct_missing(DEVICE):
+        pytest.skip(direct_missing(DEVICE))
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    plain = create("triton-fp16", model, DEVICE, tune=False)
+    direct = create("triton-fp16-direct", model, DEVICE, tune=False)
+    forced = Config(32, 8, 1, direct=4)
+    for launch in direct.executor.launches:
+        if isinstance(launch.step, Conv) and direct_applies(launch.step):
+            launch.configs = lambda bufs, cfg=forced: [cfg]  # the tuner's only candidate
+    want = plain(x).float().clone()
+    for _ in range(3):  # the first call compiles, the second captures, the third replays
+        got = direct(x).float()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 1e-3, f"relative difference {rel:.1e}"
+    chosen = direct.executor.chosen(tuple(x.shape))
+    assert sum(1 for _, cfg in chosen if cfg.direct) == 25
