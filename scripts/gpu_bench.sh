@@ -131,6 +131,13 @@ branches() {
     --variants triton-fp16,triton-fp16-pdl,triton-fp16-branches
 }
 
+# Issue 9, eighth step: the CUDA direct kernel among the tuner's candidates, beside the branches
+# schedule without it, each tuned cold (the first direct candidate builds the extension: ~1 min).
+direct() {
+  step direct 330 --batch 1,8,64 --warmup 10 --groups 5 --calls 20 --no-warm \
+    --variants triton-fp16-branches,triton-fp16-direct
+}
+
 # Programmatic dependent launch (triton-fp16-pdl) beside the same kernels without it, batch 1-3
 # and 8, 64, in one run (triton-h200.md, "Third step"). Each tunes every shape cold.
 pdl() {
@@ -191,8 +198,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches)" ;;
+    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
   esac
 done
 

@@ -14,6 +14,7 @@ The tuner runs once per variant (device clock); timing alternates over the varia
 times and keeps each one's best median, so drift hits all alike.
 
     PYTHONPATH=. python3 scripts/gpu_branches_ab.py --out branches-ab.json [--batches 1,2,8]
+        [--variants branches,branches+direct]
 """
 
 from __future__ import annotations
@@ -45,8 +46,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", default="1,2,8")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated, from: " + ", ".join(VARIANTS))
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    chosen = {"serial", *args.variants.split(",")}  # serial: the reference of rel_vs_serial
+    unknown = chosen - set(VARIANTS)
+    if unknown:
+        sys.exit(f"unknown variants: {', '.join(sorted(unknown))}")
     if not torch.cuda.is_available():
         sys.exit("gpu_branches_ab.py needs a CUDA GPU")
     dev = torch.device("cuda")
@@ -59,6 +66,8 @@ def main() -> None:
         x = torch.randn(batch, 9, 288, 512, device=dev)
         backends = {}
         for name, options in VARIANTS.items():
+            if name not in chosen:
+                continue
             options = dict(options)
             priority = options.pop("priority", None)
             backend = create("triton-fp16", model, dev, **options)

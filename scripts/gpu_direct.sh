@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 9, eighth step: the CUDA direct kernel (ttball/kernels/direct.py) on one H200, in one
+# device call of under 10 minutes. Stops after the tests if they fail: timing a wrong kernel
+# tells nothing.
+#   1. its GPU tests (the first builds the extension with nvcc, about a minute); on a failure,
+#      compute-sanitizer's memcheck on one case;
+#   2. per conv shape at batch 1 and 64: every compiled tile beside the Triton kernels and cuDNN,
+#      with its error against cuDNN (gpu_kernels.py --explore), and per step (the tuner's pick);
+#   3. the whole network in one process: serial, branches, branches+direct at batch 1, 8, 64.
+# Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_direct.sh
+set -uo pipefail
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+OUT="${OUT:?set OUT to the output directory}"
+BUDGET_S="${BUDGET_S:-560}"
+mkdir -p "$OUT"
+T0=$(date +%s)
+now() { echo $(( $(date +%s) - T0 )); }
+say() { echo "== [$(now)s] $*"; }
+left() { echo $(( BUDGET_S - $(now) - 10 )); }
+
+say "tests"
+timeout -k 10 "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_direct.py \
+  > "$OUT/tests.log" 2>&1
+rc=$?
+tail -n 30 "$OUT/tests.log"
+if [ "$rc" -ne 0 ]; then
+  say "tests failed (rc=$rc): memcheck on one case, then stop"
+  timeout -k 10 "$(( $(left) < 150 ? $(left) : 150 ))" compute-sanitizer --tool memcheck \
+    python3 -m pytest -q -m gpu -p no:cacheprovider -x \
+    "tests/kernels/test_direct.py::test_direct_conv_equals_the_convolution[tile0-16-16]" \
+    > "$OUT/memcheck.log" 2>&1
+  tail -n 40 "$OUT/memcheck.log"
+  exit 1
+fi
+
+share=$(( $(left) / 2 ))
+say "shapes and steps (limit ${share}s)"
+timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages shapes,steps --batches 1,64 \
+  --shape-batches 1,64 --explore --budget-s $(( share - 20 )) --out "$OUT/kernels-direct.json" \
+  > "$OUT/kernels-direct.log" 2>&1
+say "shapes and steps: rc=$?"
+grep -E "direct|b64|b1 " "$OUT/kernels-direct.log" | tail -n 60
+
+say "network A/B (limit $(left)s)"
+timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches 1,8,64 \
+  --variants branches,branches+direct --out "$OUT/branches-direct-ab.json" \
+  > "$OUT/branches-direct-ab.log" 2>&1
+say "network A/B: rc=$?"
+cat "$OUT/branches-direct-ab.log"
