@@ -121,10 +121,10 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
         Config(32, 4, 1, rows=16),
         Config(64, 4, 2, rows=16),
     ] if rows_applies(step) else []
-    from ttball.kernels.direct import TILES, direct_applies
+    from ttball.kernels.direct import KERNELS, direct_applies
 
     direct = [  # eighth step: the CUDA direct kernel, every compiled tile
-        Config(cols, 8, 1, direct=rows) for rows, cols in TILES
+        Config(cols, 8, 1, direct=rows) for rows, cols in KERNELS[step.terms[0].cin, step.cout]
     ] if direct_applies(step) else []
     return tma + rows + direct + [
         Config(bm, 4, 3, l1=True),                            # L1 gathers alone

@@ -16,11 +16,13 @@ from kernel_env import CUDA, DEVICE, require_triton
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
     KERNEL_SOURCE,
-    TILES,
+    KERNELS,
     direct_applies,
     direct_missing,
     direct_tiles,
 )
+
+CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -29,28 +31,36 @@ def model() -> BlurBall:
     return randomize_batchnorm(BlurBall(), seed=0).eval()
 
 
-def test_it_takes_the_small_channel_3x3_steps_of_the_blocks(model: BlurBall) -> None:
+def test_it_takes_the_small_channel_3x3_steps_and_transition1(model: BlurBall) -> None:
     plan = build_plan(model)
     taken = [s for s in plan.steps if isinstance(s, Conv) and direct_applies(s)]
-    # conv1 and conv2 of the 12 BasicBlocks at full (16 ch) and half resolution (32 ch), and
-    # layer1's 32 -> 32: every one-term 3x3 stride-1 step between 16 and 32 channels
-    assert len(taken) == 25
-    assert {(s.terms[0].cin, s.cout) for s in taken} == {(16, 16), (32, 32)}
-    assert sum(1 for s in taken if s.se_sum) == 12 and sum(1 for s in taken if s.relu) == 13
+    # conv1 and conv2 of the 12 BasicBlocks at full (16 ch) and half resolution (32 ch),
+    # layer1's 32 -> 32, and transition1's 128 -> 16
+    assert len(taken) == 26
+    assert {(s.terms[0].cin, s.cout) for s in taken} == {(16, 16), (32, 32), (128, 16)}
+    assert sum(1 for s in taken if s.se_sum) == 12 and sum(1 for s in taken if s.relu) == 14
     for step in plan.steps:
         if isinstance(step, Conv) and step not in taken:
             t = step.terms[0]
             assert (len(step.terms) > 1 or step.addends or t.ksize != 3 or t.stride != 1
-                    or t.cin not in (16, 32) or step.cout not in (16, 32) or t.src == "input")
+                    or (t.cin, step.cout) not in KERNELS or t.src == "input")
+
+
+def _compiled() -> set[tuple[int, int, int, int]]:
+    """(Cin, Cout, TH, TW) of every kernel the CUDA dispatch instantiates."""
+    macro = re.findall(r"TTBALL_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
+    pairs = re.findall(r"TTBALL_TILES\((\d+), (\d+)\)", KERNEL_SOURCE)
+    single = re.findall(r"TTBALL_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    out = {(int(c), int(o), int(h), int(w)) for c, o in pairs for h, w in macro}
+    return out | {tuple(int(v) for v in t) for t in single}
 
 
 def test_the_tuner_offers_only_compiled_tiles() -> None:
-    compiled = set()
-    for line in re.findall(r"TTBALL_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE):
-        compiled.add((int(line[0]), int(line[1])))
-    assert compiled == set(TILES)
-    for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
-        assert set(direct_tiles(pixels)) <= compiled
+    compiled = _compiled()
+    assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
+    for (cin, cout) in KERNELS:
+        for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
+            assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -70,7 +80,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
-    assert len(set(kernels)) == 4 * len(TILES)
+    assert len(set(kernels)) == len(CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert spills and all(int(n) == 0 for n in spills)
 
@@ -85,8 +95,7 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cin,cout", [(16, 16), (32, 32), (16, 32), (32, 16)])
-@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("cin,cout,tile", CASES)
 def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
     """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums."""
     from ttball.kernels.conv import pack_weight
@@ -131,4 +140,4 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
     rel = ((got - want).norm() / want.norm()).item()
     assert rel < 1e-3, f"relative difference {rel:.1e}"
     chosen = direct.executor.chosen(tuple(x.shape))
-    assert sum(1 for _, cfg in chosen if cfg.direct) == 25
+    assert sum(1 for _, cfg in chosen if cfg.direct) == 26

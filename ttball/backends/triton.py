@@ -13,7 +13,8 @@ reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (H
 only where the steps share data (:func:`ttball.kernels.executor.hazards`), so the graph runs
 HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-branches`` whose
 tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
-:mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps, built at first use with nvcc.
+:mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps and transition1's 128 → 16,
+built at first use with nvcc.
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
@@ -155,7 +156,7 @@ _VARIANTS = (
      triton_missing, {"graph": True, "branches": True}),
     ("triton-fp16-direct",
      ("triton-fp16-branches whose tuner also tries a direct 3x3 convolution in CUDA C++ (halo "
-      "in shared memory) for the 16- and 32-channel steps; built with nvcc at first use "
+      "in shared memory) for the 16/32-channel steps and 128->16; built with nvcc at first use "
       "(not measured yet); option tune"),
      direct_missing, {"graph": True, "branches": True, "direct": True}),
 )

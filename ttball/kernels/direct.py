@@ -12,8 +12,8 @@ pointer offset. The weights stay in shared memory (or, for 16 → 16, in registe
 
 Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer with 16 or 32 channels,
 16 or 32 output channels, and no addend: conv1 (ReLU) and conv2 (SE sums) of HRNet's
-BasicBlocks at full and half resolution, and layer1's 32 → 32 (25 of the plan's 67 steps;
-37 % of the steps' time at batch 64). Epilogue as the Triton kernel's: bias, SE sums of the
+BasicBlocks at full and half resolution, and layer1's 32 → 32; and to transition1's 128 → 16
+(26 of the plan's 67 steps; 49 % of the steps' time at batch 64). Epilogue as the Triton kernel's: bias, SE sums of the
 pre-activation by atomics, ReLU, FP16 store.
 
 Built at first use with ``torch.utils.cpp_extension.load_inline`` (needs ``nvcc`` and a C++
@@ -33,8 +33,13 @@ from torch import Tensor
 
 from ttball.kernels.plan import INPUT, Conv
 
-CHANNELS = (16, 32)
-TILES = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
+_SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
+# (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
+# gets tiles of 8 pixel segments: its halo takes 46-52 KB of shared memory, its weights 37 KB.
+KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
+    (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
+    (128, 16): ((8, 16), (4, 32)),
+}
 THREADS = 256  # 8 warps
 
 KERNEL_SOURCE = r"""
@@ -219,6 +224,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      int th, int tw, int relu, int has_sum,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
+  TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 4, 32)
   return -1;
 }
 """
@@ -265,12 +271,16 @@ def direct_applies(step: Conv) -> bool:
         return False
     t = step.terms[0]
     return (t.ksize == 3 and t.stride == 1 and t.up == 0 and t.src != INPUT
-            and t.cin in CHANNELS and step.cout in CHANNELS)
+            and (t.cin, step.cout) in KERNELS)
 
 
-def direct_tiles(pixels: int) -> list[tuple[int, int]]:
-    """Tile candidates for a step with ``pixels`` output pixels (the tuner picks): smaller
-    tiles where the grid would not fill an H200's 132 multiprocessors a few times over."""
+def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
+    """Tile candidates for a step with ``pixels`` output pixels (the tuner picks): for the
+    small channel counts, smaller tiles where the grid would not fill an H200's 132
+    multiprocessors a few times over."""
+    tiles = KERNELS[cin, cout]
+    if tiles is not _SMALL:
+        return list(tiles)
     if pixels < 132 * 256 * 4:
         return [(4, 32), (8, 16)]
     return [(8, 32), (16, 16), (4, 32)]

@@ -165,7 +165,8 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns, 8 warps."""
     if not direct_applies(step):
         return []
-    return [Config(cols, 8, 1, direct=rows) for rows, cols in direct_tiles(pixels)]
+    tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
+    return [Config(cols, 8, 1, direct=rows) for rows, cols in tiles]
 
 
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
