@@ -60,7 +60,12 @@ struct Shape {
   static constexpr int SEGS = TW / 16;                // 16-pixel segments per row
   static constexpr int TASKS = TH * SEGS;             // one task: 16 pixels x COUT
   static constexpr int KC = CIN / 16, NC = COUT / 16;
-  static constexpr int HALO_BYTES = HALO * CIN * 2;   // a multiple of 32 (CIN >= 16)
+  // Halfs per halo pixel. Wider inputs get 16 halfs of padding: with rows 2 * CIN bytes apart
+  // the 8 rows a fragment load reads at once fall on the same shared-memory banks (8-way for
+  // 128 channels, 4-way for 32); 32 bytes more make it 2-way, as for 16 channels, and keep each
+  // fragment's rows 32-byte aligned.
+  static constexpr int HALO_LD = CIN == 16 ? 16 : CIN + 16;
+  static constexpr int HALO_BYTES = HALO * HALO_LD * 2;  // a multiple of 32
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;
   static constexpr int STAGE_BYTES = kWarps * 16 * COUT * 4;
   static constexpr int SMEM = HALO_BYTES + W_BYTES + STAGE_BYTES + COUT * 4;
@@ -94,7 +99,7 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
     if (hh >= 0 && hh < H && ww >= 0 && ww < W)
       val = reinterpret_cast<const uint4*>(xb + ((size_t)hh * W + ww) * CIN)[v];
-    reinterpret_cast<uint4*>(halo)[i] = val;
+    reinterpret_cast<uint4*>(halo + p * S::HALO_LD)[v] = val;
   }
   for (int i = tid; i < S::W_BYTES / 16; i += blockDim.x)
     reinterpret_cast<uint4*>(wsm)[i] = reinterpret_cast<const uint4*>(w)[i];
@@ -134,9 +139,10 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
 #pragma unroll
         for (int p = 0; p < PAIR; ++p) {
           const int r = (first + p) / S::SEGS, seg = (first + p) % S::SEGS;
-          // pixel j of the segment reads halo pixel (r + dh, seg * 16 + j + dw): rows CIN apart
-          wmma::load_matrix_sync(a[p], halo + ((r + dh) * S::HALO_W + seg * 16 + dw) * CIN
-                                           + k * 16, CIN);
+          // pixel j of the segment reads halo pixel (r + dh, seg * 16 + j + dw): rows HALO_LD
+          // halfs apart
+          wmma::load_matrix_sync(a[p], halo + ((r + dh) * S::HALO_W + seg * 16 + dw) * S::HALO_LD
+                                           + k * 16, S::HALO_LD);
         }
         if constexpr (W_IN_REGISTERS) {
           wmma::mma_sync(acc[0][0], a[0], wreg[tap], acc[0][0]);
