@@ -11,12 +11,10 @@
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:?set OUT to the output directory}"
-BUDGET_S="${BUDGET_S:-560}"
+BUDGET_S=$(( ${BUDGET_S:-560} - 10 ))  # a margin for the last step's timeout to end in
 mkdir -p "$OUT"
 T0=$(date +%s)
-now() { echo $(( $(date +%s) - T0 )); }
-say() { echo "== [$(now)s] $*"; }
-left() { echo $(( BUDGET_S - $(now) - 10 )); }
+source scripts/_loadtest.sh  # say, left (against T0 and BUDGET_S)
 
 say "tests"
 timeout -k 10 "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_direct.py \

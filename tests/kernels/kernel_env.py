@@ -10,6 +10,7 @@ on a machine without a GPU anyway, the kernel tests skip and say so.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -32,3 +33,13 @@ def require_triton() -> None:
             "`pytest tests/kernels` in a process of its own",
             allow_module_level=True,
         )
+
+
+def graph_replay_rel(candidate: Any, plain: Any, x: torch.Tensor) -> float:
+    """Relative difference of ``candidate``'s logits from ``plain``'s (both backends) on ``x``,
+    after three calls of the candidate: the first compiles, the second captures its CUDA
+    graph, the third replays it."""
+    want = plain(x).float().clone()
+    for _ in range(3):
+        got = candidate(x).float()
+    return ((got - want).norm() / want.norm()).item()

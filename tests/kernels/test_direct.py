@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_env import CUDA, DEVICE, require_triton
+from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
@@ -134,10 +134,7 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
     for launch in direct.executor.launches:
         if isinstance(launch.step, Conv) and direct_applies(launch.step):
             launch.configs = lambda bufs, cfg=forced: [cfg]  # the tuner's only candidate
-    want = plain(x).float().clone()
-    for _ in range(3):  # the first call compiles, the second captures, the third replays
-        got = direct(x).float()
-    rel = ((got - want).norm() / want.norm()).item()
+    rel = graph_replay_rel(direct, plain, x)
     assert rel < 1e-3, f"relative difference {rel:.1e}"
     chosen = direct.executor.chosen(tuple(x.shape))
     assert sum(1 for _, cfg in chosen if cfg.direct) == 26

@@ -43,16 +43,21 @@ def first_call(fn: Callable[[], T], device: torch.device) -> tuple[float, T]:
     return time.perf_counter() - start, result
 
 
+def _event_ms(fn: Callable[[], object], calls: int) -> float:
+    """Mean ms of ``calls`` back-to-back calls between two CUDA events on the current stream."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
 def group_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
     """Mean ms of ``calls`` back-to-back calls: CUDA events on a GPU, the wall clock otherwise."""
     if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
+        return _event_ms(fn, calls)
     begin = time.perf_counter()
     for _ in range(calls):
         fn()
@@ -91,14 +96,8 @@ def device_ms(fn: Callable[[], object], device: torch.device, calls: int) -> flo
     launch_s = time.perf_counter() - begin  # host time of one launch, plus its device time
     synchronize(device)
     spin_ms = 2e3 * launch_s * calls + 0.2  # twice the launches' host time, and a margin
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(int(spin_ms * _cycles_per_ms(device)))
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
+    return _event_ms(fn, calls)
 
 
 def time_calls(

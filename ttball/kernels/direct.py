@@ -40,7 +40,6 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (4, 32)),
 }
-THREADS = 256  # 8 warps
 
 KERNEL_SOURCE = r"""
 #include <cuda_fp16.h>
