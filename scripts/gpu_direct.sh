@@ -4,8 +4,9 @@
 # tells nothing.
 #   1. its GPU tests (the first builds the extension with nvcc, about a minute); on a failure,
 #      compute-sanitizer's memcheck on one case;
-#   2. per conv shape at batch 1 and 64: every compiled tile beside the Triton kernels and cuDNN,
-#      with its error against cuDNN (gpu_kernels.py --explore), and per step (the tuner's pick);
+#   2. per conv shape it takes, at batch 1 and 64: every compiled tile, a block per tile and
+#      pipelined, each whole and without its tensor-core work, beside the Triton kernels and
+#      cuDNN, with its error against cuDNN (gpu_kernels.py --explore --direct-only);
 #   3. the whole network in one process: serial, branches, branches+direct at batch 1, 8, 64.
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_direct.sh
 set -uo pipefail
@@ -32,12 +33,12 @@ if [ "$rc" -ne 0 ]; then
 fi
 
 share=$(( $(left) / 2 ))
-say "shapes and steps (limit ${share}s)"
-timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages shapes,steps --batches 1,64 \
-  --shape-batches 1,64 --explore --budget-s $(( share - 20 )) --out "$OUT/kernels-direct.json" \
+say "direct shapes (limit ${share}s)"
+timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages shapes --shape-batches 1,64 \
+  --explore --direct-only --budget-s $(( share - 20 )) --out "$OUT/kernels-direct.json" \
   > "$OUT/kernels-direct.log" 2>&1
-say "shapes and steps: rc=$?"
-grep -E "direct|b64|b1 " "$OUT/kernels-direct.log" | tail -n 60
+say "direct shapes: rc=$?"
+grep -E "direct|b64|b1 " "$OUT/kernels-direct.log" | tail -n 80
 
 say "network A/B (limit $(left)s)"
 timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches 1,8,64 \

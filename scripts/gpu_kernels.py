@@ -123,8 +123,10 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
     ] if rows_applies(step) else []
     from ttball.kernels.direct import KERNELS, direct_applies
 
-    direct = [  # eighth step: the CUDA direct kernel, every compiled tile
-        Config(cols, 8, 1, direct=rows) for rows, cols in KERNELS[step.terms[0].cin, step.cout]
+    direct = [  # eighth step: the CUDA direct kernel, every compiled tile, a block per tile
+        # (s1) or persistent and pipelined (s2)
+        Config(cols, 8, stages, direct=rows)
+        for rows, cols in KERNELS[step.terms[0].cin, step.cout] for stages in (2, 1)
     ] if direct_applies(step) else []
     return tma + rows + direct + [
         Config(bm, 4, 3, l1=True),                            # L1 gathers alone
@@ -192,14 +194,34 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
         except Exception as exc:  # noqa: BLE001
             row["error"] = f"{type(exc).__name__}: {exc}"
         rows.append(row)
+        if cfg.direct and "median_ms" in row:
+            rows.append(time_without_mma(shape, batch, launch, bufs, cfg, reps, moved))
     return rows
 
 
+def time_without_mma(shape: dict[str, int], batch: int, launch: Any, bufs: dict, cfg: Any,
+                     reps: int, moved: int) -> dict:
+    """The direct kernel with its tensor-core work left out (halo copies, weights, epilogue):
+    the time its memory side alone takes, beside the whole kernel's."""
+    from ttball.kernels.direct import conv3x3_direct
+
+    x, y = bufs["x"], bufs["y"]
+    tile, pipelined = (cfg.direct, cfg.block_m), cfg.num_stages > 1
+    t = time_ms(lambda: conv3x3_direct(y, x, launch.weights[0], launch.bias, None, tile, False,
+                                       pipelined=pipelined, skip_mma=True), reps=reps)
+    return {**shape, "batch": batch, "impl": "direct-no-mma", "config": vars(cfg).copy(), **t,
+            "gb_s": moved / (t["median_ms"] / 1e3) / 1e9}
+
+
 def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget: Budget,
-                 explore: bool = False) -> dict:
+                 explore: bool = False, direct_only: bool = False) -> dict:
+    from ttball.kernels.direct import KERNELS
+
+    shapes = [s for s in conv_shapes(plan) if not direct_only or (
+        s["k"] == 3 and s["stride"] == 1 and (s["cin"], s["cout"]) in KERNELS)]
     rows: list[dict] = []
     for batch in batches:
-        for shape in conv_shapes(plan):
+        for shape in shapes:
             if budget.left() <= 0:
                 rows.append({**shape, "batch": batch, "skipped": "time budget spent"})
                 continue
@@ -208,7 +230,25 @@ def stage_shapes(plan: Plan, height: int, width: int, batches: list[int], budget
             except Exception as exc:  # noqa: BLE001
                 rows.append({**shape, "batch": batch, "error": f"{type(exc).__name__}: {exc}"})
             print_shape(rows, shape, batch)
+            print_direct(rows, shape, batch)
     return {"rows": rows}
+
+
+def print_direct(rows: list[dict], shape: dict, batch: int) -> None:
+    """Each direct-kernel configuration of the shape: whole and without its tensor-core work."""
+    mine = [r for r in rows if r.get("batch") == batch and r.get("config", {}).get("direct")
+            and "median_ms" in r and all(r.get(k) == v for k, v in shape.items())]
+    alone = {(r["config"]["direct"], r["config"]["block_m"], r["config"]["num_stages"]):
+             r["median_ms"] for r in mine if r["impl"] == "direct-no-mma"}
+    for r in mine:
+        if r["impl"] != "triton":
+            continue
+        c = r["config"]
+        key = (c["direct"], c["block_m"], c["num_stages"])
+        kind = "pipelined  " if c["num_stages"] > 1 else "block/tile "
+        print(f"      direct {kind}{key[0]:>2}x{key[1]:<2} {r['median_ms']:8.4f} ms "
+              f"{r['gb_s']:6.0f} GB/s  without MMA {alone.get(key, float('nan')):8.4f} ms",
+              flush=True)
 
 
 def print_shape(rows: list[dict], shape: dict, batch: int) -> None:
@@ -326,6 +366,9 @@ def stage_steps(model: BlurBall, height: int, width: int, batches: list[int],
                          "config": vars(cfg), "new": is_new(cfg), **t,
                          "gb_s": moved / (t["median_ms"] / 1e3) / 1e9, "candidates": cands})
         mine = [r for r in rows if r.get("batch") == b and "median_ms" in r]
+        if not mine:  # the first call's tuning spent the budget
+            print(f"  batch {b}: no step timed (time budget spent)", flush=True)
+            continue
         print_steps(mine, b, total)
         print_candidates(mine, b)
     return {"rows": rows}
@@ -409,6 +452,8 @@ def main() -> None:
     parser.add_argument("--explore", action="store_true",
                         help="shapes stage: also time explore_configs (about 8 more compiles a "
                         "3x3 shape)")
+    parser.add_argument("--direct-only", action="store_true",
+                        help="shapes stage: only the shapes the CUDA direct kernel takes")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="no new stage (or shape, or network row) after this many seconds")
     args = parser.parse_args()
@@ -426,7 +471,7 @@ def main() -> None:
     stages = {
         "network": lambda: stage_network(model, args.height, args.width, batches, budget),
         "shapes": lambda: stage_shapes(plan, args.height, args.width, shape_batches, budget,
-                                       args.explore),
+                                       args.explore, args.direct_only),
         "steps": lambda: stage_steps(model, args.height, args.width, shape_batches, budget),
     }
     run_stages(results, stages, args.stages, budget, args.out)

@@ -97,7 +97,8 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cin,cout,tile", CASES)
 def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
-    """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums."""
+    """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums, one block
+    per tile and pipelined."""
     from ttball.kernels.conv import pack_weight
     from ttball.kernels.direct import conv3x3_direct
 
@@ -107,10 +108,13 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
     x = torch.randn(2, 18, 40, cin, generator=g).half().to(DEVICE)
     weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
     bias = torch.randn(cout, generator=g).to(DEVICE)
-    for relu in (False, True):
+    # one block per tile; pipelined with 3 blocks, so that each computes several tiles of both
+    # images while it copies the next one's halo
+    for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
         out = torch.full((2, 18, 40, cout), float("nan"), dtype=torch.half, device=DEVICE)
         sums = torch.zeros(2, cout, device=DEVICE)
-        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu)
+        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
+                       pipelined=pipelined, max_blocks=3)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)
@@ -129,12 +133,12 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
         pytest.skip(direct_missing(DEVICE))
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE, tune=False)
-    direct = create("triton-fp16-direct", model, DEVICE, tune=False)
-    forced = Config(32, 8, 1, direct=4)
-    for launch in direct.executor.launches:
-        if isinstance(launch.step, Conv) and direct_applies(launch.step):
-            launch.configs = lambda bufs, cfg=forced: [cfg]  # the tuner's only candidate
-    rel = graph_replay_rel(direct, plain, x)
-    assert rel < 1e-3, f"relative difference {rel:.1e}"
-    chosen = direct.executor.chosen(tuple(x.shape))
-    assert sum(1 for _, cfg in chosen if cfg.direct) == 26
+    for forced in (Config(32, 8, 1, direct=4), Config(32, 8, 2, direct=4)):  # pipelined: s2
+        direct = create("triton-fp16-direct", model, DEVICE, tune=False)
+        for launch in direct.executor.launches:
+            if isinstance(launch.step, Conv) and direct_applies(launch.step):
+                launch.configs = lambda bufs, cfg=forced: [cfg]  # the tuner's only candidate
+        rel = graph_replay_rel(direct, plain, x)
+        assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"
+        chosen = direct.executor.chosen(tuple(x.shape))
+        assert sum(1 for _, cfg in chosen if cfg == forced) == 26

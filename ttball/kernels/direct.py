@@ -16,6 +16,15 @@ BasicBlocks at full and half resolution, and layer1's 32 → 32; and to transiti
 (26 of the plan's 67 steps; 49 % of the steps' time at batch 64). Epilogue as the Triton kernel's: bias, SE sums of the
 pre-activation by atomics, ReLU, FP16 store.
 
+Two schedules, both offered to the tuner (``Config.num_stages`` 1 or 2): one block per tile,
+or a persistent grid whose blocks load their weights once and copy the next tile's halo
+with ``cp.async`` into a second buffer while they compute the current tile.
+
+Measured on an H200 (``docs/benchmarks/triton-h200.md``, "Eighth step, measured"): correct
+and verified. The pipelined schedule ties with the Triton kernel on 16 → 16 and is 2× slower
+on 32 and 128 input channels, where the wmma fragment loads and MMAs take two thirds of the
+time. The network gains 1.4 % at batch 64.
+
 Built at first use with ``torch.utils.cpp_extension.load_inline`` (needs ``nvcc`` and a C++
 compiler; about a minute, then cached by PyTorch). :data:`KERNEL_SOURCE` is plain CUDA (no
 PyTorch headers), so ``tests/kernels/test_direct.py`` compiles it for sm_90 wherever an
@@ -67,39 +76,59 @@ struct Shape {
   static constexpr int HALO_BYTES = HALO * HALO_LD * 2;  // a multiple of 32
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;
   static constexpr int STAGE_BYTES = kWarps * 16 * COUT * 4;
-  static constexpr int SMEM = HALO_BYTES + W_BYTES + STAGE_BYTES + COUT * 4;
+  static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;  // keeps the halos aligned
+  // weights, the warps' epilogue stages, the SE sums, then one halo (a block per tile) or two
+  // (pipelined)
+  static constexpr int SMEM1 = W_BYTES + STAGE_BYTES + SUM_BYTES + HALO_BYTES;
+  static constexpr int SMEM2 = SMEM1 + HALO_BYTES;
 };
+
+// Copies tile t's halo into `halo` with cp.async (16-byte vectors; src-size 0 writes the zeros
+// of the convolution's padding outside the image). Completes with the caller's wait_group.
+template <int CIN, int COUT, int TH, int TW>
+__device__ __forceinline__ void issue_halo(half* halo, const half* __restrict__ x, int t,
+                                           int tiles_w, int tiles_img, int H, int W) {
+  using S = Shape<CIN, COUT, TH, TW>;
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const half* xb = x + (size_t)b * H * W * CIN;
+  constexpr int VEC = CIN / 8;
+  for (int i = threadIdx.x; i < S::HALO * VEC; i += blockDim.x) {
+    const int p = i / VEC, v = i % VEC;
+    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(halo + p * S::HALO_LD + v * 8);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 
 // out (B, H, W, COUT) = conv3x3(x (B, H, W, CIN), w) + bias, then optional SE sums of that
 // (se_sum (B, COUT) float32, atomics) and ReLU. w: (9 * CIN, COUT) FP16, row tap * CIN + c.
+// Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (batch-major): with a grid of one block per
+// tile each block takes one; with a persistent grid (`pipelined`) each block loads its weights
+// once and prefetches the next tile's halo into the second buffer while it computes this one.
+// skip_mma (timing only): no tensor-core work, the rest as usual.
 template <int CIN, int COUT, int TH, int TW>
 __global__ void __launch_bounds__(kWarps * 32)
 conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
                       const half* __restrict__ w, const float* __restrict__ bias,
-                      float* __restrict__ se_sum, int H, int W, int relu, int has_sum) {
+                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                      int pipelined, int skip_mma) {
   using S = Shape<CIN, COUT, TH, TW>;
   extern __shared__ __align__(128) unsigned char smem[];
-  half* halo = reinterpret_cast<half*>(smem);
-  half* wsm = reinterpret_cast<half*>(smem + S::HALO_BYTES);
-  float* stage_all = reinterpret_cast<float*>(smem + S::HALO_BYTES + S::W_BYTES);
+  half* wsm = reinterpret_cast<half*>(smem);
+  float* stage_all = reinterpret_cast<float*>(smem + S::W_BYTES);
   float* sums = stage_all + kWarps * 16 * COUT;
+  half* halos = reinterpret_cast<half*>(smem + S::W_BYTES + S::STAGE_BYTES + S::SUM_BYTES);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int tiles_w = (W + TW - 1) / TW;
-  const int h0 = (blockIdx.x / tiles_w) * TH, w0 = (blockIdx.x % tiles_w) * TW;
-  const int b = blockIdx.y;
-  const half* xb = x + (size_t)b * H * W * CIN;
-
-  // The halo, once: 16-byte vectors, zeros outside the image (the convolution's padding).
-  constexpr int VEC = CIN / 8;
-  for (int i = tid; i < S::HALO * VEC; i += blockDim.x) {
-    const int p = i / VEC, v = i % VEC;
-    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (hh >= 0 && hh < H && ww >= 0 && ww < W)
-      val = reinterpret_cast<const uint4*>(xb + ((size_t)hh * W + ww) * CIN)[v];
-    reinterpret_cast<uint4*>(halo + p * S::HALO_LD)[v] = val;
-  }
+  const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo<CIN, COUT, TH, TW>(halos, x, t, tiles_w, tiles_img, H, W);
   for (int i = tid; i < S::W_BYTES / 16; i += blockDim.x)
     reinterpret_cast<uint4*>(wsm)[i] = reinterpret_cast<const uint4*>(w)[i];
   if (has_sum)
@@ -119,96 +148,136 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap) wmma::load_matrix_sync(wreg[tap], wsm + tap * 16 * 16, 16);
   }
-
   // Where the weights come from shared memory, a warp takes two tasks at once when the tile
   // has enough, so each weight fragment it loads serves two pixel segments.
   constexpr int PAIR = (!W_IN_REGISTERS && S::TASKS >= 2 * kWarps) ? 2 : 1;
-  for (int first = warp * PAIR; first < S::TASKS; first += kWarps * PAIR) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[PAIR][S::NC];
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    half* halo = halos + (it & 1) * S::HALO * S::HALO_LD;
+    if (next < ntiles) {
+      issue_halo<CIN, COUT, TH, TW>(halos + ((it + 1) & 1) * S::HALO * S::HALO_LD, x, next,
+                                    tiles_w, tiles_img, H, W);
+      asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();  // every thread's copies of this halo are visible to all warps
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+
+    for (int first = warp * PAIR; first < S::TASKS; first += kWarps * PAIR) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[PAIR][S::NC];
 #pragma unroll
-    for (int p = 0; p < PAIR; ++p)
+      for (int p = 0; p < PAIR; ++p)
 #pragma unroll
-      for (int n = 0; n < S::NC; ++n) wmma::fill_fragment(acc[p][n], 0.f);
+        for (int n = 0; n < S::NC; ++n) wmma::fill_fragment(acc[p][n], 0.f);
+      if (!skip_mma) {
 #pragma unroll
-    for (int tap = 0; tap < 9; ++tap) {
-      const int dh = tap / 3, dw = tap % 3;
+        for (int tap = 0; tap < 9; ++tap) {
+          const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
-      for (int k = 0; k < S::KC; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a[PAIR];
+          for (int k = 0; k < S::KC; ++k) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a[PAIR];
 #pragma unroll
-        for (int p = 0; p < PAIR; ++p) {
-          const int r = (first + p) / S::SEGS, seg = (first + p) % S::SEGS;
-          // pixel j of the segment reads halo pixel (r + dh, seg * 16 + j + dw): rows HALO_LD
-          // halfs apart
-          wmma::load_matrix_sync(a[p], halo + ((r + dh) * S::HALO_W + seg * 16 + dw) * S::HALO_LD
-                                           + k * 16, S::HALO_LD);
-        }
-        if constexpr (W_IN_REGISTERS) {
-          wmma::mma_sync(acc[0][0], a[0], wreg[tap], acc[0][0]);
-        } else {
+            for (int p = 0; p < PAIR; ++p) {
+              const int r = (first + p) / S::SEGS, seg = (first + p) % S::SEGS;
+              // pixel j of the segment reads halo pixel (r + dh, seg * 16 + j + dw): rows
+              // HALO_LD halfs apart
+              wmma::load_matrix_sync(a[p], halo + ((r + dh) * S::HALO_W + seg * 16 + dw)
+                                                      * S::HALO_LD + k * 16, S::HALO_LD);
+            }
+            if constexpr (W_IN_REGISTERS) {
+              wmma::mma_sync(acc[0][0], a[0], wreg[tap], acc[0][0]);
+            } else {
 #pragma unroll
-          for (int n = 0; n < S::NC; ++n) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> bf;
-            wmma::load_matrix_sync(bf, wsm + (tap * CIN + k * 16) * COUT + n * 16, COUT);
+              for (int n = 0; n < S::NC; ++n) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> bf;
+                wmma::load_matrix_sync(bf, wsm + (tap * CIN + k * 16) * COUT + n * 16, COUT);
 #pragma unroll
-            for (int p = 0; p < PAIR; ++p) wmma::mma_sync(acc[p][n], a[p], bf, acc[p][n]);
+                for (int p = 0; p < PAIR; ++p) wmma::mma_sync(acc[p][n], a[p], bf, acc[p][n]);
+              }
+            }
           }
         }
       }
-    }
 #pragma unroll
-    for (int p = 0; p < PAIR; ++p) {
-      const int r = (first + p) / S::SEGS, seg = (first + p) % S::SEGS;
+      for (int p = 0; p < PAIR; ++p) {
+        const int r = (first + p) / S::SEGS, seg = (first + p) % S::SEGS;
 #pragma unroll
-      for (int n = 0; n < S::NC; ++n)
-        wmma::store_matrix_sync(stage + n * 16, acc[p][n], COUT, wmma::mem_row_major);
-      __syncwarp();
-      const int ho = h0 + r;
-      for (int e = lane; e < 16 * COUT / 2; e += 32) {
-        const int j = e / (COUT / 2);
-        const int wo = w0 + seg * 16 + j;
-        const float2 pair = *reinterpret_cast<const float2*>(stage + j * COUT + c0);
-        float v0 = pair.x + bias0, v1 = pair.y + bias1;
-        if (ho < H && wo < W) {
-          s0 += v0;
-          s1 += v1;
-          if (relu) {
-            v0 = fmaxf(v0, 0.f);
-            v1 = fmaxf(v1, 0.f);
+        for (int n = 0; n < S::NC; ++n)
+          wmma::store_matrix_sync(stage + n * 16, acc[p][n], COUT, wmma::mem_row_major);
+        __syncwarp();
+        const int ho = h0 + r;
+        for (int e = lane; e < 16 * COUT / 2; e += 32) {
+          const int j = e / (COUT / 2);
+          const int wo = w0 + seg * 16 + j;
+          const float2 pair = *reinterpret_cast<const float2*>(stage + j * COUT + c0);
+          float v0 = pair.x + bias0, v1 = pair.y + bias1;
+          if (ho < H && wo < W) {
+            s0 += v0;
+            s1 += v1;
+            if (relu) {
+              v0 = fmaxf(v0, 0.f);
+              v1 = fmaxf(v1, 0.f);
+            }
+            half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + c0;
+            *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v0, v1);
           }
-          half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + c0;
-          *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v0, v1);
         }
+        __syncwarp();
       }
-      __syncwarp();
     }
-  }
-  if (has_sum) {
-    atomicAdd(&sums[c0], s0);
-    atomicAdd(&sums[c0 + 1], s1);
-    __syncthreads();
-    for (int i = tid; i < COUT; i += blockDim.x) atomicAdd(&se_sum[(size_t)b * COUT + i], sums[i]);
+    // The SE sums of one image: out to global memory when the next tile is another image's.
+    if (has_sum && (next >= ntiles || next / tiles_img != b)) {
+      atomicAdd(&sums[c0], s0);
+      atomicAdd(&sums[c0 + 1], s1);
+      s0 = s1 = 0.f;
+      __syncthreads();
+      for (int i = tid; i < COUT; i += blockDim.x) {
+        atomicAdd(&se_sum[(size_t)b * COUT + i], sums[i]);
+        sums[i] = 0.f;
+      }
+    }
+    __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
+    t = next;
   }
 }
 
 template <int CIN, int COUT, int TH, int TW>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
-                   int B, int H, int W, int relu, int has_sum, cudaStream_t stream) {
+                   int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
+                   int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   auto kernel = conv3x3_direct_kernel<CIN, COUT, TH, TW>;
-  if (S::SMEM > 48 * 1024) {  // once per device, on the first (uncaptured) call
-    static bool raised[64] = {};
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if (device < 64 && !raised[device]) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+  const int smem = pipelined ? S::SMEM2 : S::SMEM1;
+  // once per device, on the first (uncaptured) call: the shared-memory limit and how many
+  // blocks of the pipelined kernel fit on the device at once (its persistent grid)
+  static int resident[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device >= 64) return cudaErrorInvalidDevice;
+  if (!resident[device]) {
+    if (S::SMEM2 > 48 * 1024) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM2);
       if (err != cudaSuccess) return err;
-      raised[device] = true;
     }
+    int per_sm = 0, sms = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, S::SMEM2);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    resident[device] = per_sm * sms > 0 ? per_sm * sms : 1;
   }
-  dim3 grid(((W + TW - 1) / TW) * ((H + TH - 1) / TH), B);
-  kernel<<<grid, kWarps * 32, S::SMEM, stream>>>(out, x, w, bias, se_sum, H, W, relu, has_sum);
+  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
+  int blocks = ntiles;
+  if (pipelined) {
+    blocks = resident[device] < blocks ? resident[device] : blocks;
+    blocks = max_blocks > 0 && max_blocks < blocks ? max_blocks : blocks;
+  }
+  kernel<<<blocks, kWarps * 32, smem, stream>>>(out, x, w, bias, se_sum, B, H, W, relu, has_sum,
+                                               pipelined, skip_mma);
   return cudaGetLastError();
 }
 
@@ -218,7 +287,7 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
   if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
-        stream);
+        pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
@@ -227,6 +296,7 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int relu, int has_sum,
+                                     int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 4, 32)
@@ -240,11 +310,12 @@ _WRAPPER_SOURCE = r"""
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int relu, int has_sum,
+                                     int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream);
 
 void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, torch::Tensor bias,
                     torch::Tensor se_sum, int64_t th, int64_t tw, bool relu, bool has_sum,
-                    int64_t stream) {
+                    bool pipelined, bool skip_mma, int64_t max_blocks, int64_t stream) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kHalf && x.is_contiguous() && x.dim() == 4,
               "x: contiguous NHWC FP16 on CUDA");
   TORCH_CHECK(out.scalar_type() == torch::kHalf && out.is_contiguous(), "out: contiguous FP16");
@@ -257,7 +328,8 @@ void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, torch::
                                  bias.data_ptr<float>(),
                                  has_sum ? se_sum.data_ptr<float>() : nullptr,
                                  (int)x.size(0), (int)x.size(1), (int)x.size(2), (int)x.size(3),
-                                 (int)out.size(3), (int)th, (int)tw, relu, has_sum,
+                                 (int)out.size(3), (int)th, (int)tw, relu, has_sum, pipelined,
+                                 skip_mma, (int)max_blocks,
                                  reinterpret_cast<cudaStream_t>(stream));
   TORCH_CHECK(rc != -1, "conv3x3_direct: no kernel for cin ", x.size(3), ", cout ", out.size(3),
               ", tile ", th, "x", tw);
@@ -267,7 +339,8 @@ void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, torch::
 
 _DECLARATION = ("void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, "
                 "torch::Tensor bias, torch::Tensor se_sum, int64_t th, int64_t tw, bool relu, "
-                "bool has_sum, int64_t stream);")
+                "bool has_sum, bool pipelined, bool skip_mma, int64_t max_blocks, "
+                "int64_t stream);")
 
 
 def direct_applies(step: Conv) -> bool:
@@ -331,11 +404,20 @@ def _module() -> Any:
 
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
-                   tile: tuple[int, int], relu: bool) -> None:
-    """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC
-    FP16; ``w``: :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight;
-    ``bias``: float32 ``(Cout,)``."""
+                   tile: tuple[int, int], relu: bool, pipelined: bool = False,
+                   skip_mma: bool = False, max_blocks: int = 0) -> None:
+    """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
+    ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
+    :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
+    float32 ``(Cout,)``; ``tile``: (rows, columns) of output pixels per block.
+
+    ``pipelined``: a persistent grid (as many blocks as fit on the device at once), each block
+    loading its weights once and copying the next tile's halo while it computes this one
+    (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
+    persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
+    tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
     rows, cols = tile
     stream = torch.cuda.current_stream(x.device).cuda_stream  # the capture stream in a capture
     _module().conv3x3_direct(out, x, w, bias, se_sum if se_sum is not None else bias, rows,
-                             cols, relu, se_sum is not None, stream)
+                             cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
+                             stream)

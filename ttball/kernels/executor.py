@@ -60,7 +60,8 @@ class Config:
     ``rows`` > 0 runs a step :func:`rows_applies` to with :mod:`ttball.kernels.rows` instead:
     ``block_m`` columns × ``rows`` output rows per program (other steps ignore it).
     ``direct`` > 0 runs a step :func:`~ttball.kernels.direct.direct_applies` to with the CUDA
-    kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns."""
+    kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns,
+    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1."""
 
     block_m: int
     num_warps: int
@@ -162,11 +163,13 @@ def rows_configs(step: Conv, pixels: int) -> list[Config]:
 
 def direct_configs(step: Conv, pixels: int) -> list[Config]:
     """Candidates of the CUDA direct kernel (:mod:`ttball.kernels.direct`) for a step it
-    applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns, 8 warps."""
+    applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns, 8 warps; one
+    block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
+    during this one's work (2)."""
     if not direct_applies(step):
         return []
     tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
-    return [Config(cols, 8, 1, direct=rows) for rows, cols in tiles]
+    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
 
 
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
@@ -282,7 +285,7 @@ class _ConvLaunch:
         if cfg.direct and direct_applies(step):
             conv3x3_direct(out, _nhwc(bufs[step.terms[0].src]), self.weights[0], self.bias,
                            se_sum if step.se_sum else None, (cfg.direct, cfg.block_m),
-                           step.relu)
+                           step.relu, pipelined=cfg.num_stages > 1)
             return
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
