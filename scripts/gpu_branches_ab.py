@@ -8,7 +8,9 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+prio0``: level 0 (the full-resolution branch, most of the critical path) on a
   stream of higher priority, so its kernels get the SMs first when the branches compete;
 - ``branches+prio0+pdl``;
-- ``branches+direct``: and the tuner also tries the CUDA direct kernel (triton-fp16-direct).
+- ``branches+direct``: and the tuner also tries the CUDA direct kernel (triton-fp16-direct);
+- ``branches+refined``: and the steps' configurations are chosen again by timing the whole
+  graph (triton-fp16-branches-refined; what it changed is printed and saved).
 
 The tuner runs once per variant (device clock); timing alternates over the variants three
 times and keeps each one's best median, so drift hits all alike.
@@ -40,6 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+prio0": {"branches": True, "priority": (-2, 0, 0, 0)},
     "branches+prio0+pdl": {"branches": True, "pdl": True, "priority": (-2, 0, 0, 0)},
     "branches+direct": {"branches": True, "direct": True},
+    "branches+refined": {"branches": True, "refine": True},
 }
 
 
@@ -73,8 +76,13 @@ def main() -> None:
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
-            backend(x)  # tunes, then captures on the next call
+            backend(x)  # tunes (and refines), then captures on the next call
             backends[name] = backend
+            refinement = getattr(backend, "refinements", {}).get(tuple(x.shape))
+            if refinement is not None:
+                print(f"b={batch:<3} {name:20s} refine: {refinement.summary()}", flush=True)
+                report.setdefault("refinements", []).append(
+                    {"batch": batch, "variant": name, **vars(refinement)})
         ms: dict[str, list[float]] = {name: [] for name in backends}
         for _ in range(3):
             for name, backend in backends.items():

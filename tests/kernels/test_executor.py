@@ -117,7 +117,8 @@ def test_steps_reordered_within_their_hazards_give_the_same_logits(
 def test_backends_are_listed_with_their_reason(model: BlurBall) -> None:
     rows = {r["name"]: r for r in describe("cpu")}
     for name in ("triton-fp16", "triton-fp16-nograph", "triton-fp16-pdl", "triton-fp16-tma",
-                 "triton-fp16-rows", "triton-fp16-branches", "triton-fp16-direct"):
+                 "triton-fp16-rows", "triton-fp16-branches", "triton-fp16-direct",
+                 "triton-fp16-branches-refined"):
         assert not rows[name]["available"] and "CUDA" in rows[name]["reason"]
         assert "fp16" in rows[name]["tags"]
         with pytest.raises(BackendUnavailable, match="CUDA"):

@@ -14,7 +14,9 @@ only where the steps share data (:func:`ttball.kernels.executor.hazards`), so th
 HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-branches`` whose
 tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
 :mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps and transition1's 128 → 16,
-built at first use with nvcc.
+built at first use with nvcc; ``triton-fp16-branches-refined`` is ``triton-fp16-branches``
+whose steps' configurations are chosen again by timing the whole graph, since side by side
+the steps compete for the SMs (:mod:`ttball.kernels.refine`).
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
@@ -84,7 +86,7 @@ class TritonBackend(BackendBase):
     def __init__(
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
-        branches: bool = False, direct: bool = False, **options: Any,
+        branches: bool = False, direct: bool = False, refine: bool = False, **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
@@ -107,6 +109,10 @@ class TritonBackend(BackendBase):
                                        tma=bool(tma), rows=bool(rows), branches=bool(branches),
                                        direct=bool(direct))
         self.graph = graph
+        # refine: after tuning a shape, re-choose the steps' configurations by timing the
+        # whole graph (ttball.kernels.refine); what it did, per shape
+        self.refine = bool(refine) and graph and tune
+        self.refinements: dict[tuple[int, ...], Any] = {}
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
     def _check(self, batch: Tensor) -> Tensor:
@@ -123,8 +129,11 @@ class TritonBackend(BackendBase):
         batch = self._check(batch)
         if not self.graph:
             return self.executor(batch).clone()
-        if tuple(batch.shape) not in self._graphs:
+        shape = tuple(batch.shape)
+        if shape not in self._graphs:
             self.executor(batch)  # first call of the shape, on the current stream: compiles and tunes
+            if self.refine:
+                self.refinements[shape] = self.executor.refine(batch)
         return self._graphs(batch)
 
 
@@ -156,9 +165,13 @@ _VARIANTS = (
      triton_missing, {"graph": True, "branches": True}),
     ("triton-fp16-direct",
      ("triton-fp16-branches whose tuner also tries a direct 3x3 convolution in CUDA C++ (halo "
-      "in shared memory) for the 16/32-channel steps and 128->16; built with nvcc at first use "
-      "(not measured yet); option tune"),
+      "in shared memory) for the 16/32-channel steps and 128->16; built with nvcc at first use; "
+      "option tune"),
      direct_missing, {"graph": True, "branches": True, "direct": True}),
+    ("triton-fp16-branches-refined",
+     ("triton-fp16-branches whose steps' configurations are chosen again by timing the whole "
+      "CUDA graph after the per-step tuning (branches compete for the SMs); option tune"),
+     triton_missing, {"graph": True, "branches": True, "refine": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
     register(_name, description=_description, requires=_requires, tags=_TAGS)(

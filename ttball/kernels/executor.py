@@ -30,7 +30,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ttball.bench.timing import device_ms
+from ttball.bench.timing import TimingPlan, device_ms, time_calls
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -43,6 +43,7 @@ from ttball.kernels.conv import (
 from ttball.kernels.direct import conv3x3_direct, direct_applies, direct_tiles
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
+from ttball.kernels.refine import Refinement, refine
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
 
 MAX_TERMS = 4
@@ -521,6 +522,8 @@ class TritonExecutor:
         self.launches = [_launcher(step, device, pdl, tma, rows, direct) for step in plan.steps]
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
+        # per shape, per step: the tuner's candidates as (ms alone, config), fastest first
+        self._timed: dict[tuple[int, ...], list[list[tuple[float, Config]]]] = {}
         self.failures: list[str] = []
         self.cold_seconds: dict[tuple[int, ...], float] = {}
 
@@ -577,14 +580,55 @@ class TritonExecutor:
         bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         bufs.sum_block.zero_()
-        chosen = []
+        chosen, timed = [], []
         for launch in self.launches:
-            chosen.append(self._choose(launch, bufs))
-        self._buffers[shape], self._configs[shape] = bufs, chosen
+            chosen.append(self._choose(launch, bufs, timed))
+        self._buffers[shape], self._configs[shape], self._timed[shape] = bufs, chosen, timed
         return bufs.logits
 
-    def _choose(self, launch: Launch, bufs: _Buffers) -> Config:
-        """Run the step with the fastest working candidate (its output then is the result)."""
+    def refine(self, batch: Tensor, **options: Any) -> Refinement:
+        """Re-choose the steps' configurations for ``batch``'s shape by timing the whole CUDA
+        graph (:func:`ttball.kernels.refine.refine`; ``options`` go to it). The shape must
+        have been called once (tuned). CUDA only."""
+        shape = tuple(batch.shape)
+        if shape not in self._configs:
+            raise RuntimeError(f"refine: shape {shape} has not been tuned yet")
+        if self.device.type != "cuda":
+            raise RuntimeError("refine times CUDA graphs: it needs a CUDA device")
+        configs, report = refine(self._configs[shape], self._timed[shape],
+                                 lambda cfgs: self._graph_ms(batch, cfgs),
+                                 name=Config.short, **options)
+        self._configs[shape] = configs
+        self(batch)  # leaves the buffers as the chosen configurations compute them
+        return report
+
+    def _graph_ms(self, batch: Tensor, configs: list[Config]) -> float:
+        """Median ms of a replay of the whole call, captured with ``configs``."""
+        shape = tuple(batch.shape)
+        self._configs[shape] = list(configs)
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            self(batch)  # outside the capture first, as GraphCache does
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self(batch)
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        calls = max(5, min(50, int(0.005 / max(time.perf_counter() - start, 1e-6))))
+        ms = time_calls(graph.replay, self.device, TimingPlan(2, 5, calls))["median_ms"]
+        del graph
+        return ms
+
+    def _choose(self, launch: Launch, bufs: _Buffers,
+                timed_steps: list[list[tuple[float, Config]]]) -> Config:
+        """Run the step with the fastest working candidate (its output then is the result);
+        append every working candidate's time, fastest first, to ``timed_steps``."""
         candidates = [self.config] if self.config else launch.configs(bufs.tensors)
         if not self.tune:
             candidates = candidates[:1]
@@ -599,7 +643,9 @@ class TritonExecutor:
         if not timed:
             raise RuntimeError(f"no working kernel configuration for {_name(launch)}: "
                                + "; ".join(self.failures[-len(candidates):]))
-        best = min(timed, key=lambda pair: pair[0])[1]
+        timed.sort(key=lambda pair: pair[0])
+        timed_steps.append(timed)
+        best = timed[0][1]
         if self.tune:  # timing ran every candidate several times: run the chosen one again
             step = launch.step
             if isinstance(step, Conv) and step.se_sum:  # the repeated launches added up
