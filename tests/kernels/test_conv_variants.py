@@ -111,6 +111,30 @@ def test_fuse_output_with_every_term_kind_on_tiles(device: torch.device) -> None
     assert (used["T0"], used["T1"], used["BK1"]) == (4, 2, 64)
 
 
+@pytest.mark.parametrize(("block_m", "tile_w", "programs"), [
+    (32, 0, 5),   # 12 tiles an image, 24 in all: programs take 5, 5, 5, 5, 4 of both images
+    (64, 16, 2),  # 4 × 16 tiles, the right ones half outside
+    (32, 0, 64),  # more programs than tiles: one tile each, the grid capped at 24
+])
+def test_a_fixed_number_of_programs_computes_every_tile_of_every_image(
+        device: torch.device, block_m: int, tile_w: int, programs: int) -> None:
+    """A grid of ``programs`` looping over tiles, with SE sums (each pixel counted once,
+    whichever program and image)."""
+    from ttball.kernels.executor import Config
+
+    step = Conv("y", (term("x", 16, 32, 3),), fp16_exact(16), relu=True, se_sum="s")
+    config = Config(block_m, 4, 2, tile_w=tile_w, programs=programs)
+    run_variant(step, {"x": nhwc(32, 0)}, device, 0, config, sums=("s",))
+
+
+def test_fixed_programs_with_every_term_kind(device: torch.device) -> None:
+    from ttball.kernels.executor import Config
+
+    step, bufs = every_term_kind()
+    run_variant(step, bufs, device, 1, Config(32, 4, 2, tile_w=8, k_chunk=64, l1=True,
+                                              programs=3), sums=("s",))
+
+
 def test_whole_plan_with_the_variants(device: torch.device) -> None:
     """Every step of the plan through the variant code paths (one configuration for all, as in
     ``test_executor.py``; on a GPU: each step's tuned choice among old and new candidates)."""

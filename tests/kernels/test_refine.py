@@ -68,6 +68,56 @@ def test_the_final_check_undoes_a_change_a_lucky_timing_let_through() -> None:
 def test_it_needs_one_timing_list_per_step() -> None:
     with pytest.raises(ValueError, match="2 configurations for 1 steps"):
         refine(["a", "a"], [_timed(0.1)], lambda cfgs: 1.0)
+    with pytest.raises(ValueError, match="1 lists of extra candidates"):
+        refine(["a", "a"], [_timed(0.1), _timed(0.1)], lambda cfgs: 1.0, extra=[["p"]])
+
+
+def test_extra_candidates_are_tried_whatever_their_time_alone() -> None:
+    """A step on part of the GPU is slower alone; only the graph can say if it pays."""
+    timed = [_timed(0.10, 0.30), _timed(0.05)]  # step 0's b: 3x alone, never tried
+    graph_ms, calls = _graph({(0, "b"): -0.5, (1, "p"): -0.04, (0, "q"): +0.1})
+    configs, report = refine(["a", "a"], timed, graph_ms, extra=[["q"], ["p"]])
+    assert configs == ["a", "p"] and report.changed == [(1, "a", "p")]
+    assert ["b", "a"] not in calls and ["q", "a"] in calls
+
+
+def test_a_start_that_pays_only_as_a_whole_is_kept_and_refined_from() -> None:
+    """Limiting one step alone costs; limiting both at once pays (the SMs they leave free)."""
+    costs = {(0, "p"): +0.02, (1, "p"): +0.02}
+
+    def graph_ms(configs: list[str]) -> float:
+        both = configs == ["p", "p"]
+        return 1.0 + sum(costs.get((i, c), 0.0) for i, c in enumerate(configs)) - 0.1 * both
+
+    timed = [_timed(0.1, 0.11), _timed(0.1)]
+    configs, report = refine(["a", "a"], timed, graph_ms, extra=[["p"], ["p"]],
+                             starts=[["p", "p"], ["a", "p"]])
+    assert configs == ["p", "p"] and report.after_ms == pytest.approx(0.94)
+    with pytest.raises(ValueError, match="a start of 1 configurations for 2 steps"):
+        refine(["a", "a"], timed, graph_ms, starts=[["p"]])
+
+
+def test_side_branch_conv_steps_get_grid_limited_candidates() -> None:
+    """Levels 1-3 only, a quarter and half of the SMs, and only where the grid is larger."""
+    require_triton()
+    from ttball.kernels import build_plan
+    from ttball.kernels.executor import Config, TritonExecutor, _Buffers, _ConvLaunch, _main_output
+    from ttball.model import BlurBall, randomize_batchnorm
+
+    plan = build_plan(randomize_batchnorm(BlurBall(), seed=0).eval())
+    executor = TritonExecutor(plan, torch.device("cpu"), tune=False)
+    bufs = _Buffers(plan, 1, 144, 256, torch.device("cpu"))
+    offered = {}
+    for launch in executor.launches:
+        level = plan.buffers[_main_output(launch.step)].level
+        got = executor._grid_limited(launch, Config(128, 4, 2), bufs, sms=132)
+        offered.setdefault(level, set()).update(c.programs for c in got)
+        assert all(c == Config(128, 4, 2, programs=c.programs) for c in got)
+        if not isinstance(launch, _ConvLaunch):
+            assert got == []
+        assert executor._grid_limited(launch, Config(128, 4, 1, rows=16), bufs, 132) == []
+    # level 1 at 144 x 256: 72 x 128 pixels, 72 tiles of 128; level 2: 18; level 3: 5
+    assert offered == {0: set(), 1: {33, 66}, 2: set(), 3: set()}
 
 
 @pytest.mark.gpu

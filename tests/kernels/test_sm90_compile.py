@@ -76,6 +76,8 @@ def compile_conv_steps() -> list[dict[str, Any]]:
     cases.append(("16->16 tma", *cases[0][1:3], Config(128, 4, 3, tile_w=16, tma=True)))
     cases.append(("128->16 tma", *cases[1][1:3], Config(64, 4, 3, tile_w=16, tma=True)))
     cases.append(("16->16 rows", *cases[0][1:3], Config(128, 8, 1, rows=16)))
+    cases.append(("fuse 4 terms programs", *cases[3][1:3],
+                  Config(128, 4, 2, tile_w=16, k_chunk=64, l1=True, programs=33)))
     cases.append(("32->32 rows se pdl",
                   Conv("y", (term("x", 32, 32, 3),), torch.zeros(32), se_sum="s"),
                   {"x": (2, 144, 256, 32), "y": (2, 144, 256, 32)}, Config(64, 4, 1, rows=16)))
@@ -138,6 +140,9 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     for name in ("16->16 tma", "128->16 tma"):
         assert report[name]["tma_loads"] > 0 and report[name]["wgmma"] > 0, report[name]
     assert report["16->16 tile16 kc64"]["tma_loads"] == 0
+    # a fixed number of programs: the same tile code in a loop (same wgmma and gathers)
+    looped, plain = report["fuse 4 terms programs"], report["fuse 4 terms"]
+    assert looped["wgmma"] == plain["wgmma"] and looped["cp_async_ca"] == plain["cp_async_ca"]
     # the row-walking kernel (ttball.kernels.rows) with PDL: one wait (its weights are read
     # before it, so the count of reads before the wait does not tell activations apart)
     assert report["32->32 rows se pdl"]["gdc_wait"] == 1

@@ -34,6 +34,7 @@ from ttball.backends._recipe import preset
 from ttball.backends.base import BackendBase, register
 from ttball.backends.cudagraph import GraphCache
 from ttball.errors import BackendUnavailable, UserError
+from ttball.kernels.refine import Refinement
 
 _CAPTURE_WARMUP = 1  # eager runs of a tuned shape before capture (all kernels are compiled by then)
 _TAGS = ("fp16", "folded", "channels_last")
@@ -132,8 +133,12 @@ class TritonBackend(BackendBase):
         shape = tuple(batch.shape)
         if shape not in self._graphs:
             self.executor(batch)  # first call of the shape, on the current stream: compiles and tunes
-            if self.refine:
-                self.refinements[shape] = self.executor.refine(batch)
+            if self.refine:  # an optimization: its failure leaves the tuner's choice
+                try:
+                    self.refinements[shape] = self.executor.refine(batch)
+                except Exception as exc:  # noqa: BLE001  (capture or timing errors vary)
+                    self.refinements[shape] = Refinement(
+                        float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
         return self._graphs(batch)
 
 
@@ -170,7 +175,8 @@ _VARIANTS = (
      direct_missing, {"graph": True, "branches": True, "direct": True}),
     ("triton-fp16-branches-refined",
      ("triton-fp16-branches whose steps' configurations are chosen again by timing the whole "
-      "CUDA graph after the per-step tuning (branches compete for the SMs); option tune"),
+      "CUDA graph after the per-step tuning (branches compete for the SMs), side-branch steps "
+      "also on part of the SMs; option tune"),
      triton_missing, {"graph": True, "branches": True, "refine": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:

@@ -292,7 +292,7 @@ def conv_kernel(
     out_ptr, bias_ptr, add_ptr, sum_ptr,
     x0_ptr, w0_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr,
     Ho, Wo, sob, soh, sow, soc,
-    H0, W0, sx0b, sx0h, sx0w, sx0c,
+    H0, W0, sx0b, sx0h, sx0w, sx0c, NB,
     COUT: tl.constexpr, N_TERMS: tl.constexpr,
     C0: tl.constexpr, P0: tl.constexpr, K0: tl.constexpr, S0: tl.constexpr, U0: tl.constexpr,
     BK0: tl.constexpr,
@@ -303,26 +303,71 @@ def conv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TILE_W: tl.constexpr = 0, L1: tl.constexpr = False, IM0: tl.constexpr = False,
     T0: tl.constexpr = 1, T1: tl.constexpr = 1, T2: tl.constexpr = 1, T3: tl.constexpr = 1,
-    PDL: tl.constexpr = False, TMA: tl.constexpr = False,
+    PDL: tl.constexpr = False, TMA: tl.constexpr = False, PROGRAMS: tl.constexpr = 0,
 ):
-    b = tl.program_id(1)
+    """One output tile per program (grid: tiles × NB images), or, with ``PROGRAMS`` > 0, a
+    grid of ``PROGRAMS`` programs that each loop over every ``PROGRAMS``-th tile of all
+    images: a step that leaves the rest of the GPU to steps running beside it."""
+    if TILE_W > 0:
+        tiles = tl.cdiv(Ho, BLOCK_M // TILE_W) * tl.cdiv(Wo, TILE_W)
+    else:
+        tiles = tl.cdiv(Ho * Wo, BLOCK_M)
+    if PDL:  # no memory touched before; after: the previous kernel's outputs (ttball.kernels.gdc)
+        grid_wait()
+        grid_launch_dependents()
+    if PROGRAMS > 0:
+        for t in range(tl.program_id(0), tiles * NB, PROGRAMS):
+            _conv_tile(
+                out_ptr, bias_ptr, add_ptr, sum_ptr,
+                x0_ptr, w0_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr,
+                Ho, Wo, sob, soh, sow, soc, H0, W0, sx0b, sx0h, sx0w, sx0c, t // tiles, t % tiles,
+                COUT, N_TERMS, C0, P0, K0, S0, U0, BK0, C1, K1, S1, U1, BK1,
+                C2, K2, S2, U2, BK2, C3, K3, S3, U3, BK3, HAS_ADD, ADD_UP, HAS_SUM, RELU,
+                BLOCK_M, BLOCK_N, TILE_W, L1, IM0, T0, T1, T2, T3, TMA,
+            )
+    else:
+        _conv_tile(
+            out_ptr, bias_ptr, add_ptr, sum_ptr,
+            x0_ptr, w0_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr,
+            Ho, Wo, sob, soh, sow, soc, H0, W0, sx0b, sx0h, sx0w, sx0c,
+            tl.program_id(1), tl.program_id(0),
+            COUT, N_TERMS, C0, P0, K0, S0, U0, BK0, C1, K1, S1, U1, BK1,
+            C2, K2, S2, U2, BK2, C3, K3, S3, U3, BK3, HAS_ADD, ADD_UP, HAS_SUM, RELU,
+            BLOCK_M, BLOCK_N, TILE_W, L1, IM0, T0, T1, T2, T3, TMA,
+        )
+
+
+@triton.jit
+def _conv_tile(
+    out_ptr, bias_ptr, add_ptr, sum_ptr,
+    x0_ptr, w0_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr,
+    Ho, Wo, sob, soh, sow, soc, H0, W0, sx0b, sx0h, sx0w, sx0c, b, tile,
+    COUT: tl.constexpr, N_TERMS: tl.constexpr,
+    C0: tl.constexpr, P0: tl.constexpr, K0: tl.constexpr, S0: tl.constexpr, U0: tl.constexpr,
+    BK0: tl.constexpr,
+    C1: tl.constexpr, K1: tl.constexpr, S1: tl.constexpr, U1: tl.constexpr, BK1: tl.constexpr,
+    C2: tl.constexpr, K2: tl.constexpr, S2: tl.constexpr, U2: tl.constexpr, BK2: tl.constexpr,
+    C3: tl.constexpr, K3: tl.constexpr, S3: tl.constexpr, U3: tl.constexpr, BK3: tl.constexpr,
+    HAS_ADD: tl.constexpr, ADD_UP: tl.constexpr, HAS_SUM: tl.constexpr, RELU: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_W: tl.constexpr, L1: tl.constexpr,
+    IM0: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr, T3: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    """Output tile ``tile`` of image ``b``: all terms, bias, addend, SE sums, ReLU, store."""
     if TILE_W > 0:  # a (BLOCK_M // TILE_W) × TILE_W tile of output pixels
         r = tl.arange(0, BLOCK_M)
         tiles_w = tl.cdiv(Wo, TILE_W)
-        h0 = (tl.program_id(0) // tiles_w) * (BLOCK_M // TILE_W)
-        w0 = (tl.program_id(0) % tiles_w) * TILE_W
+        h0 = (tile // tiles_w) * (BLOCK_M // TILE_W)
+        w0 = (tile % tiles_w) * TILE_W
         ho = h0 + r // TILE_W
         wo = w0 + r % TILE_W
         m_mask = (ho < Ho) & (wo < Wo)
     else:  # BLOCK_M consecutive output pixels
-        m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         m_mask = m < Ho * Wo
         ho = m // Wo
         wo = m % Wo
     rn = tl.arange(0, BLOCK_N)
-    if PDL:  # above: no memory touched; below: the previous kernel's outputs (ttball.kernels.gdc)
-        grid_wait()
-        grid_launch_dependents()
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     x0_base = b.to(tl.int64) * sx0b

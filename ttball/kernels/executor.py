@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -62,7 +62,10 @@ class Config:
     ``block_m`` columns × ``rows`` output rows per program (other steps ignore it).
     ``direct`` > 0 runs a step :func:`~ttball.kernels.direct.direct_applies` to with the CUDA
     kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns,
-    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1."""
+    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1.
+    ``programs`` > 0 (the conv kernel, not ``rows`` or ``direct``): a grid of that many
+    programs, each looping over tiles, so the step leaves the rest of the GPU to the steps
+    beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner)."""
 
     block_m: int
     num_warps: int
@@ -73,16 +76,18 @@ class Config:
     tma: bool = False
     rows: int = 0
     direct: int = 0
+    programs: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
         text += f"r{self.rows}" if self.rows else ""
-        return text + (f"d{self.direct}" if self.direct else "")
+        text += f"d{self.direct}" if self.direct else ""
+        return text + (f"p{self.programs}" if self.programs else "")
 
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
@@ -238,6 +243,8 @@ class _ConvLaunch:
             meta["TILE_W"] = min(cfg.tile_w, triton.next_power_of_2(wo), cfg.block_m)
         if cfg.l1:
             meta["L1"] = True
+        if cfg.programs:
+            meta["PROGRAMS"] = cfg.programs
         if cfg.tma and tma_applies(self.step):
             if not cfg.tile_w:
                 raise ValueError(f"{cfg}: TMA needs a 2-D tile (tile_w)")
@@ -305,9 +312,10 @@ class _ConvLaunch:
         if meta.get("TMA"):
             tile_w = meta["TILE_W"]
             src0 = self.descriptor(x0, (1, cfg.block_m // tile_w, tile_w, meta["BK0"]))
-        conv_kernel[(tiles, B)](
+        grid = (min(cfg.programs, tiles * B), 1) if cfg.programs else (tiles, B)
+        conv_kernel[grid](
             out, self.bias, add, se_sum, src0, w0, *pairs,
-            Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(),
+            Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(), B,
             **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **self.pdl_args,
         )
@@ -595,12 +603,36 @@ class TritonExecutor:
             raise RuntimeError(f"refine: shape {shape} has not been tuned yet")
         if self.device.type != "cuda":
             raise RuntimeError("refine times CUDA graphs: it needs a CUDA device")
-        configs, report = refine(self._configs[shape], self._timed[shape],
-                                 lambda cfgs: self._graph_ms(batch, cfgs),
-                                 name=Config.short, **options)
+        original = list(self._configs[shape])
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        bufs = self._buffers[shape]
+        extra = [self._grid_limited(launch, cfg, bufs, sms)
+                 for launch, cfg in zip(self.launches, original)]
+        # every side step on a quarter, then on half of the SMs at once
+        starts = [[e[k] if len(e) > k else cfg for e, cfg in zip(extra, original)]
+                  for k in range(2) if any(len(e) > k for e in extra)]
+        try:
+            configs, report = refine(original, self._timed[shape],
+                                     lambda cfgs: self._graph_ms(batch, cfgs),
+                                     name=Config.short, extra=extra, starts=starts, **options)
+        except BaseException:
+            self._configs[shape] = original  # not left on a trial's configurations
+            raise
         self._configs[shape] = configs
         self(batch)  # leaves the buffers as the chosen configurations compute them
         return report
+
+    def _grid_limited(self, launch: Launch, cfg: Config, bufs: _Buffers,
+                      sms: int) -> list[Config]:
+        """``cfg`` on a quarter and on half of the ``sms`` multiprocessors (a fixed number of
+        programs looping over the tiles), for a side branch's conv step (level ≥ 1) run by the
+        conv kernel whose grid is larger than that; else nothing."""
+        step = launch.step
+        if (not isinstance(launch, _ConvLaunch) or cfg.rows or cfg.direct or cfg.programs
+                or self.plan.buffers[step.out].level == 0):
+            return []
+        tiles = -(-launch.out_pixels(bufs.tensors) // cfg.block_m)
+        return [replace(cfg, programs=p) for p in (sms // 4, sms // 2) if 0 < p < tiles]
 
     def _graph_ms(self, batch: Tensor, configs: list[Config]) -> float:
         """Median ms of a replay of the whole call, captured with ``configs``."""

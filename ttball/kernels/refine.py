@@ -12,7 +12,9 @@ runners-up of the tuner's own timing that were within ``within`` of the fastest 
 the whole graph with each, and keeps a change only if the graph gets faster by more than
 ``min_gain``. A final check times the original and the refined choice alternately and keeps
 the refined one only if it still wins, so noise in one timing cannot make the result slower
-than the tuner's.
+than the tuner's. :meth:`ttball.kernels.executor.TritonExecutor.refine` also offers each side
+branch's conv step (levels 1-3) on a quarter and on half of the SMs (``Config.programs``), which
+the per-step tuner never picks: alone they are slower.
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ def refine(
     configs: Sequence[Any], timed: Sequence[Timed], graph_ms: Callable[[list[Any]], float],
     within: float = 1.5, per_step: int = 2, min_gain: float = 0.005, max_ms: float = 5.0,
     checks: int = 3, name: Callable[[Any], str] = str,
+    extra: Sequence[Sequence[Any]] | None = None, starts: Sequence[Sequence[Any]] = (),
 ) -> tuple[list[Any], Refinement]:
     """``configs`` (one per step, as tuned) and each step's ``timed`` candidates → the
     configurations to run and a :class:`Refinement`. ``graph_ms(configs)`` times the whole
-    graph with them. A graph slower than ``max_ms`` is left alone: each timing would cost too
-    much, and large batches fill the GPU without contention."""
-    if len(configs) != len(timed):
-        raise ValueError(f"{len(configs)} configurations for {len(timed)} steps")
+    graph with them. ``extra``: per step, candidates tried after the runners-up whatever
+    their time alone (slower alone by design, such as a step limited to part of the GPU).
+    ``starts``: whole configurations timed before the greedy pass, which starts from the
+    fastest of them if it beats the tuner's (changes that pay only together, such as every
+    side step on part of the GPU at once). A graph slower than ``max_ms`` is left alone: each timing would cost too much, and large
+    batches fill the GPU without contention."""
+    if len(configs) != len(timed) or (extra is not None and len(extra) != len(timed)):
+        raise ValueError(f"{len(configs)} configurations for {len(timed)} steps"
+                         + (f" and {len(extra)} lists of extra candidates" if extra else ""))
     original = list(configs)
     best = graph_ms(original)
     evaluations = 1
@@ -62,13 +70,21 @@ def refine(
         return original, Refinement(best, best, evaluations=evaluations,
                                     skipped=f"graph {best:.2f} ms > {max_ms} ms")
     current = list(original)
+    for start in starts:
+        if len(start) != len(original):
+            raise ValueError(f"a start of {len(start)} configurations for {len(original)} steps")
+        ms = graph_ms(list(start))
+        evaluations += 1
+        if ms < best * (1 - min_gain):
+            best, current = ms, list(start)
     order = sorted(range(len(timed)), key=lambda i: -timed[i][0][0] if timed[i] else 0.0)
     for i in order:
         if not timed[i]:
             continue
         fastest = timed[i][0][0]
         runners_up = [cfg for ms, cfg in timed[i] if cfg != current[i] and ms <= within * fastest]
-        for cfg in runners_up[:per_step]:
+        more = [cfg for cfg in (extra[i] if extra else ()) if cfg != current[i]]
+        for cfg in runners_up[:per_step] + more:
             trial = list(current)
             trial[i] = cfg
             ms = graph_ms(trial)
