@@ -134,4 +134,6 @@ def test_refined_backend_replays_the_same_logits_as_triton() -> None:
     rel = graph_replay_rel(refined, plain, x)
     assert rel < 1e-3, f"relative difference {rel:.1e}"
     report = refined.refinements[tuple(x.shape)]
+    assert report.skipped is None or not report.skipped.startswith("failed"), report.skipped
     assert report.evaluations >= 1 and report.after_ms <= report.before_ms
+    assert refined.tuned(tuple(x.shape)).startswith(f"refine: {report.summary()}; ")

@@ -123,8 +123,12 @@ class TritonBackend(BackendBase):
         return batch.float().contiguous()
 
     def tuned(self, shape: tuple[int, ...]) -> str | None:
-        """Each step's tuned configuration for input ``shape`` (``ttball bench``'s ``tuned``)."""
-        return self.executor.tuned(shape)
+        """Each step's tuned configuration for input ``shape`` (``ttball bench``'s ``tuned``),
+        after what ``refine`` did, if it ran."""
+        steps = self.executor.tuned(shape)
+        if steps is None or shape not in self.refinements:
+            return steps
+        return f"refine: {self.refinements[shape].summary()}; {steps}"
 
     def run(self, batch: Tensor) -> Tensor:
         batch = self._check(batch)
