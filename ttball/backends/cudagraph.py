@@ -45,7 +45,9 @@ class GraphCache:
     def __contains__(self, shape: tuple[int, ...]) -> bool:
         return shape in self._graphs
 
-    def _capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
+    def capture(self, batch: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor]:
+        """A new graph of ``fn`` for ``batch``'s shape, with its static input and output (not
+        kept: the cache's own graphs are captured here on a shape's first call)."""
         static_in = batch.detach().clone().contiguous()
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -63,7 +65,7 @@ class GraphCache:
     def __call__(self, batch: Tensor) -> Tensor:
         key = tuple(batch.shape)
         if key not in self._graphs:
-            self._graphs[key] = self._capture(batch)
+            self._graphs[key] = self.capture(batch)
         graph, static_in, static_out = self._graphs[key]
         static_in.copy_(batch)
         graph.replay()

@@ -25,6 +25,7 @@ Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 from __future__ import annotations
 
 import importlib.util
+import time
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from torch import Tensor
 from ttball.backends._recipe import preset
 from ttball.backends.base import BackendBase, register
 from ttball.backends.cudagraph import GraphCache
+from ttball.bench.timing import TimingPlan, time_calls
 from ttball.errors import BackendUnavailable, UserError
 from ttball.kernels.refine import Refinement
 
@@ -113,7 +115,7 @@ class TritonBackend(BackendBase):
         # refine: after tuning a shape, re-choose the steps' configurations by timing the
         # whole graph (ttball.kernels.refine); what it did, per shape
         self.refine = bool(refine) and graph and tune
-        self.refinements: dict[tuple[int, ...], Any] = {}
+        self.refinements: dict[tuple[int, ...], Refinement] = {}
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP)
 
     def _check(self, batch: Tensor) -> Tensor:
@@ -139,11 +141,24 @@ class TritonBackend(BackendBase):
             self.executor(batch)  # first call of the shape, on the current stream: compiles and tunes
             if self.refine:  # an optimization: its failure leaves the tuner's choice
                 try:
-                    self.refinements[shape] = self.executor.refine(batch)
+                    self.refinements[shape] = self.executor.refine(batch, self._replay_ms)
                 except Exception as exc:  # noqa: BLE001  (capture or timing errors vary)
                     self.refinements[shape] = Refinement(
                         float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
         return self._graphs(batch)
+
+    def _replay_ms(self, batch: Tensor) -> float:
+        """Median ms of a replay of the executor's call as it stands, from a CUDA graph
+        captured now and dropped after (``refine``'s clock): 5 groups of replays of about
+        5 ms each."""
+        graph, _, _ = GraphCache(self.executor, self.device, _CAPTURE_WARMUP).capture(batch)
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        calls = max(5, min(50, int(0.005 / max(time.perf_counter() - start, 1e-6))))
+        return time_calls(graph.replay, self.device, TimingPlan(2, 5, calls))["median_ms"]
 
 
 # (name, description, requirement, fixed options): every variant is TritonBackend with some

@@ -30,7 +30,7 @@ import torch
 import triton
 from torch import Tensor
 
-from ttball.bench.timing import TimingPlan, device_ms, time_calls
+from ttball.bench.timing import device_ms
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -594,10 +594,13 @@ class TritonExecutor:
         self._buffers[shape], self._configs[shape], self._timed[shape] = bufs, chosen, timed
         return bufs.logits
 
-    def refine(self, batch: Tensor, **options: Any) -> Refinement:
+    def refine(self, batch: Tensor, time_graph: Callable[[Tensor], float],
+               **options: Any) -> Refinement:
         """Re-choose the steps' configurations for ``batch``'s shape by timing the whole CUDA
-        graph (:func:`ttball.kernels.refine.refine`; ``options`` go to it). The shape must
-        have been called once (tuned). CUDA only."""
+        graph (:func:`ttball.kernels.refine.refine`; ``options`` go to it). ``time_graph(batch)``
+        captures this executor's call as it stands into a CUDA graph and returns the ms of a
+        replay (the backend's, which owns the graphs). The shape must have been called once
+        (tuned). CUDA only."""
         shape = tuple(batch.shape)
         if shape not in self._configs:
             raise RuntimeError(f"refine: shape {shape} has not been tuned yet")
@@ -611,10 +614,14 @@ class TritonExecutor:
         # every side step on a quarter, then on half of the SMs at once
         starts = [[e[k] if len(e) > k else cfg for e, cfg in zip(extra, original)]
                   for k in range(2) if any(len(e) > k for e in extra)]
+
+        def trial(configs: list[Config]) -> float:
+            self._configs[shape] = list(configs)
+            return time_graph(batch)
+
         try:
-            configs, report = refine(original, self._timed[shape],
-                                     lambda cfgs: self._graph_ms(batch, cfgs),
-                                     name=Config.short, extra=extra, starts=starts, **options)
+            configs, report = refine(original, self._timed[shape], trial, name=Config.short,
+                                     extra=extra, starts=starts, **options)
         except BaseException:
             self._configs[shape] = original  # not left on a trial's configurations
             raise
@@ -633,29 +640,6 @@ class TritonExecutor:
             return []
         tiles = -(-launch.out_pixels(bufs.tensors) // cfg.block_m)
         return [replace(cfg, programs=p) for p in (sms // 4, sms // 2) if 0 < p < tiles]
-
-    def _graph_ms(self, batch: Tensor, configs: list[Config]) -> float:
-        """Median ms of a replay of the whole call, captured with ``configs``."""
-        shape = tuple(batch.shape)
-        self._configs[shape] = list(configs)
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            self(batch)  # outside the capture first, as GraphCache does
-        current.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self(batch)
-        graph.replay()
-        torch.cuda.synchronize(self.device)
-        start = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize(self.device)
-        calls = max(5, min(50, int(0.005 / max(time.perf_counter() - start, 1e-6))))
-        ms = time_calls(graph.replay, self.device, TimingPlan(2, 5, calls))["median_ms"]
-        del graph
-        return ms
 
     def _choose(self, launch: Launch, bufs: _Buffers,
                 timed_steps: list[list[tuple[float, Config]]]) -> Config:

@@ -58,8 +58,8 @@ def refine(
     their time alone (slower alone by design, such as a step limited to part of the GPU).
     ``starts``: whole configurations timed before the greedy pass, which starts from the
     fastest of them if it beats the tuner's (changes that pay only together, such as every
-    side step on part of the GPU at once). A graph slower than ``max_ms`` is left alone: each timing would cost too much, and large
-    batches fill the GPU without contention."""
+    side step on part of the GPU at once). A graph slower than ``max_ms`` is left alone: each
+    timing would cost too much, and large batches fill the GPU without contention."""
     if len(configs) != len(timed) or (extra is not None and len(extra) != len(timed)):
         raise ValueError(f"{len(configs)} configurations for {len(timed)} steps"
                          + (f" and {len(extra)} lists of extra candidates" if extra else ""))
