@@ -371,8 +371,8 @@ class Worker:
         s = self.settings
         self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
         self.config = self.model.config
-        if s.compile_cache:  # before choosing too: the trials then fill the same caches
-            cache = Path(s.compile_cache).expanduser().resolve()
+        cache = self._compile_cache()
+        if cache is not None:  # before choosing too: the trials then fill the same caches
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
             os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
         if s.backend == AUTO and s.backend_factory is None:
@@ -387,27 +387,31 @@ class Worker:
         if s.verify:
             self._timed("verify", self._verify)
 
+    def _compile_cache(self) -> Path | None:
+        """``--compile-cache`` as an absolute path (None: not given)."""
+        if not self.settings.compile_cache:
+            return None
+        return Path(self.settings.compile_cache).expanduser().resolve()
+
     def _choose_backend(self) -> Any:
         """``--backend auto``: the fastest backend that passes verification on this machine,
         chosen once and cached per machine and weights, as ``ttball track`` does."""
-        from ttball.backends import resolve_device
         from ttball.backends.auto import choose_backend
 
         return choose_backend(self.model, resolve_device(self.settings.device),
                               log=lambda msg: print(f"ttball serve: {msg}", flush=True))
 
     def _build_backend(self) -> Any:
-        from ttball.backends import create, resolve_device
+        from ttball.backends import create
         from ttball.backends.base import spec
 
         s = self.settings
         name = self.choice.backend if self.choice is not None else s.backend
         device = resolve_device(s.device)
         options: dict[str, Any] = {}
-        if s.compile_cache:
-            cache = Path(s.compile_cache).expanduser().resolve()
-            if s.backend_factory is None and "disk-cache" in spec(name).tags:
-                options["cache_dir"] = str(cache)
+        cache = self._compile_cache()
+        if cache is not None and s.backend_factory is None and "disk-cache" in spec(name).tags:
+            options["cache_dir"] = str(cache)
         if s.backend_factory is not None:
             backend = s.backend_factory(self.model, device)
         else:
