@@ -115,6 +115,9 @@ def decode_cv2(data: bytes, index: int = 0) -> Tensor:
 
 
 DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
+# the nvImageCodec decoders a library asks for tries, in order, before nvJPEG and cv2
+_NVIMGCODEC_TRIES = {"nvimgcodec-hw": ("nvimgcodec-hw", "nvimgcodec"),
+                     "nvimgcodec": ("nvimgcodec",)}
 
 
 class JpegDecoder:
@@ -144,18 +147,12 @@ class JpegDecoder:
             return
         reasons: list[str] = []
         self.kind = ""
-        if library == "nvimgcodec-hw":
-            self._nvimg, reason = _open_nvimgcodec(self.device, hardware=True)
+        for kind in _NVIMGCODEC_TRIES.get(library, ()):
+            self._nvimg, reason = _open_nvimgcodec(self.device, hardware=kind.endswith("-hw"))
             if reason is None:
-                self.kind = library
-            else:
-                reasons.append(reason)
-        if not self.kind and library.startswith("nvimgcodec"):
-            self._nvimg, reason = _open_nvimgcodec(self.device)
-            if reason is None:
-                self.kind = "nvimgcodec"
-            else:
-                reasons.append(reason)
+                self.kind = kind
+                break
+            reasons.append(reason)
         if not self.kind:
             reason = gpu_jpeg_reason(self.device)
             self.kind = "cv2" if reason else "nvjpeg"
