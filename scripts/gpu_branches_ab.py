@@ -8,7 +8,10 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+prio0``: level 0 (the full-resolution branch, most of the critical path) on a
   stream of higher priority, so its kernels get the SMs first when the branches compete;
 - ``branches+prio0+pdl``;
-- ``branches+direct``: and the tuner also tries the CUDA direct kernel (triton-fp16-direct);
+- ``branches+direct``: and the tuner also tries the CUDA direct kernel (triton-fp16-direct),
+  and its pair kernel for each residual block's two convolutions (each pair's timing against
+  its two steps is printed and saved);
+- ``branches+direct-nopair``: the same without the pair kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved).
 
@@ -42,6 +45,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+prio0": {"branches": True, "priority": (-2, 0, 0, 0)},
     "branches+prio0+pdl": {"branches": True, "pdl": True, "priority": (-2, 0, 0, 0)},
     "branches+direct": {"branches": True, "direct": True},
+    "branches+direct-nopair": {"branches": True, "direct": True, "nopair": True},
     "branches+refined": {"branches": True, "refine": True},
 }
 
@@ -73,11 +77,22 @@ def main() -> None:
                 continue
             options = dict(options)
             priority = options.pop("priority", None)
+            nopair = options.pop("nopair", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
+            if nopair:  # the direct kernel, without the residual blocks' pair kernel
+                backend.executor.pairs = []  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call
             backends[name] = backend
+            executor = getattr(backend, "executor", None)
+            trials = executor.pair_trials.get(tuple(x.shape), []) if executor else []
+            for i, two, one, cfg, taken in trials:
+                print(f"b={batch:<3} {name:20s} pair {i}/{i + 1}: two steps {two:.4f} ms, "
+                      f"pair {one:.4f} ms ({cfg}){' taken' if taken else ''}", flush=True)
+                report.setdefault("pairs", []).append(
+                    {"batch": batch, "variant": name, "step": i, "two_ms": two, "pair_ms": one,
+                     "config": cfg, "taken": taken})
             refinement = getattr(backend, "refinements", {}).get(tuple(x.shape))
             if refinement is not None:
                 print(f"b={batch:<3} {name:20s} refine: {refinement.summary()}", flush=True)

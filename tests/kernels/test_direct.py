@@ -17,12 +17,15 @@ from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
     KERNEL_SOURCE,
     KERNELS,
+    PAIRS,
     direct_applies,
     direct_missing,
     direct_tiles,
 )
+from ttball.kernels.executor import Config, pair_steps, pair_waits
 
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
+PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -44,6 +47,29 @@ def test_it_takes_the_small_channel_3x3_steps_and_transition1(model: BlurBall) -
             t = step.terms[0]
             assert (len(step.terms) > 1 or step.addends or t.ksize != 3 or t.stride != 1
                     or (t.cin, step.cout) not in KERNELS or t.src == "input")
+
+
+def test_it_pairs_the_two_convolutions_of_every_basic_block(model: BlurBall) -> None:
+    """The 12 BasicBlocks at full (16 channels) and half resolution (32): conv1 (ReLU) and
+    conv2 (SE sums), conv1's output read by conv2 alone."""
+    plan = build_plan(model)
+    pairs = pair_steps(plan)
+    assert len(pairs) == 12
+    for i in pairs:
+        first, second = plan.steps[i], plan.steps[i + 1]
+        assert first.relu and not first.se_sum and second.se_sum and not second.relu
+        assert second.terms[0].src == first.out
+        assert first.cout in PAIRS and sum(first.out in (t.src for t in s.terms)
+                                           for s in plan.steps) == 1
+
+
+def test_a_pair_step_also_waits_for_what_its_second_step_waits_for() -> None:
+    plain = Config(64, 4, 3)
+    pair, skip = Config(32, 8, 2, direct=8, pair=1), Config(32, 8, 2, direct=8, pair=2)
+    waits = [[], [0], [1], [0, 2], [3]]
+    assert pair_waits(waits, [plain] * 5) == waits
+    assert pair_waits(waits, [plain, plain, pair, skip, plain]) == [[], [0], [0, 1], [0, 2], [3]]
+    assert pair.short() == "m32w8s2d8+next" and skip.short() == "m32w8s2d8=prev"
 
 
 def _compiled() -> set[tuple[int, int, int, int]]:
@@ -81,6 +107,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
+    pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
+    assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert spills and all(int(n) == 0 for n in spills)
 
@@ -122,6 +150,54 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("c,tile", PAIR_CASES)
+def test_pair_kernel_equals_the_two_convolutions(c: int, tile: tuple[int, int]) -> None:
+    """conv2(relu(conv1(x) + b1), FP16) + b2 with SE sums, odd sizes (partial tiles), one
+    block per tile and pipelined with 3 blocks."""
+    from ttball.kernels.conv import pack_weight
+    from ttball.kernels.direct import conv3x3_pair
+
+    if direct_missing(DEVICE):
+        pytest.skip(direct_missing(DEVICE))
+    g = torch.Generator().manual_seed(c + tile[1])
+    x = torch.randn(2, 19, 75, c, generator=g).half().to(DEVICE)
+    w1, w2 = ((torch.randn(c, c, 3, 3, generator=g) / (3 * c ** 0.5)).to(DEVICE) for _ in "12")
+    b1, b2 = (torch.randn(c, generator=g).to(DEVICE) for _ in "12")
+    mid, _ = _reference(x, w1.half().float(), b1, relu=True)
+    want, want_sums = _reference(mid.half(), w2.half().float(), b2, relu=False)
+    for pipelined in (False, True):
+        out = torch.full_like(x, float("nan"))
+        sums = torch.zeros(2, c, device=DEVICE)
+        conv3x3_pair(out, x, pack_weight(w1.cpu(), DEVICE), b1, pack_weight(w2.cpu(), DEVICE),
+                     b2, sums, tile, relu=False, pipelined=pipelined, max_blocks=3)
+        torch.testing.assert_close(out.float(), want, atol=3e-2, rtol=1e-2)
+        torch.testing.assert_close(sums, want_sums, atol=1.0, rtol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_pair_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) -> None:
+    """triton-fp16-direct with all 12 residual blocks forced onto the pair kernel, on the
+    branches' streams and through graph capture and replay, against triton-fp16."""
+    from ttball.backends import create
+
+    require_triton()
+    if direct_missing(DEVICE):
+        pytest.skip(direct_missing(DEVICE))
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    plain = create("triton-fp16", model, DEVICE, tune=False)
+    for forced in (Config(32, 8, 1, direct=8, pair=1), Config(32, 8, 2, direct=8, pair=1)):
+        direct = create("triton-fp16-direct", model, DEVICE, tune=False)
+        direct.executor.forced_pair = forced
+        rel = graph_replay_rel(direct, plain, x)
+        assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"
+        chosen = [cfg for _, cfg in direct.executor.chosen(tuple(x.shape))]
+        assert sum(cfg.pair == 1 for cfg in chosen) == 12
+        assert sum(cfg.pair == 2 for cfg in chosen) == 12
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> None:
     """triton-fp16-direct against triton-fp16, every applicable step forced onto the direct
     kernel (not left to the tuner), graph capture and replay included."""
@@ -133,7 +209,7 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
         pytest.skip(direct_missing(DEVICE))
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE, tune=False)
-    for forced in (Config(32, 8, 1, direct=4), Config(32, 8, 2, direct=4)):  # pipelined: s2
+    for forced in (Config(16, 8, 1, direct=8), Config(16, 8, 2, direct=8)):  # pipelined: s2
         direct = create("triton-fp16-direct", model, DEVICE, tune=False)
         for launch in direct.executor.launches:
             if isinstance(launch.step, Conv) and direct_applies(launch.step):

@@ -40,7 +40,14 @@ from ttball.kernels.conv import (
     pack_weight_im2col,
     padded,
 )
-from ttball.kernels.direct import conv3x3_direct, direct_applies, direct_tiles
+from ttball.kernels.direct import (
+    PAIRS,
+    conv3x3_direct,
+    conv3x3_pair,
+    direct_applies,
+    direct_tiles,
+    pair_applies,
+)
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
 from ttball.kernels.refine import Refinement, refine
@@ -48,6 +55,7 @@ from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
 
 MAX_TERMS = 4
 TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
+PAIR_GAIN = 0.97  # a residual block's pair kernel replaces its two steps if this much faster
 SHORT_MS, SHORT_REPS = 0.02, 20  # a candidate faster than this is timed again with more launches
 
 
@@ -65,7 +73,10 @@ class Config:
     pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1.
     ``programs`` > 0 (the conv kernel, not ``rows`` or ``direct``): a grid of that many
     programs, each looping over tiles, so the step leaves the rest of the GPU to the steps
-    beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner)."""
+    beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
+    ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
+    conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
 
     block_m: int
     num_warps: int
@@ -77,17 +88,20 @@ class Config:
     rows: int = 0
     direct: int = 0
     programs: int = 0
+    pair: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the
+        pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
-        return text + (f"p{self.programs}" if self.programs else "")
+        text += f"p{self.programs}" if self.programs else ""
+        return text + {0: "", 1: "+next", 2: "=prev"}[self.pair]
 
 
 def conv_configs(step: Conv, pixels: int) -> list[Config]:
@@ -169,13 +183,31 @@ def rows_configs(step: Conv, pixels: int) -> list[Config]:
 
 def direct_configs(step: Conv, pixels: int) -> list[Config]:
     """Candidates of the CUDA direct kernel (:mod:`ttball.kernels.direct`) for a step it
-    applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns, 8 warps; one
+    applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
+    nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
     during this one's work (2)."""
     if not direct_applies(step):
         return []
     tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
     return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
+
+
+def pair_configs(step: Conv) -> list[Config]:
+    """Candidates of the pair kernel for a residual block whose conv1 is ``step``: its
+    compiled tiles, pipelined or a block per tile."""
+    return [Config(cols, 8, stages, direct=rows, pair=1)
+            for rows, cols in PAIRS[step.cout] for stages in (2, 1)]
+
+
+def pair_waits(waits: list[list[int]], configs: list[Config]) -> list[list[int]]:
+    """:func:`hazards`' waits with each pair kernel's step waiting for what its second step
+    waits for too (the pair writes the second step's output and SE sums)."""
+    out = [list(w) for w in waits]
+    for i, cfg in enumerate(configs):
+        if cfg.pair == 1:
+            out[i] = sorted((set(waits[i]) | set(waits[i + 1])) - {i})
+    return out
 
 
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
@@ -214,6 +246,7 @@ class _ConvLaunch:
         self.im2col = t0.ksize == 3 and t0.up == 0 and t0.cin < 16  # the 9-channel stem
         self.w0_im2col = pack_weight_im2col(t0.weight, device) if self.im2col else None
         self._metas: dict[tuple[Config, int], dict[str, Any]] = {}
+        self.partner: _ConvLaunch | None = None  # the next step, if the pair kernel can run both
         n = padded(step.cout)
         self.bias = torch.zeros(n, device=device)
         self.bias[: step.cout] = step.bias.to(device)
@@ -287,6 +320,15 @@ class _ConvLaunch:
         B, Ho, Wo, _ = out.shape
         add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
         se_sum = sums[step.se_sum] if step.se_sum else self.bias
+        if cfg.pair == 2:  # computed with the previous step by the pair kernel
+            return
+        if cfg.pair == 1 and self.partner is not None:
+            second = self.partner.step
+            conv3x3_pair(bufs[second.out], _nhwc(bufs[step.terms[0].src]), self.weights[0],
+                         self.bias, self.partner.weights[0], self.partner.bias,
+                         sums[second.se_sum] if second.se_sum else None,
+                         (cfg.direct, cfg.block_m), second.relu, pipelined=cfg.num_stages > 1)
+            return
         if cfg.rows and rows_applies(step):
             self._rows(bufs, out, add, se_sum, cfg)
             return
@@ -460,6 +502,18 @@ def _main_output(step: Step) -> str:
     return step.out if isinstance(step, Conv) else step.y
 
 
+def pair_steps(plan: Plan) -> list[int]:
+    """Indices ``i`` of the residual blocks whose conv1 (step ``i``) and conv2 (step ``i + 1``)
+    :func:`~ttball.kernels.direct.pair_applies` to, conv1's output read by conv2 alone."""
+    readers: dict[str, int] = {}
+    for step in plan.steps:
+        for name in _reads(step):
+            readers[name] = readers.get(name, 0) + 1
+    return [i for i, (a, b) in enumerate(zip(plan.steps, plan.steps[1:]))
+            if isinstance(a, Conv) and isinstance(b, Conv) and pair_applies(a, b)
+            and readers.get(a.out) == 1]
+
+
 def hazards(plan: Plan, bufs: _Buffers) -> list[list[int]]:
     """For each step, the earlier steps it must wait for when steps may run concurrently:
     the last writer of every tensor it reads (read after write) and, for every tensor it
@@ -528,6 +582,15 @@ class TritonExecutor:
         self.tune = tune and device.type == "cuda" and config is None
         self.config = config  # one configuration for every step (the interpreter tests)
         self.launches = [_launcher(step, device, pdl, tma, rows, direct) for step in plan.steps]
+        # direct: residual blocks whose two convolutions the pair kernel may run as one (the
+        # first's index); the tuner decides per shape, or `forced_pair` for every one (tests)
+        self.pairs = pair_steps(plan) if direct else []
+        for i in self.pairs:
+            self.launches[i].partner = self.launches[i + 1]
+        self.forced_pair: Config | None = None
+        # per shape: for each pair, (first step, ms of the two steps, ms of the pair, config,
+        # taken)
+        self.pair_trials: dict[tuple[int, ...], list[tuple[int, float, float, str, bool]]] = {}
         self._buffers: dict[tuple[int, ...], _Buffers] = {}
         self._configs: dict[tuple[int, ...], list[Config]] = {}
         # per shape, per step: the tuner's candidates as (ms alone, config), fastest first
@@ -569,11 +632,12 @@ class TritonExecutor:
         lanes = [self.plan.buffers[_main_output(la.step)].level for la in self.launches]
         needed = {j for i, deps in enumerate(self._waits[shape]) for j in deps
                   if lanes[j] != lanes[i]}
+        waits = pair_waits(self._waits[shape], self._configs[shape])
         for side in self._streams:
             side.wait_stream(main)
         for i, (launch, cfg) in enumerate(zip(self.launches, self._configs[shape])):
             stream = streams[lanes[i]]
-            for j in self._waits[shape][i]:
+            for j in waits[i]:
                 if lanes[j] != lanes[i]:
                     stream.wait_event(self._events[j])
             with torch.cuda.stream(stream):
@@ -588,9 +652,13 @@ class TritonExecutor:
         bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         bufs.sum_block.zero_()
-        chosen, timed = [], []
-        for launch in self.launches:
+        chosen: list[Config] = []
+        timed: list[list[tuple[float, Config]]] = []
+        for i, launch in enumerate(self.launches):
             chosen.append(self._choose(launch, bufs, timed))
+            if i - 1 in self.pairs and (self.tune or self.forced_pair):
+                trial = self._choose_pair(i - 1, bufs, chosen, timed)
+                self.pair_trials.setdefault(shape, []).append(trial)
         self._buffers[shape], self._configs[shape], self._timed[shape] = bufs, chosen, timed
         return bufs.logits
 
@@ -668,6 +736,38 @@ class TritonExecutor:
                 bufs.sums[step.se_sum].zero_()
             launch(bufs.tensors, bufs.sums, best)
         return best
+
+    def _choose_pair(self, i: int, bufs: _Buffers, chosen: list[Config],
+                     timed: list[list[tuple[float, Config]]]
+                     ) -> tuple[int, float, float, str, bool]:
+        """After steps ``i`` and ``i + 1`` (a residual block's two convolutions) were tuned and
+        run: time the pair kernel's candidates, and take the fastest for both steps if it
+        beats their two times by :data:`PAIR_GAIN` (``forced_pair``: take that one). Then the
+        second step's output and SE sums are computed again, by whichever runs. Returns
+        ``(i, ms of the two steps, ms of the pair, its config, taken)``."""
+        first, second = self.launches[i], self.launches[i + 1]
+        assert isinstance(first, _ConvLaunch) and isinstance(second, _ConvLaunch)
+        best: tuple[float, Config] | None = None
+        for cfg in [self.forced_pair] if self.forced_pair else pair_configs(first.step):
+            try:
+                ms = self._time(lambda c=cfg: first(bufs.tensors, bufs.sums, c))
+            except Exception as exc:  # noqa: BLE001  (as in _choose)
+                self.failures.append(f"{_name(first)} {cfg}: {type(exc).__name__}: {exc}")
+                continue
+            if best is None or ms < best[0]:
+                best = (ms, cfg)
+        separate = timed[i][0][0] + timed[i + 1][0][0]
+        if best is not None and (self.forced_pair or best[0] < separate * PAIR_GAIN):
+            chosen[i], chosen[i + 1] = best[1], replace(best[1], pair=2)
+            timed[i], timed[i + 1] = [best], [(0.0, chosen[i + 1])]  # nothing for refine to try
+        se_sum = second.step.se_sum
+        if se_sum:  # the timed launches added up
+            bufs.sums[se_sum].zero_()
+        runner = first if chosen[i].pair else second
+        runner(bufs.tensors, bufs.sums, chosen[i] if chosen[i].pair else chosen[i + 1])
+        if best is None:
+            return i, separate, float("nan"), "", False
+        return i, separate, best[0], best[1].short(), bool(chosen[i].pair)
 
     def _time(self, fn: Callable[[], None]) -> float:
         fn()  # compiles; on CPU (interpreter) this is the only run
