@@ -31,11 +31,13 @@ REFERENCE = "eager-fp32"
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "cpu": ("openvino-bf16", "openvino-int8", "onnxrt-int8", "openvino-fp32",
             "onnxrt-fp32-tuned", "folded-fp32-cl", REFERENCE),
-    # triton-fp16-branches and triton-fp16: ttball's own kernels, 0.47 and 0.60 ms per window
-    # at batch 1 on an H200 against 1.15-1.47 ms for the compiled recipes; the first shape
-    # compiles for 30-50 s on a machine whose Triton cache is empty
-    # (docs/benchmarks/triton-h200.md).
-    "cuda": ("triton-fp16-branches", "triton-fp16", "compile-reduce-overhead-fp16-autocast",
+    # triton-fp16-direct, triton-fp16-branches and triton-fp16: ttball's own kernels, 0.45,
+    # 0.47 and 0.60 ms per window at batch 1 on an H200 against 1.15-1.47 ms for the compiled
+    # recipes; the first shape compiles for 30-50 s on a machine whose Triton cache is empty,
+    # and -direct builds its CUDA extension with nvcc once per machine (unavailable without
+    # nvcc) (docs/benchmarks/triton-h200.md).
+    "cuda": ("triton-fp16-direct", "triton-fp16-branches", "triton-fp16",
+             "compile-reduce-overhead-fp16-autocast",
              "cudagraph-fp16", "eager-fp16-cl", "eager-fp16", REFERENCE),
 }
 # Two bundled clips of 48 frames (32 windows at step 3). One clip of 24 frames was too few:

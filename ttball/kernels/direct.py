@@ -22,7 +22,9 @@ with ``cp.async`` into a second buffer while they compute the current tile.
 Third version (eleventh session). The second (``nvcuda::wmma``) was measured on an H200
 (``docs/benchmarks/triton-h200.md``, "Eighth step, measured"): correct and verified, level
 with Triton on 16 → 16 and 2× slower on 32 and 128 input channels, where the fragment loads
-and MMAs took two thirds of the time. Three things in its tensor-core side changed:
+and MMAs took two thirds of the time. The third is 1.18-1.36× faster than Triton on the four
+shapes at batch 64 and takes the network from 22.8 to 19.7 ms there (3,253 windows/s,
+"Eighth step, third version"). Three things in its tensor-core side changed:
 
 - ``mma.sync.m16n8k16`` and ``ldmatrix`` in PTX instead of wmma, so the accumulators stay in
   registers through the epilogue (wmma staged every one through shared memory as FP32);
@@ -32,6 +34,11 @@ and MMAs took two thirds of the time. Three things in its tensor-core side chang
   padding of the second version made them 2-way);
 - each warp computes two 16-pixel segments at once, so every weight fragment it loads serves
   both, and a block has as many warps as that gives (4 or 8).
+
+The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
+intermediate in shared memory; the executor takes it per block and shape only where it
+measures faster than the two steps (16 channels at batch 8 and 64 on an H200, by 3-6 %: its
+border recomputation costs about what the saved DRAM traffic gains; "Tenth step").
 
 Built at first use with ``torch.utils.cpp_extension.load_inline`` (needs ``nvcc`` and a C++
 compiler; about a minute, then cached by PyTorch). :data:`KERNEL_SOURCE` is plain CUDA (no
