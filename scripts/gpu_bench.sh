@@ -84,8 +84,8 @@ sweep() {
 # Issue 9: ttball's Triton kernels beside torch.compile's best recipes and a plain CUDA graph of
 # the same folded FP16 channels_last network, batch 1, in one run (max-autotune last: ~2 min).
 versus() {
-  step versus 240 --batch 1 --warmup 10 --groups 5 --calls 20 --variants \
-    triton-fp16-branches,triton-fp16,cudagraph-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
+  step versus 330 --batch 1 --warmup 10 --groups 5 --calls 20 --variants \
+    triton-fp16-direct,triton-fp16-branches,compile-reduce-overhead-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
 }
 
 # max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
