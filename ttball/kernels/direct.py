@@ -9,11 +9,13 @@ memory into shared memory **once**, and each warp forms the nine taps' operands 
 halo at a pixel offset: in NHWC, 16 consecutive pixels × 16 channels are one row-major
 16 × 16 matrix, and a tap's shift is an address offset of ``ldmatrix``.
 
-Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer with 16 or 32 channels,
-16 or 32 output channels, and no addend: conv1 (ReLU) and conv2 (SE sums) of HRNet's
-BasicBlocks at full and half resolution, and layer1's 32 → 32; and to transition1's 128 → 16
-(26 of the plan's 67 steps; 49 % of the steps' time at batch 64). Epilogue as the Triton kernel's: bias, SE sums of the
-pre-activation by atomics, ReLU, FP16 store.
+Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer and no addend, with
+16 or 32 channels in and out: conv1 (ReLU) and conv2 (SE sums) of HRNet's BasicBlocks at full
+and half resolution, and layer1's 32 → 32; to transition1's 128 → 16 (26 of the plan's 67
+steps, 49 % of the steps' time at batch 64); and, added after the last measurement, to
+64 → 64: the stem's second convolution and the BasicBlocks at quarter resolution (9 steps).
+Epilogue as the Triton kernel's: bias, SE sums of the pre-activation by atomics, ReLU, FP16
+store.
 
 Two schedules, both offered to the tuner (``Config.num_stages`` 1 or 2): one block per tile,
 or a persistent grid whose blocks load their weights once and copy the next tile's halo
@@ -60,10 +62,11 @@ from ttball.kernels.plan import INPUT, Conv
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
-# 37 KB.
+# 37 KB. 64 → 64 (not measured yet): weights 74 KB, halos 23-44 KB.
 KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
+    (64, 64): ((8, 16), (8, 32), (16, 16)),
 }
 
 # Channels of a residual block's two 3×3 convolutions → the tiles of the pair kernel compiled
@@ -287,6 +290,9 @@ struct Shape {
   static constexpr int KC = CIN / 16;                 // k steps of 16 channels per tap
   static constexpr int NB = COUT / 8;                 // n blocks of 8 output channels
   static constexpr int CH = CIN / 8, WCH = COUT / 8;  // 16-byte chunks: halo pixel, weight row
+  // taps unrolled at once: all nine, except for 64 -> 64, whose 36 (tap, k) steps with eight
+  // n blocks each would take more than 255 registers unrolled
+  static constexpr int TAP_UNROLL = CIN * COUT >= 64 * 64 ? 3 : 9;
   static constexpr int HALO_BYTES = HALO * CIN * 2;   // a multiple of 32
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;  // a multiple of 128
   static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;  // keeps the halos aligned
@@ -403,7 +409,7 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
     if (!skip_mma) {
-#pragma unroll
+#pragma unroll S::TAP_UNROLL
       for (int tap = 0; tap < 9; ++tap) {
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
@@ -709,6 +715,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
+  TTBALL_TILE(64, 64, 8, 16) TTBALL_TILE(64, 64, 8, 32) TTBALL_TILE(64, 64, 16, 16)
   return -1;
 }
 
