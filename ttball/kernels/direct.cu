@@ -1,0 +1,661 @@
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace ttball_direct {
+
+// Which of a row's CH 16-byte chunks chunk c is stored at: c ^ swizzle<CH>(row). Any 8
+// consecutive rows' copies of one chunk then fall on 8 different 16-byte bank groups, so an
+// ldmatrix of 8 such rows is one shared-memory wavefront (rows 32, 64 or 256 bytes apart,
+// unswizzled, would be 2-, 4- or 8-way conflicts).
+template <int CH>
+__device__ __forceinline__ int swizzle(int row) {
+  if constexpr (CH >= 8) return row & 7;
+  else if constexpr (CH == 4) return (row >> 1) & 3;
+  else if constexpr (CH == 2) return (row >> 2) & 1;
+  else return 0;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// Four 8 x 8 FP16 matrices from shared memory; lane l gives the address of row l % 8 of
+// matrix l / 8, and gets element (l / 4, 2 * (l % 4) + {0, 1}) of each (.trans: transposed).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// d (16 x 8, float32) += a (16 x 16, row-major) * b (16 x 8, column-major), one warp.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The row (0-15) and 8-column half of a 16 x 16 operand whose address lane gives to
+// ldmatrix.x4 (its matrices: rows 0-7, then 8-15 of columns 0-7, then the same of 8-15).
+__device__ __forceinline__ int operand_row(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int operand_half(int lane) { return lane >> 4; }
+
+// Copies the (TH + 2 PAD) x (TW + 2 PAD) pixels around tile t (rows and columns from -PAD)
+// into `halo` with cp.async: 16-byte chunks, swizzled per pixel; src-size 0 writes the zeros
+// of the convolution's padding outside the image. Completes with the caller's wait_group.
+template <int CIN, int TH, int TW, int PAD>
+__device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restrict__ x, int t,
+                                           int tiles_w, int tiles_img, int H, int W) {
+  constexpr int HALO_W = TW + 2 * PAD, HALO = (TH + 2 * PAD) * HALO_W, CH = CIN / 8;
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const half* xb = x + (size_t)b * H * W * CIN;
+  for (int i = threadIdx.x; i < HALO * CH; i += blockDim.x) {
+    const int p = i / CH, v = i % CH;
+    const int hh = h0 - PAD + p / HALO_W, ww = w0 - PAD + p % HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
+    const unsigned dst = smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Copies w ((9 * CIN, COUT) FP16, row tap * CIN + c) into shared memory, rows swizzled.
+template <int CIN, int COUT>
+__device__ __forceinline__ void load_weights(half* wsm, const half* __restrict__ w) {
+  constexpr int WCH = COUT / 8;
+  for (int i = threadIdx.x; i < 9 * CIN * WCH; i += blockDim.x) {
+    const int r = i / WCH, v = i % WCH;
+    *reinterpret_cast<uint4*>(wsm + r * COUT + (v ^ swizzle<WCH>(r)) * 8) =
+        reinterpret_cast<const uint4*>(w)[i];
+  }
+}
+
+// acc[p] += the 3 x 3 convolution of two 16-pixel segments (one warp, mma.sync m16n8k16):
+// pixel j of segment p reads src pixels base[p] + j + dh * SRC_W + dw for tap (dh, dw), so
+// each tap's operand is one ldmatrix of 16 consecutive source pixels x 16 channels. Weights
+// from shared memory (swizzled rows).
+template <int CIN, int COUT, int SRC_W>
+__device__ __forceinline__ void conv_segments(float (&acc)[2][COUT / 8][4], const half* src,
+                                              const int (&base)[2], const half* wsm, int lane) {
+  constexpr int KC = CIN / 16, NB = COUT / 8, CH = CIN / 8, WCH = COUT / 8;
+  const int lrow = operand_row(lane), lhalf = operand_half(lane);
+#pragma unroll
+  for (int tap = 0; tap < 9; ++tap) {
+    const int dh = tap / 3, dw = tap % 3;
+#pragma unroll
+    for (int k = 0; k < KC; ++k) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int sp = base[p] + dh * SRC_W + dw + lrow;
+        ldsm_x4(a[p], src + sp * CIN + ((2 * k + lhalf) ^ swizzle<CH>(sp)) * 8);
+      }
+#pragma unroll
+      for (int n2 = 0; n2 < NB / 2; ++n2) {
+        uint32_t bf[4];
+        const int r = tap * CIN + k * 16 + lrow;
+        ldsm_x4_trans(bf, wsm + r * COUT + ((2 * n2 + lhalf) ^ swizzle<WCH>(r)) * 8);
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          mma(acc[p][2 * n2], a[p], bf[0], bf[1]);
+          mma(acc[p][2 * n2 + 1], a[p], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+}
+
+template <int NB>
+__device__ __forceinline__ void zero(float (&acc)[2][NB][4]) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int n = 0; n < NB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
+}
+
+// The epilogue of one segment's accumulators (one warp): pixels g and g + 8 of the segment
+// (output row ho, columns wo0 + ...), channels n * 8 + 2q and + 1 of each 8-wide block n:
+// + bias, SE partial sums (registers), optional ReLU, FP16 store.
+template <int COUT>
+__device__ __forceinline__ void store_segment(half* __restrict__ out, const float (&acc)[COUT / 8][4],
+                                              const float (&bias_r)[COUT / 8][2],
+                                              float (&ssum)[COUT / 8][2], int b, int ho,
+                                              int wo0, int H, int W, int relu, int lane) {
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int half8 = 0; half8 < 2; ++half8) {
+    const int wo = wo0 + g + 8 * half8;
+    if (ho < H && wo < W) {
+      half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
+#pragma unroll
+      for (int n = 0; n < COUT / 8; ++n) {
+        float v0 = acc[n][2 * half8] + bias_r[n][0], v1 = acc[n][2 * half8 + 1] + bias_r[n][1];
+        ssum[n][0] += v0;
+        ssum[n][1] += v1;
+        if (relu) {
+          v0 = fmaxf(v0, 0.f);
+          v1 = fmaxf(v1, 0.f);
+        }
+        *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
+      }
+    }
+  }
+}
+
+// The SE sums of one image: the lanes' partial sums over the warp's pixel rows (lanes with the
+// same q), into shared memory; then the block's, by atomics, into se_sum[b]. Every thread of
+// the block calls it.
+template <int COUT>
+__device__ __forceinline__ void flush_sums(float (&ssum)[COUT / 8][2], float* sums,
+                                           float* __restrict__ se_sum, int b, int lane) {
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int n = 0; n < COUT / 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float v = ssum[n][j];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (g == 0) atomicAdd(&sums[n * 8 + 2 * q + j], v);
+      ssum[n][j] = 0.f;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < COUT; i += blockDim.x) {
+    atomicAdd(&se_sum[(size_t)b * COUT + i], sums[i]);
+    sums[i] = 0.f;
+  }
+}
+
+template <int COUT>
+__device__ __forceinline__ void load_bias(float (&bias_r)[COUT / 8][2], float (&ssum)[COUT / 8][2],
+                                          const float* __restrict__ bias, int lane) {
+  const int q = lane % 4;
+#pragma unroll
+  for (int n = 0; n < COUT / 8; ++n) {
+    bias_r[n][0] = bias[n * 8 + 2 * q];
+    bias_r[n][1] = bias[n * 8 + 2 * q + 1];
+    ssum[n][0] = ssum[n][1] = 0.f;
+  }
+}
+
+// Waits for tile `it`'s halo after issuing the next tile's (if any) into the other buffer.
+template <int CIN, int TH, int TW, int PAD>
+__device__ __forceinline__ void next_halo(half* other, const half* __restrict__ x, int next,
+                                          int ntiles, int tiles_w, int tiles_img, int H, int W) {
+  if (next < ntiles) {
+    issue_halo_pad<CIN, TH, TW, PAD>(other, x, next, tiles_w, tiles_img, H, W);
+    asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
+  } else {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+  }
+  __syncthreads();  // every thread's copies of this halo are visible to all warps
+}
+
+template <int CIN, int COUT, int TH, int TW>
+struct Shape {
+  static constexpr int HALO_W = TW + 2;
+  static constexpr int HALO = (TH + 2) * HALO_W;      // halo pixels
+  static constexpr int SEGS = TW / 16;                // 16-pixel segments per row
+  static constexpr int TASKS = TH * SEGS;             // one task: 16 pixels x COUT
+  // two segments per warp, so that each weight fragment a warp loads serves both
+  static constexpr int WARPS = TASKS / 2 < 8 ? TASKS / 2 : 8;
+  static constexpr int P = TASKS / WARPS;
+  static constexpr int KC = CIN / 16;                 // k steps of 16 channels per tap
+  static constexpr int NB = COUT / 8;                 // n blocks of 8 output channels
+  static constexpr int CH = CIN / 8, WCH = COUT / 8;  // 16-byte chunks: halo pixel, weight row
+  // taps unrolled at once: all nine, except for 64 -> 64, whose 36 (tap, k) steps with eight
+  // n blocks each would take more than 255 registers unrolled
+  static constexpr int TAP_UNROLL = CIN * COUT >= 64 * 64 ? 3 : 9;
+  static constexpr int HALO_BYTES = HALO * CIN * 2;   // a multiple of 32
+  static constexpr int W_BYTES = 9 * CIN * COUT * 2;  // a multiple of 128
+  static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;  // keeps the halos aligned
+  // weights, SE sums, then one halo (a block per tile) or two (pipelined)
+  static constexpr int SMEM1 = W_BYTES + SUM_BYTES + HALO_BYTES;
+  static constexpr int SMEM2 = SMEM1 + HALO_BYTES;
+  static_assert(CIN % 16 == 0 && COUT % 16 == 0 && TW % 16 == 0, "16-wide fragments");
+  static_assert(TASKS % WARPS == 0 && P <= 4, "tasks split evenly over the warps");
+};
+
+// Copies tile t's halo into `halo` with cp.async (16-byte chunks, swizzled per pixel; src-size
+// 0 writes the zeros of the convolution's padding outside the image). Completes with the
+// caller's wait_group.
+template <int CIN, int COUT, int TH, int TW>
+__device__ __forceinline__ void issue_halo(half* halo, const half* __restrict__ x, int t,
+                                           int tiles_w, int tiles_img, int H, int W) {
+  using S = Shape<CIN, COUT, TH, TW>;
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const half* xb = x + (size_t)b * H * W * CIN;
+  for (int i = threadIdx.x; i < S::HALO * S::CH; i += blockDim.x) {
+    const int p = i / S::CH, v = i % S::CH;
+    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
+    const unsigned dst = smem_addr(halo + p * CIN + (v ^ swizzle<S::CH>(p)) * 8);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// The single convolution's kernel below is written out in full rather than with the helpers
+// above (which the pair kernel uses): built from them, it compiled to 30 fewer registers and
+// measured 3-11 % slower per shape on an H200 (docs/benchmarks/triton-h200.md, "Tenth step").
+// out (B, H, W, COUT) = conv3x3(x (B, H, W, CIN), w) + bias, then optional SE sums of that
+// (se_sum (B, COUT) float32, atomics) and ReLU. w: (9 * CIN, COUT) FP16, row tap * CIN + c.
+// Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (batch-major): with a grid of one block per
+// tile each block takes one; with a persistent grid (`pipelined`) each block loads its weights
+// once and prefetches the next tile's halo into the second buffer while it computes this one.
+// Each warp computes two 16-pixel segments x COUT with mma.sync m16n8k16: tap (dh, dw) of a
+// segment is the 16 x 16 matrix of its 16 pixels x 16 channels, read from the halo at a pixel
+// offset by one ldmatrix; the accumulators stay in registers through the epilogue.
+// skip_mma (timing only): no fragment loads or MMAs, the rest as usual.
+template <int CIN, int COUT, int TH, int TW>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32)
+conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
+                      const half* __restrict__ w, const float* __restrict__ bias,
+                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                      int pipelined, int skip_mma) {
+  using S = Shape<CIN, COUT, TH, TW>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  half* wsm = reinterpret_cast<half*>(smem);
+  float* sums = reinterpret_cast<float*>(smem + S::W_BYTES);
+  half* halos = reinterpret_cast<half*>(smem + S::W_BYTES + S::SUM_BYTES);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;  // an accumulator's rows g, g + 8; columns 2q, 2q + 1
+  // the row (0-15) and 8-column half of a 16 x 16 operand whose address this lane gives to
+  // ldmatrix.x4 (matrices: rows 0-7 | 8-15 of columns 0-7, then of columns 8-15)
+  const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8, lhalf = lane >> 4;
+  const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo<CIN, COUT, TH, TW>(halos, x, t, tiles_w, tiles_img, H, W);
+  for (int i = tid; i < 9 * CIN * S::WCH; i += blockDim.x) {
+    const int r = i / S::WCH, v = i % S::WCH;
+    *reinterpret_cast<uint4*>(wsm + r * COUT + (v ^ swizzle<S::WCH>(r)) * 8) =
+        reinterpret_cast<const uint4*>(w)[i];
+  }
+  if (has_sum)
+    for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
+  __syncthreads();
+
+  // this lane's output channels: n * 8 + 2q and + 1 of each n block; their bias and SE
+  // partial sums stay in registers
+  float bias_r[S::NB][2], ssum[S::NB][2];
+#pragma unroll
+  for (int n = 0; n < S::NB; ++n) {
+    bias_r[n][0] = bias[n * 8 + 2 * q];
+    bias_r[n][1] = bias[n * 8 + 2 * q + 1];
+    ssum[n][0] = ssum[n][1] = 0.f;
+  }
+  // 16 -> 16: the nine taps' weight fragments in registers (36 per lane)
+  constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16;
+  uint32_t wreg[W_IN_REGISTERS ? 9 : 1][4];
+  if constexpr (W_IN_REGISTERS) {
+#pragma unroll
+    for (int tap = 0; tap < 9; ++tap) {
+      const int r = tap * 16 + lrow;
+      ldsm_x4_trans(wreg[tap], wsm + r * COUT + (lhalf ^ swizzle<S::WCH>(r)) * 8);
+    }
+  }
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    half* halo = halos + (it & 1) * S::HALO * CIN;
+    if (next < ntiles) {
+      issue_halo<CIN, COUT, TH, TW>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, tiles_w,
+                                    tiles_img, H, W);
+      asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();  // every thread's copies of this halo are visible to all warps
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+
+    float acc[S::P][S::NB][4];
+#pragma unroll
+    for (int p = 0; p < S::P; ++p)
+#pragma unroll
+      for (int n = 0; n < S::NB; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
+    if (!skip_mma) {
+#pragma unroll S::TAP_UNROLL
+      for (int tap = 0; tap < 9; ++tap) {
+        const int dh = tap / 3, dw = tap % 3;
+#pragma unroll
+        for (int k = 0; k < S::KC; ++k) {
+          uint32_t a[S::P][4];
+#pragma unroll
+          for (int p = 0; p < S::P; ++p) {
+            const int task = warp * S::P + p, r = task / S::SEGS, seg = task % S::SEGS;
+            // row lrow of the operand: output pixel seg * 16 + lrow of row r, read at halo
+            // pixel (r + dh, seg * 16 + lrow + dw)
+            const int hp = (r + dh) * S::HALO_W + seg * 16 + lrow + dw;
+            ldsm_x4(a[p], halo + hp * CIN + ((2 * k + lhalf) ^ swizzle<S::CH>(hp)) * 8);
+          }
+          if constexpr (W_IN_REGISTERS) {
+#pragma unroll
+            for (int p = 0; p < S::P; ++p) {
+              mma(acc[p][0], a[p], wreg[tap][0], wreg[tap][1]);
+              mma(acc[p][1], a[p], wreg[tap][2], wreg[tap][3]);
+            }
+          } else {
+#pragma unroll
+            for (int n2 = 0; n2 < S::NB / 2; ++n2) {
+              uint32_t bf[4];
+              const int r = tap * CIN + k * 16 + lrow;
+              ldsm_x4_trans(bf, wsm + r * COUT + ((2 * n2 + lhalf) ^ swizzle<S::WCH>(r)) * 8);
+#pragma unroll
+              for (int p = 0; p < S::P; ++p) {
+                mma(acc[p][2 * n2], a[p], bf[0], bf[1]);
+                mma(acc[p][2 * n2 + 1], a[p], bf[2], bf[3]);
+              }
+            }
+          }
+        }
+      }
+    }
+    // epilogue from the accumulators: pixels g and g + 8 of each segment, channels
+    // n * 8 + 2q and + 1
+#pragma unroll
+    for (int p = 0; p < S::P; ++p) {
+      const int task = warp * S::P + p, r = task / S::SEGS, seg = task % S::SEGS;
+      const int ho = h0 + r;
+#pragma unroll
+      for (int half8 = 0; half8 < 2; ++half8) {
+        const int wo = w0 + seg * 16 + g + 8 * half8;
+        if (ho < H && wo < W) {
+          half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
+#pragma unroll
+          for (int n = 0; n < S::NB; ++n) {
+            float v0 = acc[p][n][2 * half8] + bias_r[n][0];
+            float v1 = acc[p][n][2 * half8 + 1] + bias_r[n][1];
+            ssum[n][0] += v0;
+            ssum[n][1] += v1;
+            if (relu) {
+              v0 = fmaxf(v0, 0.f);
+              v1 = fmaxf(v1, 0.f);
+            }
+            *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
+          }
+        }
+      }
+    }
+    // The SE sums of one image: over the warp's 8 pixel rows (lanes with the same q), into
+    // shared memory, then out to global memory when the next tile is another image's.
+    if (has_sum && (next >= ntiles || next / tiles_img != b)) {
+#pragma unroll
+      for (int n = 0; n < S::NB; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float v = ssum[n][j];
+          v += __shfl_xor_sync(0xffffffffu, v, 4);
+          v += __shfl_xor_sync(0xffffffffu, v, 8);
+          v += __shfl_xor_sync(0xffffffffu, v, 16);
+          if (g == 0) atomicAdd(&sums[n * 8 + 2 * q + j], v);
+          ssum[n][j] = 0.f;
+        }
+      __syncthreads();
+      for (int i = tid; i < COUT; i += blockDim.x) {
+        atomicAdd(&se_sum[(size_t)b * COUT + i], sums[i]);
+        sums[i] = 0.f;
+      }
+    }
+    __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
+    t = next;
+  }
+}
+
+// A residual block's two convolutions in one kernel: mid = relu(conv3x3(x, w1) + b1) is
+// computed for the tile and its one-pixel border into shared memory (FP16, zero outside the
+// image: conv2's padding), then out = conv3x3(mid, w2) + b2 with optional SE sums and ReLU,
+// so mid never goes to global memory. x's halo is two pixels wide. mid's rows are TW + 2
+// pixels, covered by ceil((TW + 2) / 16) segments, the last one overlapping its neighbour.
+template <int C, int TH, int TW>
+struct PairShape {
+  static constexpr int IN_W = TW + 4, IN = (TH + 4) * IN_W;      // x's halo pixels
+  static constexpr int MID_W = TW + 2, MID = (TH + 2) * MID_W;   // mid's pixels
+  static constexpr int SEGS1 = (MID_W + 15) / 16, TASKS1 = (TH + 2) * SEGS1;
+  static constexpr int SEGS2 = TW / 16, TASKS2 = TH * SEGS2;
+  static constexpr int WARPS = TASKS2 / 2 < 8 ? TASKS2 / 2 : 8;
+  static constexpr int IN_BYTES = IN * C * 2, MID_BYTES = MID * C * 2;  // multiples of 32
+  static constexpr int W_BYTES = 9 * C * C * 2;                          // a multiple of 128
+  static constexpr int SUM_BYTES = (C * 4 + 127) / 128 * 128;
+  // both weights, SE sums, mid, then one halo of x (a block per tile) or two (pipelined)
+  static constexpr int SMEM1 = 2 * W_BYTES + SUM_BYTES + MID_BYTES + IN_BYTES;
+  static constexpr int SMEM2 = SMEM1 + IN_BYTES;
+  static_assert(C % 16 == 0 && TW % 16 == 0, "16-wide fragments");
+  static_assert(TASKS2 % (2 * WARPS) == 0, "segment pairs split evenly over the warps");
+};
+
+template <int C, int TH, int TW>
+__global__ void __launch_bounds__(PairShape<C, TH, TW>::WARPS * 32)
+conv3x3_pair_kernel(half* __restrict__ out, const half* __restrict__ x,
+                    const half* __restrict__ w1, const float* __restrict__ bias1,
+                    const half* __restrict__ w2, const float* __restrict__ bias2,
+                    float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                    int pipelined, int skip_mma) {
+  using S = PairShape<C, TH, TW>;
+  constexpr int NB = C / 8, CH = C / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  half* wsm1 = reinterpret_cast<half*>(smem);
+  half* wsm2 = reinterpret_cast<half*>(smem + S::W_BYTES);
+  float* sums = reinterpret_cast<float*>(smem + 2 * S::W_BYTES);
+  half* mid = reinterpret_cast<half*>(smem + 2 * S::W_BYTES + S::SUM_BYTES);
+  half* halos = reinterpret_cast<half*>(smem + 2 * S::W_BYTES + S::SUM_BYTES + S::MID_BYTES);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo_pad<C, TH, TW, 2>(halos, x, t, tiles_w, tiles_img, H, W);
+  load_weights<C, C>(wsm1, w1);
+  load_weights<C, C>(wsm2, w2);
+  if (has_sum)
+    for (int i = threadIdx.x; i < C; i += blockDim.x) sums[i] = 0.f;
+  __syncthreads();
+  float bias1_r[NB][2], bias2_r[NB][2], ssum[NB][2];
+  load_bias<C>(bias1_r, ssum, bias1, lane);
+  load_bias<C>(bias2_r, ssum, bias2, lane);
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    const half* halo = halos + (it & 1) * S::IN * C;
+    next_halo<C, TH, TW, 2>(halos + ((it + 1) & 1) * S::IN * C, x, next, ntiles, tiles_w,
+                            tiles_img, H, W);
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+    // conv1 into mid: task j is mid row j / SEGS1 from column min(16 (j % SEGS1), MID_W - 16);
+    // the last pair may repeat a task (the same values written twice)
+    for (int pair = warp; pair < (S::TASKS1 + 1) / 2; pair += S::WARPS) {
+      float acc[2][NB][4];
+      zero(acc);
+      int base[2], mr[2], mc[2];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int task = min(2 * pair + p, S::TASKS1 - 1);
+        mr[p] = task / S::SEGS1;
+        mc[p] = min((task % S::SEGS1) * 16, S::MID_W - 16);
+        base[p] = mr[p] * S::IN_W + mc[p];
+      }
+      if (!skip_mma) conv_segments<C, C, S::IN_W>(acc, halo, base, wsm1, lane);
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int half8 = 0; half8 < 2; ++half8) {
+          const int c = mc[p] + g + 8 * half8, mp = mr[p] * S::MID_W + c;
+          const int hh = h0 - 1 + mr[p], ww = w0 - 1 + c;
+          const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+#pragma unroll
+          for (int n = 0; n < NB; ++n) {
+            const float v0 = inside ? fmaxf(acc[p][n][2 * half8] + bias1_r[n][0], 0.f) : 0.f;
+            const float v1 = inside ? fmaxf(acc[p][n][2 * half8 + 1] + bias1_r[n][1], 0.f) : 0.f;
+            *reinterpret_cast<__half2*>(mid + mp * C + (n ^ swizzle<CH>(mp)) * 8 + 2 * q) =
+                __floats2half2_rn(v0, v1);
+          }
+        }
+    }
+    __syncthreads();  // mid is complete
+    for (int pair = warp; pair < S::TASKS2 / 2; pair += S::WARPS) {
+      float acc[2][NB][4];
+      zero(acc);
+      int base[2];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int task = 2 * pair + p;
+        base[p] = (task / S::SEGS2) * S::MID_W + (task % S::SEGS2) * 16;
+      }
+      if (!skip_mma) conv_segments<C, C, S::MID_W>(acc, mid, base, wsm2, lane);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int task = 2 * pair + p;
+        store_segment<C>(out, acc[p], bias2_r, ssum, b, h0 + task / S::SEGS2,
+                         w0 + (task % S::SEGS2) * 16, H, W, relu, lane);
+      }
+    }
+    if (has_sum && (next >= ntiles || next / tiles_img != b)) flush_sums<C>(ssum, sums, se_sum, b, lane);
+    __syncthreads();  // mid and this halo buffer are written again; the sums are zeroed
+    t = next;
+  }
+}
+
+// The grid: one block per tile, or (pipelined) as many as fit on the device at once, at most
+// max_blocks if > 0. Sets the kernel's shared-memory limit on the first (uncaptured) call per
+// device.
+template <typename Kernel>
+cudaError_t grid_size(Kernel kernel, int threads, int smem_max, int ntiles, int pipelined,
+                      int max_blocks, int* resident, int* blocks) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device >= 64) return cudaErrorInvalidDevice;
+  if (!resident[device]) {
+    if (smem_max > 48 * 1024) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+      if (err != cudaSuccess) return err;
+    }
+    int per_sm = 0, sms = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_max);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    resident[device] = per_sm * sms > 0 ? per_sm * sms : 1;
+  }
+  *blocks = ntiles;
+  if (pipelined) {
+    *blocks = resident[device] < *blocks ? resident[device] : *blocks;
+    *blocks = max_blocks > 0 && max_blocks < *blocks ? max_blocks : *blocks;
+  }
+  return cudaSuccess;
+}
+
+template <int CIN, int COUT, int TH, int TW>
+cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
+                   int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
+                   int max_blocks, cudaStream_t stream) {
+  using S = Shape<CIN, COUT, TH, TW>;
+  auto kernel = conv3x3_direct_kernel<CIN, COUT, TH, TW>;
+  const int smem = pipelined ? S::SMEM2 : S::SMEM1;
+  // once per device, on the first (uncaptured) call: the shared-memory limit and how many
+  // blocks of the pipelined kernel fit on the device at once (its persistent grid)
+  static int resident[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device >= 64) return cudaErrorInvalidDevice;
+  if (!resident[device]) {
+    if (S::SMEM2 > 48 * 1024) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM2);
+      if (err != cudaSuccess) return err;
+    }
+    int per_sm = 0, sms = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::WARPS * 32,
+                                                        S::SMEM2);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    resident[device] = per_sm * sms > 0 ? per_sm * sms : 1;
+  }
+  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
+  int blocks = ntiles;
+  if (pipelined) {
+    blocks = resident[device] < blocks ? resident[device] : blocks;
+    blocks = max_blocks > 0 && max_blocks < blocks ? max_blocks : blocks;
+  }
+  kernel<<<blocks, S::WARPS * 32, smem, stream>>>(out, x, w, bias, se_sum, B, H, W, relu,
+                                                  has_sum, pipelined, skip_mma);
+  return cudaGetLastError();
+}
+
+template <int C, int TH, int TW>
+cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* bias1,
+                        const half* w2, const float* bias2, float* se_sum, int B, int H, int W,
+                        int relu, int has_sum, int pipelined, int skip_mma, int max_blocks,
+                        cudaStream_t stream) {
+  using S = PairShape<C, TH, TW>;
+  auto kernel = conv3x3_pair_kernel<C, TH, TW>;
+  static int resident[64] = {};
+  int blocks = 0;
+  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
+  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM2, ntiles, pipelined, max_blocks,
+                              resident, &blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, S::WARPS * 32, pipelined ? S::SMEM2 : S::SMEM1, stream>>>(
+      out, x, w1, bias1, w2, bias2, se_sum, B, H, W, relu, has_sum, pipelined, skip_mma);
+  return cudaGetLastError();
+}
+
+}  // namespace ttball_direct
+
+#define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
+    return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, skip_mma, max_blocks, stream);
+#define TTBALL_TILES(CIN, COUT)                                                            \
+  TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
+  TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
+
+// 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
+extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
+                                     float* se_sum, int B, int H, int W, int cin, int cout,
+                                     int th, int tw, int relu, int has_sum,
+                                     int pipelined, int skip_mma, int max_blocks,
+                                     cudaStream_t stream) {
+  TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
+  TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
+  TTBALL_TILE(64, 64, 8, 16) TTBALL_TILE(64, 64, 8, 32) TTBALL_TILE(64, 64, 16, 16)
+  return -1;
+}
+
+#define TTBALL_PAIR(C, TH, TW)                                                             \
+  if (c == C && th == TH && tw == TW)                                                       \
+    return (int)ttball_direct::launch_pair<C, TH, TW>(                                      \
+        (half*)out, (const half*)x, (const half*)w1, bias1, (const half*)w2, bias2, se_sum, \
+        B, H, W, relu, has_sum, pipelined, skip_mma, max_blocks, stream);
+
+// The residual block's two convolutions (conv3x3_pair_kernel); returns as above.
+extern "C" int ttball_conv3x3_pair(void* out, const void* x, const void* w1,
+                                   const float* bias1, const void* w2, const float* bias2,
+                                   float* se_sum, int B, int H, int W, int c, int th, int tw,
+                                   int relu, int has_sum, int pipelined, int skip_mma,
+                                   int max_blocks, cudaStream_t stream) {
+  TTBALL_PAIR(16, 8, 32) TTBALL_PAIR(16, 8, 64) TTBALL_PAIR(32, 8, 32) TTBALL_PAIR(32, 8, 16)
+  return -1;
+}
