@@ -228,31 +228,11 @@ struct Shape {
   static_assert(TASKS % WARPS == 0 && P <= 4, "tasks split evenly over the warps");
 };
 
-// Copies tile t's halo into `halo` with cp.async (16-byte chunks, swizzled per pixel; src-size
-// 0 writes the zeros of the convolution's padding outside the image). Completes with the
-// caller's wait_group.
-template <int CIN, int COUT, int TH, int TW>
-__device__ __forceinline__ void issue_halo(half* halo, const half* __restrict__ x, int t,
-                                           int tiles_w, int tiles_img, int H, int W) {
-  using S = Shape<CIN, COUT, TH, TW>;
-  const int b = t / tiles_img, rem = t % tiles_img;
-  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
-  const half* xb = x + (size_t)b * H * W * CIN;
-  for (int i = threadIdx.x; i < S::HALO * S::CH; i += blockDim.x) {
-    const int p = i / S::CH, v = i % S::CH;
-    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
-    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
-    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
-    const unsigned dst = smem_addr(halo + p * CIN + (v ^ swizzle<S::CH>(p)) * 8);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// The single convolution's kernel below is written out in full rather than with the helpers
-// above (which the pair kernel uses): built from them, it compiled to 30 fewer registers and
-// measured 3-11 % slower per shape on an H200 (docs/benchmarks/triton-h200.md, "Tenth step").
+// The single convolution's tile loop and epilogue below are written out in full rather than
+// with conv_segments and store_segment (which the pair kernel uses): built from them, it
+// compiled to 30 fewer registers and measured 3-11 % slower per shape on an H200
+// (docs/benchmarks/triton-h200.md, "Tenth step"). Its set-up, halo copies and SE sums use the
+// shared helpers (the same instructions).
 // out (B, H, W, COUT) = conv3x3(x (B, H, W, CIN), w) + bias, then optional SE sums of that
 // (se_sum (B, COUT) float32, atomics) and ReLU. w: (9 * CIN, COUT) FP16, row tap * CIN + c.
 // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (batch-major): with a grid of one block per
@@ -278,16 +258,12 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int g = lane / 4, q = lane % 4;  // an accumulator's rows g, g + 8; columns 2q, 2q + 1
   // the row (0-15) and 8-column half of a 16 x 16 operand whose address this lane gives to
   // ldmatrix.x4 (matrices: rows 0-7 | 8-15 of columns 0-7, then of columns 8-15)
-  const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8, lhalf = lane >> 4;
+  const int lrow = operand_row(lane), lhalf = operand_half(lane);
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo<CIN, COUT, TH, TW>(halos, x, t, tiles_w, tiles_img, H, W);
-  for (int i = tid; i < 9 * CIN * S::WCH; i += blockDim.x) {
-    const int r = i / S::WCH, v = i % S::WCH;
-    *reinterpret_cast<uint4*>(wsm + r * COUT + (v ^ swizzle<S::WCH>(r)) * 8) =
-        reinterpret_cast<const uint4*>(w)[i];
-  }
+  issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
+  load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
   __syncthreads();
@@ -295,12 +271,7 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
   // this lane's output channels: n * 8 + 2q and + 1 of each n block; their bias and SE
   // partial sums stay in registers
   float bias_r[S::NB][2], ssum[S::NB][2];
-#pragma unroll
-  for (int n = 0; n < S::NB; ++n) {
-    bias_r[n][0] = bias[n * 8 + 2 * q];
-    bias_r[n][1] = bias[n * 8 + 2 * q + 1];
-    ssum[n][0] = ssum[n][1] = 0.f;
-  }
+  load_bias<COUT>(bias_r, ssum, bias, lane);
   // 16 -> 16: the nine taps' weight fragments in registers (36 per lane)
   constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16;
   uint32_t wreg[W_IN_REGISTERS ? 9 : 1][4];
@@ -315,14 +286,8 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     half* halo = halos + (it & 1) * S::HALO * CIN;
-    if (next < ntiles) {
-      issue_halo<CIN, COUT, TH, TW>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, tiles_w,
-                                    tiles_img, H, W);
-      asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
-    __syncthreads();  // every thread's copies of this halo are visible to all warps
+    next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles, tiles_w,
+                              tiles_img, H, W);
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
 
@@ -396,26 +361,9 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
         }
       }
     }
-    // The SE sums of one image: over the warp's 8 pixel rows (lanes with the same q), into
-    // shared memory, then out to global memory when the next tile is another image's.
-    if (has_sum && (next >= ntiles || next / tiles_img != b)) {
-#pragma unroll
-      for (int n = 0; n < S::NB; ++n)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float v = ssum[n][j];
-          v += __shfl_xor_sync(0xffffffffu, v, 4);
-          v += __shfl_xor_sync(0xffffffffu, v, 8);
-          v += __shfl_xor_sync(0xffffffffu, v, 16);
-          if (g == 0) atomicAdd(&sums[n * 8 + 2 * q + j], v);
-          ssum[n][j] = 0.f;
-        }
-      __syncthreads();
-      for (int i = tid; i < COUT; i += blockDim.x) {
-        atomicAdd(&se_sum[(size_t)b * COUT + i], sums[i]);
-        sums[i] = 0.f;
-      }
-    }
+    // the SE sums of one image, out when the next tile is another image's
+    if (has_sum && (next >= ntiles || next / tiles_img != b))
+      flush_sums<COUT>(ssum, sums, se_sum, b, lane);
     __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
     t = next;
   }
