@@ -1,5 +1,6 @@
-# Shared by gpu_serve_loadtest.sh and gpu_ray_loadtest.sh (sourced from the repository root):
-# install_wheels, elapsed/say/left against T0 and BUDGET_S, fetch URL, and pick_clip DIR.
+# Shared by gpu_serve_loadtest.sh, gpu_ray_loadtest.sh, gpu_direct.sh and gpu_refine.sh
+# (sourced from the repository root): install_wheels, start_budget, elapsed/say/left against T0
+# and BUDGET_S, fetch URL, and pick_clip DIR.
 
 # install_wheels: the carried wheels (built for the GPU machine's Python 3.12) into /tmp/site,
 # once per machine and folder (a marker file per folder: later calls, and scripts started
@@ -22,6 +23,15 @@ install_wheels() {
     touch "/tmp/site/.installed-$dir"
   fi
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+# start_budget DEFAULT_S: OUT must be set (made here), BUDGET_S (default DEFAULT_S) less a
+# 10 s margin for the last step's timeout to end in, and T0 now.
+start_budget() {
+  : "${OUT:?set OUT to the output directory}"
+  BUDGET_S=$(( ${BUDGET_S:-$1} - 10 ))
+  mkdir -p "$OUT"
+  T0=$(date +%s)
 }
 
 elapsed() { echo $(( $(date +%s) - T0 )); }

@@ -9,11 +9,8 @@
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_refine.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-OUT="${OUT:?set OUT to the output directory}"
-BUDGET_S=$(( ${BUDGET_S:-560} - 10 ))  # a margin for the last step's timeout to end in
-mkdir -p "$OUT"
-T0=$(date +%s)
-source scripts/_loadtest.sh  # say, left (against T0 and BUDGET_S)
+source scripts/_loadtest.sh  # start_budget, say, left
+start_budget 560
 
 say "GPU tests of tests/kernels"
 timeout -k 10 "$(( $(left) < 240 ? $(left) : 240 ))" python3 -m pytest -q -m gpu \
