@@ -519,35 +519,14 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   auto kernel = conv3x3_direct_kernel<CIN, COUT, TH, TW>;
-  const int smem = pipelined ? S::SMEM2 : S::SMEM1;
-  // once per device, on the first (uncaptured) call: the shared-memory limit and how many
-  // blocks of the pipelined kernel fit on the device at once (its persistent grid)
   static int resident[64] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device >= 64) return cudaErrorInvalidDevice;
-  if (!resident[device]) {
-    if (S::SMEM2 > 48 * 1024) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM2);
-      if (err != cudaSuccess) return err;
-    }
-    int per_sm = 0, sms = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::WARPS * 32,
-                                                        S::SMEM2);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    resident[device] = per_sm * sms > 0 ? per_sm * sms : 1;
-  }
+  int blocks = 0;
   const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
-  int blocks = ntiles;
-  if (pipelined) {
-    blocks = resident[device] < blocks ? resident[device] : blocks;
-    blocks = max_blocks > 0 && max_blocks < blocks ? max_blocks : blocks;
-  }
-  kernel<<<blocks, S::WARPS * 32, smem, stream>>>(out, x, w, bias, se_sum, B, H, W, relu,
-                                                  has_sum, pipelined, skip_mma);
+  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM2, ntiles, pipelined, max_blocks,
+                              resident, &blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, S::WARPS * 32, pipelined ? S::SMEM2 : S::SMEM1, stream>>>(
+      out, x, w, bias, se_sum, B, H, W, relu, has_sum, pipelined, skip_mma);
   return cudaGetLastError();
 }
 
