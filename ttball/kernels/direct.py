@@ -39,11 +39,13 @@ shapes at batch 64 and takes the network from 22.8 to 19.7 ms there (3,253 windo
 
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
-measures faster than the two steps (16 channels at batch 8 and 64 on an H200, by 3-6 %: its
-border recomputation costs about what the saved DRAM traffic gains; "Tenth step").
+measures faster than the two steps (16 channels at batch 8 and 64 on an H200, by at least the
+tuner's 3 %, an estimated 3-6 %: its border recomputation costs about what the saved DRAM
+traffic gains; "Tenth step").
 
 Built at first use with ``torch.utils.cpp_extension.load_inline`` (needs ``nvcc`` and a C++
-compiler; about a minute, then cached by PyTorch). The kernels are in ``direct.cu`` beside
+compiler; the GPU tests, this build included, took 70-74 s on a fresh H200 machine; then cached
+by PyTorch). The kernels are in ``direct.cu`` beside
 this file (:data:`KERNEL_SOURCE`), plain CUDA without PyTorch headers, so
 ``tests/kernels/test_direct.py`` compiles it for sm_90 wherever an ``nvcc`` is found.
 """
