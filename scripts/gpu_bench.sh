@@ -88,6 +88,12 @@ versus() {
     triton-fp16-direct,triton-fp16-branches,compile-reduce-overhead-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
 }
 
+# The same at batch 64: the direct kernels beside max-autotune (~2 min of autotuning) in one run.
+versus64() {
+  step versus64 380 --batch 64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
+    triton-fp16-direct,compile-max-autotune-fp16-folded-cl
+}
+
 # max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
 autotune1() {
   step autotune1 200 --batch 1 --warmup 10 --groups 5 --calls 20 \
@@ -198,8 +204,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
+    latency|graphs|versus|versus64|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus versus64 onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
   esac
 done
 

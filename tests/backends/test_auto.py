@@ -73,3 +73,29 @@ def test_every_candidate_is_a_registered_backend() -> None:
     for device, candidates in auto.CANDIDATES.items():
         assert set(candidates) <= names, f"{device}: {set(candidates) - names}"
         assert candidates[-1] == auto.REFERENCE  # the fallback that always passes
+
+
+class _Counting:
+    """A stand-in backend that counts its calls and takes ``seconds`` per call."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.calls = seconds, 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.seconds:
+            import time
+
+            time.sleep(self.seconds)
+        return x
+
+
+def test_fast_candidates_are_timed_over_more_calls_slow_ones_over_three(monkeypatch) -> None:
+    monkeypatch.setattr(auto, "TIMED_S", 0.05)
+    fast, slow = _Counting(0.0), _Counting(0.03)
+    auto._time_one_window(fast, 8, 8)
+    auto._time_one_window(slow, 8, 8)
+    assert fast.calls == 1 + auto.TIMED_CALLS[1]  # a warm-up call, then the most
+    assert slow.calls == 1 + auto.TIMED_CALLS[0]  # past TIMED_S after the fewest

@@ -130,7 +130,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("cin,cout,th,tw",
-                         [(16, 16, 4, 32), (32, 32, 8, 16), (128, 16, 8, 16), (64, 64, 8, 16)])
+                         [(16, 16, 4, 32), (32, 32, 8, 16), (128, 16, 8, 16)])
 def test_direct_kernel_indexing_equals_the_convolution(cin, cout, th, tw) -> None:
     rng = np.random.default_rng(cin + cout)
     H, W = th + 3, tw + 5  # partial tiles at the bottom and right

@@ -215,9 +215,6 @@ struct Shape {
   static constexpr int KC = CIN / 16;                 // k steps of 16 channels per tap
   static constexpr int NB = COUT / 8;                 // n blocks of 8 output channels
   static constexpr int CH = CIN / 8, WCH = COUT / 8;  // 16-byte chunks: halo pixel, weight row
-  // taps unrolled at once: all nine, except for 64 -> 64, whose 36 (tap, k) steps with eight
-  // n blocks each would take more than 255 registers unrolled
-  static constexpr int TAP_UNROLL = CIN * COUT >= 64 * 64 ? 3 : 9;
   static constexpr int HALO_BYTES = HALO * CIN * 2;   // a multiple of 32
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;  // a multiple of 128
   static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;  // keeps the halos aligned
@@ -299,7 +296,7 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
     if (!skip_mma) {
-#pragma unroll S::TAP_UNROLL
+#pragma unroll
       for (int tap = 0; tap < 9; ++tap) {
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
@@ -567,7 +564,6 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
-  TTBALL_TILE(64, 64, 8, 16) TTBALL_TILE(64, 64, 8, 32) TTBALL_TILE(64, 64, 16, 16)
   return -1;
 }
 

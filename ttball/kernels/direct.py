@@ -12,8 +12,8 @@ halo at a pixel offset: in NHWC, 16 consecutive pixels × 16 channels are one ro
 Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer and no addend, with
 16 or 32 channels in and out: conv1 (ReLU) and conv2 (SE sums) of HRNet's BasicBlocks at full
 and half resolution, and layer1's 32 → 32; to transition1's 128 → 16 (26 of the plan's 67
-steps, 49 % of the steps' time at batch 64); and, added after the last measurement, to
-64 → 64: the stem's second convolution and the BasicBlocks at quarter resolution (9 steps).
+steps, 49 % of the steps' time at batch 64). Not to 64 → 64: compiled for it, it was
+1.3-1.5× slower than Triton's TMA kernel on all four of its shapes (twelfth session).
 Epilogue as the Triton kernel's: bias, SE sums of the pre-activation by atomics, ReLU, FP16
 store.
 
@@ -43,19 +43,24 @@ measures faster than the two steps (16 channels at batch 8 and 64 on an H200, by
 tuner's 3 %, an estimated 3-6 %: its border recomputation costs about what the saved DRAM
 traffic gains; "Tenth step").
 
-Built at first use with ``torch.utils.cpp_extension.load_inline`` (needs ``nvcc`` and a C++
-compiler; the GPU tests, this build included, took 70-74 s on a fresh H200 machine; then cached
-by PyTorch). The kernels are in ``direct.cu`` beside
-this file (:data:`KERNEL_SOURCE`), plain CUDA without PyTorch headers, so
-``tests/kernels/test_direct.py`` compiles it for sm_90 wherever an ``nvcc`` is found.
+The kernels are in ``direct.cu`` beside this file (:data:`KERNEL_SOURCE`), plain CUDA
+without PyTorch headers. At first use :func:`build_library` compiles it with ``nvcc`` alone
+into a shared library for the device's architecture, kept in ``$TTBALL_CACHE_DIR/kernels``,
+and ``ctypes`` calls its two C entry points. Until the twelfth session
+``torch.utils.cpp_extension.load_inline`` built it together with a wrapper that included
+PyTorch's headers: on a 2-core machine that wrapper took 2 min to compile, the kernels 8-12 s,
+and it made ``triton-fp16-direct``'s cold start (125 s on an H200, twelfth session) longer
+than max-autotune's. ``tests/kernels/test_direct.py`` builds it wherever an ``nvcc`` is found.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import shutil
+import subprocess
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -65,11 +70,11 @@ from ttball.kernels.plan import INPUT, Conv
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
-# 37 KB. 64 → 64 (not measured yet): weights 74 KB, halos 23-44 KB.
+# 37 KB. 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-1.5×
+# slower than Triton on all four of its shapes, so it is not built (triton-h200.md).
 KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
-    (64, 64): ((8, 16), (8, 32), (16, 16)),
 }
 
 # Channels of a residual block's two 3×3 convolutions → the tiles of the pair kernel compiled
@@ -78,79 +83,6 @@ PAIRS: dict[int, tuple[tuple[int, int], ...]] = {16: ((8, 32), (8, 64)), 32: ((8
 
 # The kernels (plain CUDA, no PyTorch headers: tests compile it with nvcc alone).
 KERNEL_SOURCE = Path(__file__).with_name("direct.cu").read_text()
-
-_WRAPPER_SOURCE = r"""
-#include <torch/extension.h>
-
-extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
-                                     float* se_sum, int B, int H, int W, int cin, int cout,
-                                     int th, int tw, int relu, int has_sum,
-                                     int pipelined, int skip_mma, int max_blocks,
-                                     cudaStream_t stream);
-
-void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, torch::Tensor bias,
-                    torch::Tensor se_sum, int64_t th, int64_t tw, bool relu, bool has_sum,
-                    bool pipelined, bool skip_mma, int64_t max_blocks, int64_t stream) {
-  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kHalf && x.is_contiguous() && x.dim() == 4,
-              "x: contiguous NHWC FP16 on CUDA");
-  TORCH_CHECK(out.scalar_type() == torch::kHalf && out.is_contiguous(), "out: contiguous FP16");
-  TORCH_CHECK(out.size(0) == x.size(0) && out.size(1) == x.size(1) && out.size(2) == x.size(2),
-              "out must have x's batch, height and width");
-  TORCH_CHECK(w.scalar_type() == torch::kHalf && w.is_contiguous(), "w: packed FP16");
-  TORCH_CHECK(bias.scalar_type() == torch::kFloat, "bias: float32");
-  TORCH_CHECK(!has_sum || se_sum.scalar_type() == torch::kFloat, "se_sum: float32");
-  int rc = ttball_conv3x3_direct(out.data_ptr(), x.data_ptr(), w.data_ptr(),
-                                 bias.data_ptr<float>(),
-                                 has_sum ? se_sum.data_ptr<float>() : nullptr,
-                                 (int)x.size(0), (int)x.size(1), (int)x.size(2), (int)x.size(3),
-                                 (int)out.size(3), (int)th, (int)tw, relu, has_sum, pipelined,
-                                 skip_mma, (int)max_blocks,
-                                 reinterpret_cast<cudaStream_t>(stream));
-  TORCH_CHECK(rc != -1, "conv3x3_direct: no kernel for cin ", x.size(3), ", cout ", out.size(3),
-              ", tile ", th, "x", tw);
-  TORCH_CHECK(rc == 0, "conv3x3_direct: CUDA error ", rc);
-}
-
-extern "C" int ttball_conv3x3_pair(void* out, const void* x, const void* w1,
-                                   const float* bias1, const void* w2, const float* bias2,
-                                   float* se_sum, int B, int H, int W, int c, int th, int tw,
-                                   int relu, int has_sum, int pipelined, int skip_mma,
-                                   int max_blocks, cudaStream_t stream);
-
-void conv3x3_pair(torch::Tensor out, torch::Tensor x, torch::Tensor w1, torch::Tensor bias1,
-                  torch::Tensor w2, torch::Tensor bias2, torch::Tensor se_sum, int64_t th,
-                  int64_t tw, bool relu, bool has_sum, bool pipelined, bool skip_mma,
-                  int64_t max_blocks, int64_t stream) {
-  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kHalf && x.is_contiguous() && x.dim() == 4,
-              "x: contiguous NHWC FP16 on CUDA");
-  TORCH_CHECK(out.scalar_type() == torch::kHalf && out.is_contiguous() && out.sizes() == x.sizes(),
-              "out: contiguous FP16 of x's shape");
-  TORCH_CHECK(w1.scalar_type() == torch::kHalf && w1.is_contiguous() &&
-              w2.scalar_type() == torch::kHalf && w2.is_contiguous(), "w1, w2: packed FP16");
-  TORCH_CHECK(bias1.scalar_type() == torch::kFloat && bias2.scalar_type() == torch::kFloat,
-              "bias1, bias2: float32");
-  TORCH_CHECK(!has_sum || se_sum.scalar_type() == torch::kFloat, "se_sum: float32");
-  int rc = ttball_conv3x3_pair(out.data_ptr(), x.data_ptr(), w1.data_ptr(),
-                               bias1.data_ptr<float>(), w2.data_ptr(), bias2.data_ptr<float>(),
-                               has_sum ? se_sum.data_ptr<float>() : nullptr,
-                               (int)x.size(0), (int)x.size(1), (int)x.size(2), (int)x.size(3),
-                               (int)th, (int)tw, relu, has_sum, pipelined, skip_mma,
-                               (int)max_blocks, reinterpret_cast<cudaStream_t>(stream));
-  TORCH_CHECK(rc != -1, "conv3x3_pair: no kernel for ", x.size(3), " channels, tile ", th, "x",
-              tw);
-  TORCH_CHECK(rc == 0, "conv3x3_pair: CUDA error ", rc);
-}
-"""
-
-_DECLARATION = ("void conv3x3_direct(torch::Tensor out, torch::Tensor x, torch::Tensor w, "
-                "torch::Tensor bias, torch::Tensor se_sum, int64_t th, int64_t tw, bool relu, "
-                "bool has_sum, bool pipelined, bool skip_mma, int64_t max_blocks, "
-                "int64_t stream);\n"
-                "void conv3x3_pair(torch::Tensor out, torch::Tensor x, torch::Tensor w1, "
-                "torch::Tensor bias1, torch::Tensor w2, torch::Tensor bias2, "
-                "torch::Tensor se_sum, int64_t th, int64_t tw, bool relu, bool has_sum, "
-                "bool pipelined, bool skip_mma, int64_t max_blocks, int64_t stream);")
-
 
 def direct_applies(step: Conv) -> bool:
     """Whether :func:`conv3x3_direct` can run ``step`` (see the module's docstring)."""
@@ -191,38 +123,104 @@ def direct_missing(device: torch.device) -> str | None:
         return "needs a CUDA device"
     if torch.cuda.get_device_capability(device) < (8, 0):
         return "needs compute capability 8.0 or newer"
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    if not (CUDA_HOME or shutil.which("nvcc")):
+    if nvcc_path() is None:
         return "needs nvcc (CUDA's compiler) to build the kernel"
     return None
 
 
-_MODULE: Any = None
-_FAILED: str | None = None  # why the build failed: not tried again in this process
+def nvcc_path() -> str | None:
+    """CUDA's compiler: ``$CUDA_HOME/bin/nvcc`` as PyTorch finds it, else ``nvcc`` on PATH."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    if CUDA_HOME and (Path(CUDA_HOME) / "bin" / "nvcc").is_file():
+        return str(Path(CUDA_HOME) / "bin" / "nvcc")
+    return shutil.which("nvcc")
 
 
-def _module() -> Any:
-    """The compiled extension (built once per source version, cached by PyTorch)."""
-    global _MODULE, _FAILED
-    if _FAILED:
-        raise RuntimeError(_FAILED)
-    if _MODULE is None:
-        from torch.utils.cpp_extension import load_inline
+def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
+    """:data:`KERNEL_SOURCE` compiled for ``sm_<arch>`` (e.g. ``"90"``) into a shared library
+    in ``directory``, named by a digest of the source, the architecture and the compiler; an
+    existing one is reused. ``nvcc`` alone builds it (no PyTorch headers, which took about
+    two minutes of a 2-core machine's compile in the ``load_inline`` build this replaces, the
+    kernels 8 s), its device code optimised on every core (``--split-compile=0``); another
+    process building the same library at once only costs time (each writes its own temporary
+    file, then renames it)."""
+    nvcc = nvcc or nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("needs nvcc (CUDA's compiler) to build the kernel")
+    real = Path(nvcc).resolve()
+    key = f"{KERNEL_SOURCE}|{arch}|{real}|{real.stat().st_mtime_ns if real.exists() else 0}"
+    lib = directory / f"ttball_direct_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    if lib.is_file():
+        return lib
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = lib.with_name(f"{lib.stem}.{os.getpid()}.tmp.so")
+    # the CUDA runtime as a shared library: the one PyTorch loaded (same soname) if it has,
+    # else the toolkit's, found through the rpath
+    cmd = [nvcc, "-shared", "-std=c++17", "-O3", "--split-compile=0",
+           f"-gencode=arch=compute_{arch},code=sm_{arch}", "-Xcompiler", "-fPIC",
+           "-cudart", "shared", "-Xlinker", f"-rpath={real.parent.parent / 'lib64'}",
+           str(Path(__file__).with_name("direct.cu")), "-o", str(tmp)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"nvcc exited with {done.returncode}: {last}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return lib
 
-        digest = hashlib.sha256((KERNEL_SOURCE + _WRAPPER_SOURCE).encode()).hexdigest()[:12]
+
+def library_dir() -> Path:
+    """Where the built library is kept: ``$TTBALL_CACHE_DIR/kernels`` (default
+    ``~/.cache/ttball/kernels``)."""
+    return Path(os.environ.get("TTBALL_CACHE_DIR") or Path.home() / ".cache" / "ttball") / "kernels"
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int
+# the two entry points of direct.cu: pointers, then ints, then the stream
+_SIGNATURES = {
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
+    "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
+}
+_LIBRARIES: dict[str, ctypes.CDLL] = {}
+_FAILED: dict[str, str] = {}  # arch → why its build failed: not tried again in this process
+
+
+def _library(device: torch.device) -> ctypes.CDLL:
+    """The compiled kernels for ``device``'s architecture (built at first use, then cached on
+    disk by :func:`build_library` and in this process)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    arch = f"{major}{minor}"
+    if arch in _FAILED:
+        raise RuntimeError(_FAILED[arch])
+    if arch not in _LIBRARIES:
         try:
-            _MODULE = load_inline(
-                name=f"ttball_direct_{digest}", cpp_sources=_DECLARATION,
-                cuda_sources=KERNEL_SOURCE + _WRAPPER_SOURCE,
-                functions=["conv3x3_direct", "conv3x3_pair"],
-                extra_cuda_cflags=["-O3"], verbose=False,
-            )
-        except Exception as exc:  # a compiler's failure comes in many types
-            lines = str(exc).strip().splitlines() or [""]
-            _FAILED = f"building the direct kernel failed: {type(exc).__name__}: {lines[-1]}"
-            raise RuntimeError(_FAILED) from exc
-    return _MODULE
+            lib = ctypes.CDLL(str(build_library(library_dir(), arch)))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            _FAILED[arch] = f"building the direct kernel failed: {type(exc).__name__}: {exc}"
+            raise RuntimeError(_FAILED[arch]) from exc
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        _LIBRARIES[arch] = lib
+    return _LIBRARIES[arch]
+
+
+def _check(name: str, t: Tensor, dtype: torch.dtype, device: torch.device) -> None:
+    if device.type != "cuda":
+        raise ValueError(f"{name}: a CUDA tensor expected, got one on {device}")
+    if t.dtype != dtype or not t.is_contiguous() or t.device != device:
+        raise ValueError(f"{name}: contiguous {dtype} on {device} expected, got {t.dtype}, "
+                         f"{'' if t.is_contiguous() else 'not '}contiguous, on {t.device}")
+
+
+def _result(rc: int, what: str) -> None:
+    if rc == -1:
+        raise ValueError(f"{what}: not compiled in")
+    if rc != 0:
+        raise RuntimeError(f"{what}: CUDA error {rc}")
 
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
@@ -238,11 +236,21 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
     tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
-    rows, cols = tile
+    if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
+        raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
+                         "batch, height and width expected")
+    for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
+                           ("w", w, torch.float16), ("bias", bias, torch.float32)):
+        _check(name, t, dtype, x.device)
+    if se_sum is not None:
+        _check("se_sum", se_sum, torch.float32, x.device)
+    (rows, cols), (batch, height, width, cin), cout = tile, x.shape, out.shape[3]
     stream = torch.cuda.current_stream(x.device).cuda_stream  # the capture stream in a capture
-    _module().conv3x3_direct(out, x, w, bias, se_sum if se_sum is not None else bias, rows,
-                             cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
-                             stream)
+    rc = _library(x.device).ttball_conv3x3_direct(
+        out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
+        se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
+        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
+    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}")
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,
@@ -254,8 +262,20 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
     if given. Channels: one of :data:`PAIRS`, the same in ``x``, mid and ``out``; weights,
     biases, ``tile``, ``pipelined``, ``skip_mma`` and ``max_blocks`` as for
     :func:`conv3x3_direct` (the tile is one of ``PAIRS[channels]``)."""
-    rows, cols = tile
+    if x.dim() != 4 or out.shape != x.shape:
+        raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC of one shape "
+                         "expected")
+    for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
+                           ("w1", w1, torch.float16), ("w2", w2, torch.float16),
+                           ("bias1", bias1, torch.float32), ("bias2", bias2, torch.float32)):
+        _check(name, t, dtype, x.device)
+    if se_sum is not None:
+        _check("se_sum", se_sum, torch.float32, x.device)
+    (rows, cols), (batch, height, width, channels) = tile, x.shape
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    _module().conv3x3_pair(out, x, w1, bias1, w2, bias2,
-                           se_sum if se_sum is not None else bias2, rows, cols, relu,
-                           se_sum is not None, pipelined, skip_mma, max_blocks, stream)
+    rc = _library(x.device).ttball_conv3x3_pair(
+        out.data_ptr(), x.data_ptr(), w1.data_ptr(), bias1.data_ptr(), w2.data_ptr(),
+        bias2.data_ptr(), se_sum.data_ptr() if se_sum is not None else None, batch, height,
+        width, channels, rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
+        stream)
+    _result(rc, f"conv3x3_pair for {channels} channels, tile {rows}x{cols}")
