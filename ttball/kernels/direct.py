@@ -13,7 +13,7 @@ Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer and no
 16 or 32 channels in and out: conv1 (ReLU) and conv2 (SE sums) of HRNet's BasicBlocks at full
 and half resolution, and layer1's 32 → 32; to transition1's 128 → 16 (26 of the plan's 67
 steps, 49 % of the steps' time at batch 64). Not to 64 → 64: compiled for it, it was
-1.3-1.5× slower than Triton's TMA kernel on all four of its shapes (twelfth session).
+1.3-2.1× slower than Triton's TMA kernel on all four of its shapes (twelfth session).
 Epilogue as the Triton kernel's: bias, SE sums of the pre-activation by atomics, ReLU, FP16
 store.
 
