@@ -188,7 +188,7 @@ _LIBRARIES: dict[str, ctypes.CDLL] = {}
 _FAILED: dict[str, str] = {}  # arch → why its build failed: not tried again in this process
 
 
-def _library(device: torch.device) -> ctypes.CDLL:
+def direct_library(device: torch.device) -> ctypes.CDLL:
     """The compiled kernels for ``device``'s architecture (built at first use, then cached on
     disk by :func:`build_library` and in this process)."""
     major, minor = torch.cuda.get_device_capability(device)
@@ -246,7 +246,7 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
         _check("se_sum", se_sum, torch.float32, x.device)
     (rows, cols), (batch, height, width, cin), cout = tile, x.shape, out.shape[3]
     stream = torch.cuda.current_stream(x.device).cuda_stream  # the capture stream in a capture
-    rc = _library(x.device).ttball_conv3x3_direct(
+    rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
         rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
@@ -273,7 +273,7 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
         _check("se_sum", se_sum, torch.float32, x.device)
     (rows, cols), (batch, height, width, channels) = tile, x.shape
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    rc = _library(x.device).ttball_conv3x3_pair(
+    rc = direct_library(x.device).ttball_conv3x3_pair(
         out.data_ptr(), x.data_ptr(), w1.data_ptr(), bias1.data_ptr(), w2.data_ptr(),
         bias2.data_ptr(), se_sum.data_ptr() if se_sum is not None else None, batch, height,
         width, channels, rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks,

@@ -45,11 +45,13 @@ from ttball.kernels.direct import (
     conv3x3_direct,
     conv3x3_pair,
     direct_applies,
+    direct_library,
     direct_tiles,
     pair_applies,
 )
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
+from ttball.kernels.precompile import Precompiled, TritonCall, compile_threads, precompile
 from ttball.kernels.refine import Refinement, refine
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
 
@@ -315,11 +317,13 @@ class _ConvLaunch:
                                                 list(box))
         return self._descs[key]
 
+    def runs_cuda(self, cfg: Config) -> bool:
+        """Whether ``cfg`` runs the step with the CUDA C++ kernels (direct or pair), not
+        Triton."""
+        return bool(cfg.pair) or bool(cfg.direct and direct_applies(self.step))
+
     def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
-        step, out = self.step, bufs[self.step.out]
-        B, Ho, Wo, _ = out.shape
-        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
-        se_sum = sums[step.se_sum] if step.se_sum else self.bias
+        step = self.step
         if cfg.pair == 2:  # computed with the previous step by the pair kernel
             return
         if cfg.pair == 1 and self.partner is not None:
@@ -329,14 +333,23 @@ class _ConvLaunch:
                          sums[second.se_sum] if second.se_sum else None,
                          (cfg.direct, cfg.block_m), second.relu, pipelined=cfg.num_stages > 1)
             return
-        if cfg.rows and rows_applies(step):
-            self._rows(bufs, out, add, se_sum, cfg)
-            return
         if cfg.direct and direct_applies(step):
-            conv3x3_direct(out, _nhwc(bufs[step.terms[0].src]), self.weights[0], self.bias,
-                           se_sum if step.se_sum else None, (cfg.direct, cfg.block_m),
-                           step.relu, pipelined=cfg.num_stages > 1)
+            conv3x3_direct(bufs[step.out], _nhwc(bufs[step.terms[0].src]), self.weights[0],
+                           self.bias, sums[step.se_sum] if step.se_sum else None,
+                           (cfg.direct, cfg.block_m), step.relu, pipelined=cfg.num_stages > 1)
             return
+        self.triton_call(bufs, sums, cfg).launch()
+
+    def triton_call(self, bufs: dict[str, Tensor], sums: dict[str, Tensor],
+                    cfg: Config) -> TritonCall:
+        """The Triton launch that runs the step with ``cfg`` (not for the CUDA kernels: a
+        config with ``pair`` or a ``direct`` tile the step takes)."""
+        step, out = self.step, bufs[self.step.out]
+        B, Ho, Wo, _ = out.shape
+        add = _nhwc(bufs[step.addends[0][0]]) if step.addends else out
+        se_sum = sums[step.se_sum] if step.se_sum else self.bias
+        if cfg.rows and rows_applies(step):
+            return self._rows(bufs, out, add, se_sum, cfg)
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
         w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
@@ -355,26 +368,28 @@ class _ConvLaunch:
             tile_w = meta["TILE_W"]
             src0 = self.descriptor(x0, (1, cfg.block_m // tile_w, tile_w, meta["BK0"]))
         grid = (min(cfg.programs, tiles * B), 1) if cfg.programs else (tiles, B)
-        conv_kernel[grid](
-            out, self.bias, add, se_sum, src0, w0, *pairs,
-            Ho, Wo, *out.stride(), x0.shape[1], x0.shape[2], *x0.stride(), B,
-            **meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **self.pdl_args,
+        return TritonCall(
+            conv_kernel, grid,
+            (out, self.bias, add, se_sum, src0, w0, *pairs, Ho, Wo, *out.stride(),
+             x0.shape[1], x0.shape[2], *x0.stride(), B),
+            {**meta, "BLOCK_M": cfg.block_m, "num_warps": cfg.num_warps,
+             "num_stages": cfg.num_stages, **self.pdl_args},
         )
 
     def _rows(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
-              cfg: Config) -> None:
+              cfg: Config) -> TritonCall:
         """The step through :func:`conv3x3_rows_kernel` (``add``, ``se_sum``: as for the conv
         kernel, stand-ins where the step has none)."""
         B, Ho, Wo, _ = out.shape
         m = self.meta
-        conv3x3_rows_kernel[rows_grid(Ho, Wo, B, cfg.block_m, cfg.rows)](
-            out, _nhwc(bufs[self.step.terms[0].src]), self.weights[0], self.bias, add, se_sum,
-            Ho, Wo, *out.stride(),
-            CIN=m["C0"], COUT=m["COUT"], BLOCK_N=m["BLOCK_N"], BLOCK_W=cfg.block_m,
-            ROWS=cfg.rows, HAS_ADD=m["HAS_ADD"], ADD_UP=m["ADD_UP"], HAS_SUM=m["HAS_SUM"],
-            RELU=m["RELU"], num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            **self.pdl_args,
+        return TritonCall(
+            conv3x3_rows_kernel, rows_grid(Ho, Wo, B, cfg.block_m, cfg.rows),
+            (out, _nhwc(bufs[self.step.terms[0].src]), self.weights[0], self.bias, add, se_sum,
+             Ho, Wo, *out.stride()),
+            dict(CIN=m["C0"], COUT=m["COUT"], BLOCK_N=m["BLOCK_N"], BLOCK_W=cfg.block_m,
+                 ROWS=cfg.rows, HAS_ADD=m["HAS_ADD"], ADD_UP=m["ADD_UP"], HAS_SUM=m["HAS_SUM"],
+                 RELU=m["RELU"], num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                 **self.pdl_args),
         )
 
 
@@ -416,6 +431,10 @@ class _TailLaunch:
         return tail_configs(self.step, y.shape[0] * y.shape[1] * y.shape[2])
 
     def __call__(self, bufs: dict[str, Tensor], sums: dict[str, Tensor], cfg: Config) -> None:
+        self.triton_call(bufs, sums, cfg).launch()
+
+    def triton_call(self, bufs: dict[str, Tensor], sums: dict[str, Tensor],
+                    cfg: Config) -> TritonCall:
         step = self.step
         y, res = _nhwc(bufs[step.y]), _nhwc(bufs[step.residual])
         B, Ho, Wo, _ = y.shape
@@ -432,12 +451,12 @@ class _TailLaunch:
             f = _nhwc(bufs[step.fused])
         else:
             f = y
-        grid = (triton.cdiv(Ho * Wo, cfg.block_m), B)
-        se_tail_kernel[grid](
-            y, res, sums[step.se_sum], self.fc1, self.fc2, t, self.bias, *pairs, f,
-            self.head_w, self.head_b, Ho, Wo, 1.0 / (Ho * Wo), *f.stride(),
-            **self.meta, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **self.pdl_args,
+        return TritonCall(
+            se_tail_kernel, (triton.cdiv(Ho * Wo, cfg.block_m), B),
+            (y, res, sums[step.se_sum], self.fc1, self.fc2, t, self.bias, *pairs, f,
+             self.head_w, self.head_b, Ho, Wo, 1.0 / (Ho * Wo), *f.stride()),
+            {**self.meta, "BLOCK_M": cfg.block_m, "num_warps": cfg.num_warps,
+             "num_stages": cfg.num_stages, **self.pdl_args},
         )
 
 
@@ -597,6 +616,9 @@ class TritonExecutor:
         self._timed: dict[tuple[int, ...], list[list[tuple[float, Config]]]] = {}
         self.failures: list[str] = []
         self.cold_seconds: dict[tuple[int, ...], float] = {}
+        self.direct = direct
+        # per shape: what the first call's precompiling did (CUDA, tuned)
+        self.precompiled: dict[tuple[int, ...], Precompiled] = {}
 
     def __call__(self, batch: Tensor) -> Tensor:
         if batch.dim() != 4 or batch.shape[1] != 9 or not batch.is_contiguous():
@@ -652,6 +674,8 @@ class TritonExecutor:
         bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         bufs.sum_block.zero_()
+        if self.tune:  # CUDA: every candidate compiled on all cores, then timed one by one
+            self.precompiled[shape] = self._precompile(bufs)
         chosen: list[Config] = []
         timed: list[list[tuple[float, Config]]] = []
         for i, launch in enumerate(self.launches):
@@ -709,13 +733,25 @@ class TritonExecutor:
         tiles = -(-launch.out_pixels(bufs.tensors) // cfg.block_m)
         return [replace(cfg, programs=p) for p in (sms // 4, sms // 2) if 0 < p < tiles]
 
+    def _candidates(self, launch: Launch, bufs: _Buffers) -> list[Config]:
+        candidates = [self.config] if self.config else launch.configs(bufs.tensors)
+        return candidates if self.tune else candidates[:1]
+
+    def _precompile(self, bufs: _Buffers) -> Precompiled:
+        """Compile every Triton candidate of every step for ``bufs``' shape on a thread pool
+        (:mod:`ttball.kernels.precompile`), and build the CUDA direct kernels meanwhile if
+        they are candidates."""
+        calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
+                 for launch in self.launches for cfg in self._candidates(launch, bufs)
+                 if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
+        jobs = [lambda: direct_library(self.device)] if self.direct else []
+        return precompile(calls, self.device, compile_threads(), jobs)
+
     def _choose(self, launch: Launch, bufs: _Buffers,
                 timed_steps: list[list[tuple[float, Config]]]) -> Config:
         """Run the step with the fastest working candidate (its output then is the result);
         append every working candidate's time, fastest first, to ``timed_steps``."""
-        candidates = [self.config] if self.config else launch.configs(bufs.tensors)
-        if not self.tune:
-            candidates = candidates[:1]
+        candidates = self._candidates(launch, bufs)
         timed: list[tuple[float, Config]] = []
         for cfg in candidates:
             try:
