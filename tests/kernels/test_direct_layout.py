@@ -195,3 +195,46 @@ def test_pair_kernel_indexing_equals_the_two_convolutions(c, th, tw) -> None:
     want = conv(np.maximum(conv(x, w1, b1), 0), w2, b2)
     np.testing.assert_allclose(out, want, atol=1e-9)
     assert max(ways) == 1
+
+
+def halo_smem_nchw(x: np.ndarray, h0: int, w0: int, rows: int, cols: int, cin: int) -> np.ndarray:
+    """load_halo_nchw: x (SRC_C, H, W) read as the kernel reads it, flat NCHW; each halo
+    pixel's channels padded with zeros to cin, its chunks swizzled."""
+    src_c, H, W = x.shape
+    flat, plane = x.reshape(-1), H * W
+    out = np.full(rows * cols * cin, np.nan)
+    for p in range(rows * cols):
+        hh, ww = h0 - 1 + p // cols, w0 - 1 + p % cols
+        inside = 0 <= hh < H and 0 <= ww < W
+        v = [flat[c * plane + hh * W + ww] if c < src_c and inside else 0.0 for c in range(cin)]
+        for k in range(cin // 8):
+            o = p * cin + (k ^ swizzle(cin // 8, p)) * 8
+            out[o:o + 8] = v[8 * k:8 * k + 8]
+    return out
+
+
+@pytest.mark.parametrize("th,tw", [(8, 16), (4, 32)])
+def test_input_kernel_indexing_equals_the_convolution_of_the_nchw_input(th, tw) -> None:
+    """The stem's 9 -> 64 from the NCHW input: the halo padded to 16 channels, then the same
+    fragments as any 16-channel tile."""
+    rng = np.random.default_rng(tw)
+    H, W, src_c, cin, cout = th + 3, tw + 5, 9, 16, 64
+    x = rng.standard_normal((src_c, H, W))
+    w, b = rng.standard_normal((cout, src_c, 3, 3)), rng.standard_normal(cout)
+    w16 = np.zeros((cout, cin, 3, 3))
+    w16[:, :src_c] = w  # pack_weight pads the input channels with zero rows
+    wsm, ways = weights_smem(w16), []
+    out = np.full((H, W, cout), np.nan)
+    tasks, segs = th * tw // 16, tw // 16
+    for h0 in range(0, H, th):
+        for w0 in range(0, W, tw):
+            halo = halo_smem_nchw(x, h0, w0, th + 2, tw + 2, cin)
+            assert not np.isnan(halo).any()  # every byte of the halo written
+            for warp in range(tasks // 2):
+                seg = [2 * warp, 2 * warp + 1]
+                base = [(t // segs) * (tw + 2) + (t % segs) * 16 for t in seg]
+                acc = conv_segments(halo, tw + 2, cin, cout, base, wsm, ways)
+                for p, t in enumerate(seg):
+                    store(out, acc[p], b, h0 + t // segs, w0 + (t % segs) * 16)
+    np.testing.assert_allclose(out, conv(x.transpose(1, 2, 0), w, b), atol=1e-9)
+    assert max(ways) == 1

@@ -13,8 +13,8 @@ reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (H
 only where the steps share data (:func:`ttball.kernels.executor.hazards`), so the graph runs
 HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-branches`` whose
 tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
-:mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps and transition1's 128 → 16,
-and one kernel for both convolutions of a residual block where that measures faster,
+:mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps, transition1's 128 → 16
+and the stem's first convolution (read from the FP32 input), and one kernel for both convolutions of a residual block where that measures faster,
 built at first use with nvcc; ``triton-fp16-branches-refined`` is ``triton-fp16-branches``
 whose steps' configurations are chosen again by timing the whole graph, since side by side
 the steps compete for the SMs (:mod:`ttball.kernels.refine`).
@@ -190,8 +190,9 @@ _VARIANTS = (
      triton_missing, {"graph": True, "branches": True}),
     ("triton-fp16-direct",
      ("triton-fp16-branches whose tuner also tries a direct 3x3 convolution in CUDA C++ (halo "
-      "in shared memory) for the 16/32-channel steps and 128->16, and one kernel for both "
-      "convolutions of a residual block; built with nvcc at first use; option tune"),
+      "in shared memory) for the 16/32-channel steps, 128->16 and the input's 9->64, and one "
+      "kernel for both convolutions of a residual block; built with nvcc at first use; "
+      "option tune"),
      direct_missing, {"graph": True, "branches": True, "direct": True}),
     ("triton-fp16-branches-refined",
      ("triton-fp16-branches whose steps' configurations are chosen again by timing the whole "

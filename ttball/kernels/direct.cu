@@ -68,6 +68,35 @@ __device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restric
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
+// The network's input tile instead (the stem's first convolution): x is the FP32 NCHW batch
+// with SRC_C <= CIN channels; each thread reads one halo pixel's SRC_C values (a warp's reads
+// of one channel are consecutive columns), converts them to FP16, pads the channels to CIN
+// with zeros and stores the pixel's chunks swizzled as issue_halo_pad does. Plain loads (no
+// cp.async: it cannot convert), so the caller syncs before the halo is read.
+template <int CIN, int TH, int TW, int SRC_C>
+__device__ __forceinline__ void load_halo_nchw(half* halo, const float* __restrict__ x, int t,
+                                               int tiles_w, int tiles_img, int H, int W) {
+  constexpr int HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
+  static_assert(SRC_C <= CIN, "channels padded up to CIN");
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const size_t plane = (size_t)H * W;
+  const float* xb = x + (size_t)b * SRC_C * plane;
+  for (int p = threadIdx.x; p < HALO; p += blockDim.x) {
+    const int hh = h0 - 1 + p / HALO_W, ww = w0 - 1 + p % HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const float* src = xb + (size_t)hh * W + ww;
+    __align__(16) half v[CIN];
+#pragma unroll
+    for (int c = 0; c < CIN; ++c)
+      v[c] = __float2half_rn(c < SRC_C && inside ? __ldg(src + c * plane) : 0.f);
+#pragma unroll
+    for (int k = 0; k < CH; ++k)
+      *reinterpret_cast<uint4*>(halo + p * CIN + (k ^ swizzle<CH>(p)) * 8) =
+          reinterpret_cast<const uint4*>(v)[k];
+  }
+}
+
 // Copies w ((9 * CIN, COUT) FP16, row tap * CIN + c) into shared memory, rows swizzled.
 template <int CIN, int COUT>
 __device__ __forceinline__ void load_weights(half* wsm, const half* __restrict__ w) {
@@ -239,12 +268,17 @@ struct Shape {
 // segment is the 16 x 16 matrix of its 16 pixels x 16 channels, read from the halo at a pixel
 // offset by one ldmatrix; the accumulators stay in registers through the epilogue.
 // skip_mma (timing only): no fragment loads or MMAs, the rest as usual.
-template <int CIN, int COUT, int TH, int TW>
-__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32)
-conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
-                      const half* __restrict__ w, const float* __restrict__ bias,
-                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
-                      int pipelined, int skip_mma) {
+// SRC_C > 0: x is the network's FP32 NCHW input with SRC_C channels (load_halo_nchw, one
+// halo buffer, loaded at the top of each tile; `pipelined` then only makes the grid
+// persistent, so the weights are loaded once per block). The body is a device function so
+// that the input's kernel can have launch bounds of its own: a second __launch_bounds__
+// argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
+__device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
+                                            const half* __restrict__ w,
+                                            const float* __restrict__ bias,
+                                            float* __restrict__ se_sum, int B, int H, int W,
+                                            int relu, int has_sum, int pipelined, int skip_mma) {
   using S = Shape<CIN, COUT, TH, TW>;
   extern __shared__ __align__(128) unsigned char smem[];
   half* wsm = reinterpret_cast<half*>(smem);
@@ -259,7 +293,7 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
+  if constexpr (SRC_C == 0) issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
   load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -282,9 +316,15 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
 
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
-    half* halo = halos + (it & 1) * S::HALO * CIN;
-    next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles, tiles_w,
-                              tiles_img, H, W);
+    half* halo = halos + (SRC_C ? 0 : (it & 1) * S::HALO * CIN);
+    if constexpr (SRC_C == 0) {
+      next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles,
+                                tiles_w, tiles_img, H, W);
+    } else {
+      load_halo_nchw<CIN, TH, TW, SRC_C>(halo, reinterpret_cast<const float*>(x), t, tiles_w,
+                                         tiles_img, H, W);
+      __syncthreads();
+    }
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
 
@@ -364,6 +404,28 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
     __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
     t = next;
   }
+}
+
+template <int CIN, int COUT, int TH, int TW>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32)
+conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
+                      const half* __restrict__ w, const float* __restrict__ bias,
+                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                      int pipelined, int skip_mma) {
+  direct_conv<CIN, COUT, TH, TW, 0>(out, x, w, bias, se_sum, B, H, W, relu, has_sum, pipelined,
+                                    skip_mma);
+}
+
+// The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
+// (registers capped to fit) hide one block's loads behind another's MMAs.
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32,
+                                  Shape<CIN, COUT, TH, TW>::WARPS <= 4 ? 3 : 2)
+conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
+                     const half* __restrict__ w, const float* __restrict__ bias, int B, int H,
+                     int W, int relu, int pipelined, int skip_mma) {
+  direct_conv<CIN, COUT, TH, TW, SRC_C>(out, reinterpret_cast<const half*>(x), w, bias,
+                                        nullptr, B, H, W, relu, 0, pipelined, skip_mma);
 }
 
 // A residual block's two convolutions in one kernel: mid = relu(conv3x3(x, w1) + b1) is
@@ -527,6 +589,24 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
   return cudaGetLastError();
 }
 
+// The input's kernel: one halo buffer in either schedule.
+template <int COUT, int TH, int TW, int SRC_C>
+cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
+                         int H, int W, int relu, int pipelined, int skip_mma, int max_blocks,
+                         cudaStream_t stream) {
+  using S = Shape<16, COUT, TH, TW>;
+  auto kernel = conv3x3_input_kernel<16, COUT, TH, TW, SRC_C>;
+  static int resident[64] = {};
+  int blocks = 0;
+  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
+  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM1, ntiles, pipelined, max_blocks,
+                              resident, &blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, S::WARPS * 32, S::SMEM1, stream>>>(out, x, w, bias, B, H, W, relu,
+                                                      pipelined, skip_mma);
+  return cudaGetLastError();
+}
+
 template <int C, int TH, int TW>
 cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* bias1,
                         const half* w2, const float* bias2, float* se_sum, int B, int H, int W,
@@ -564,6 +644,22 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
+  return -1;
+}
+
+#define TTBALL_INPUT_TILE(SRC_C, COUT, TH, TW)                                            \
+  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW)                               \
+    return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C>(                           \
+        (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
+        skip_mma, max_blocks, stream);
+
+// The stem's first convolution from the network's input: x (B, src_c, H, W) FP32, channels
+// padded to 16 on chip; w as above with 16 rows per tap. No SE sums. Returns as above.
+extern "C" int ttball_conv3x3_direct_input(void* out, const void* x, const void* w,
+                                           const float* bias, int B, int H, int W, int src_c,
+                                           int cout, int th, int tw, int relu, int pipelined,
+                                           int skip_mma, int max_blocks, cudaStream_t stream) {
+  TTBALL_INPUT_TILE(9, 64, 8, 16) TTBALL_INPUT_TILE(9, 64, 4, 32)
   return -1;
 }
 

@@ -70,12 +70,17 @@ from ttball.kernels.plan import INPUT, Conv
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
-# 37 KB. 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-1.5×
+# 37 KB. 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-2.1×
 # slower than Triton on all four of its shapes, so it is not built (triton-h200.md).
 KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
+
+# The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
+# tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
+# since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
+INPUT_KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {(9, 64): ((8, 16), (4, 32))}
 
 # Channels of a residual block's two 3×3 convolutions → the tiles of the pair kernel compiled
 # for it (rows, columns of output pixels): 16 at full resolution, 32 at half.
@@ -89,8 +94,11 @@ def direct_applies(step: Conv) -> bool:
     if len(step.terms) != 1 or step.addends:
         return False
     t = step.terms[0]
-    return (t.ksize == 3 and t.stride == 1 and t.up == 0 and t.src != INPUT
-            and (t.cin, step.cout) in KERNELS)
+    if not (t.ksize == 3 and t.stride == 1 and t.up == 0):
+        return False
+    if t.src == INPUT:  # conv3x3_direct_input
+        return (t.cin, step.cout) in INPUT_KERNELS and step.se_sum is None
+    return (t.cin, step.cout) in KERNELS
 
 
 def pair_applies(first: Conv, second: Conv) -> bool:
@@ -109,7 +117,7 @@ def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
     """Tile candidates for a step with ``pixels`` output pixels (the tuner picks): for the
     small channel counts, smaller tiles where the grid would not fill an H200's 132
     multiprocessors a few times over."""
-    tiles = KERNELS[cin, cout]
+    tiles = KERNELS.get((cin, cout)) or INPUT_KERNELS[cin, cout]
     if tiles is not _SMALL:
         return list(tiles)
     if pixels < 132 * 256 * 4:
@@ -179,10 +187,11 @@ def library_dir() -> Path:
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-# the two entry points of direct.cu: pointers, then ints, then the stream
+# the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
     "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
+    "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
 _FAILED: dict[str, str] = {}  # arch → why its build failed: not tried again in this process
@@ -279,3 +288,27 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
         width, channels, rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
         stream)
     _result(rc, f"conv3x3_pair for {channels} channels, tile {rows}x{cols}")
+
+
+def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
+                         tile: tuple[int, int], relu: bool, pipelined: bool = False,
+                         skip_mma: bool = False, max_blocks: int = 0) -> None:
+    """The stem's first convolution from the network's input, on the current CUDA stream:
+    ``out = relu?(conv3x3(x, w) + bias)`` with ``x`` the contiguous FP32 NCHW batch (its
+    channels one of :data:`INPUT_KERNELS`, converted to FP16 and padded to 16 on chip) and
+    ``out`` contiguous NHWC FP16. ``w``: :func:`ttball.kernels.conv.pack_weight` of the
+    weight (16 rows per tap); the rest as for :func:`conv3x3_direct` (``pipelined``: a
+    persistent grid, each block loading its weights once; the halo loads are not overlapped)."""
+    if x.dim() != 4 or out.dim() != 4 or (out.shape[0], out.shape[1], out.shape[2]) != (
+            x.shape[0], x.shape[2], x.shape[3]):
+        raise ValueError(f"x {tuple(x.shape)} (NCHW) and out {tuple(out.shape)} (NHWC): the "
+                         "same batch, height and width expected")
+    for name, t, dtype in (("x", x, torch.float32), ("out", out, torch.float16),
+                           ("w", w, torch.float16), ("bias", bias, torch.float32)):
+        _check(name, t, dtype, x.device)
+    (rows, cols), (batch, channels, height, width), cout = tile, x.shape, out.shape[3]
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    rc = direct_library(x.device).ttball_conv3x3_direct_input(
+        out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(), batch, height, width,
+        channels, cout, rows, cols, relu, pipelined, skip_mma, max_blocks, stream)
+    _result(rc, f"conv3x3_direct_input for {channels} -> {cout} channels, tile {rows}x{cols}")

@@ -43,6 +43,7 @@ from ttball.kernels.conv import (
 from ttball.kernels.direct import (
     PAIRS,
     conv3x3_direct,
+    conv3x3_direct_input,
     conv3x3_pair,
     direct_applies,
     direct_library,
@@ -334,9 +335,14 @@ class _ConvLaunch:
                          (cfg.direct, cfg.block_m), second.relu, pipelined=cfg.num_stages > 1)
             return
         if cfg.direct and direct_applies(step):
-            conv3x3_direct(bufs[step.out], _nhwc(bufs[step.terms[0].src]), self.weights[0],
-                           self.bias, sums[step.se_sum] if step.se_sum else None,
-                           (cfg.direct, cfg.block_m), step.relu, pipelined=cfg.num_stages > 1)
+            src, tile = bufs[step.terms[0].src], (cfg.direct, cfg.block_m)
+            if step.terms[0].src == INPUT:  # the NHWC view of the FP32 NCHW batch
+                conv3x3_direct_input(bufs[step.out], src.permute(0, 3, 1, 2), self.weights[0],
+                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1)
+                return
+            conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
+                           sums[step.se_sum] if step.se_sum else None, tile, step.relu,
+                           pipelined=cfg.num_stages > 1)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
