@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue 9, eighth step: the CUDA direct kernel (ttball/kernels/direct.py) on one H200, in one
-# device call of under 10 minutes. Stops after the tests if they fail: timing a wrong kernel
-# tells nothing.
-#   1. its GPU tests (the first builds the extension with nvcc, about a minute); on a failure,
+# Issue 9: the CUDA direct kernels (ttball/kernels/direct.py) on one H200, in one device call of
+# under 10 minutes. Stops after the tests if they fail: timing a wrong kernel tells nothing.
+#   1. their GPU tests (the first builds the library with nvcc); on a failure,
 #      compute-sanitizer's memcheck on one case;
-#   2. per conv shape it takes, at batch 1 and 64: every compiled tile, a block per tile and
-#      pipelined, each whole and without its tensor-core work, beside the Triton kernels and
-#      cuDNN, with its error against cuDNN (gpu_kernels.py --explore --direct-only);
+#   2. every step of the plan alone at batch 1 and 64 with its tuned configuration and every
+#      candidate (gpu_kernels.py --stages steps: the stem's first convolution with the input
+#      kernel among them); with SHAPES=1 instead, per conv shape the direct kernel takes, every
+#      compiled tile whole and without its tensor-core work, beside Triton and cuDNN;
 #   3. the whole network in one process: serial, branches, branches+direct (with the residual
 #      blocks' pair kernel) and branches+direct-nopair at batch 1, 8, 64.
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_direct.sh
@@ -31,12 +31,20 @@ if [ "$rc" -ne 0 ]; then
 fi
 
 share=$(( $(left) / 2 ))
-say "direct shapes (limit ${share}s)"
-timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages shapes --shape-batches 1,64 \
-  --explore --direct-only --budget-s $(( share - 20 )) --out "$OUT/kernels-direct.json" \
-  > "$OUT/kernels-direct.log" 2>&1
-say "direct shapes: rc=$?"
-grep -E "direct|b64|b1 " "$OUT/kernels-direct.log" | tail -n 80
+if [ "${SHAPES:-0}" = 1 ]; then
+  say "direct shapes (limit ${share}s)"
+  timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages shapes --shape-batches 1,64 \
+    --explore --direct-only --budget-s $(( share - 20 )) --out "$OUT/kernels-direct.json" \
+    > "$OUT/kernels-direct.log" 2>&1
+  say "direct shapes: rc=$?"
+  grep -E "direct|b64|b1 " "$OUT/kernels-direct.log" | tail -n 80
+else
+  say "steps alone (limit ${share}s)"
+  timeout -k 10 "$share" python3 scripts/gpu_kernels.py --stages steps --shape-batches 1,64 \
+    --budget-s $(( share - 20 )) --out "$OUT/kernels-steps.json" > "$OUT/kernels-steps.log" 2>&1
+  say "steps: rc=$?"
+  grep -E "batch|#0 |#1 |#5 " "$OUT/kernels-steps.log" | tail -n 40
+fi
 
 say "network A/B (limit $(left)s)"
 timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches 1,8,64 \
