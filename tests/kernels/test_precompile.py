@@ -108,3 +108,24 @@ def test_the_tuned_first_call_precompiles_and_computes_what_it_did_without(monke
             assert report.kernels == 0
     rel = ((outs[0] - outs[1]).norm() / outs[1].norm()).item()
     assert rel < 2e-3  # the tuner may pick other configurations: FP16 sums in other orders
+
+
+def test_real_candidates_compile_for_sm90_through_the_pool_without_a_gpu(tmp_path) -> None:
+    """scripts/compile_candidates.py on the first few of the plan's distinct candidates: the
+    TritonCalls the executor builds are ones JITFunction.warmup accepts and compiles for an
+    H200 (a stand-in driver, a process of its own: this one's Triton may be interpreting)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia.driver", reason="Triton without its CUDA backend")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(root)}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "compile_candidates.py"), "--threads", "2",
+         "--limit", "3", "--height", "72", "--width", "128"],
+        capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert "3 compiled, 0 failed" in done.stdout
