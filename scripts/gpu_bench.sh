@@ -88,6 +88,15 @@ versus() {
     triton-fp16-direct,triton-fp16-branches,compile-reduce-overhead-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
 }
 
+# The direct kernels beside every torch.compile recipe that compiles within the call, batch 1,
+# one run: all but the three max-autotune-no-cudagraphs ones (2.5-5 min of cold compile each,
+# h200.md). About 450 s cold: ~10-25 s of compile for each default/reduce-overhead recipe,
+# ~155 s for max-autotune.
+versus_all() {
+  step versus_all 570 --batch 1 --warmup 10 --groups 5 --calls 20 --no-warm --variants \
+    triton-fp16-direct,compile-reduce-overhead-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl-cudnnbench,compile-reduce-overhead-fp16,compile-reduce-overhead-fp16-autocast,compile-reduce-overhead-fp32,compile-default-fp16-folded-cl,compile-default-fp16,compile-default-fp16-autocast,compile-default-fp32-folded,compile-default-fp32,compile-max-autotune-fp16-folded-cl
+}
+
 # The same at batch 64: the direct kernels beside max-autotune (~2 min of autotuning) in one run.
 versus64() {
   step versus64 380 --batch 64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
@@ -204,8 +213,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|versus64|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus versus64 onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
+    latency|graphs|versus|versus64|versus_all|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus versus64 versus_all onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
   esac
 done
 
