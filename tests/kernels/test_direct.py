@@ -147,6 +147,17 @@ def test_a_failing_compiler_says_why_and_leaves_nothing_behind(tmp_path) -> None
     assert list(out.iterdir()) == []
 
 
+def test_an_nvcc_without_split_compile_builds_without_it(tmp_path) -> None:
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --split-compile*) '
+                    'echo "nvcc fatal : Unknown option \'--split-compile=0\'" >&2; exit 1;; '
+                    'esac; done\nwhile [ "$1" != -o ]; do shift; done\necho lib > "$2"\n')
+    nvcc.chmod(0o755)
+    lib = build_library(tmp_path / "kernels", "90", str(nvcc))
+    assert lib.read_text() == "lib\n"
+
+
 def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() -> None:
     x = torch.zeros(1, 4, 16, 16, dtype=torch.float16)
     w = torch.zeros(9 * 16 * 16, dtype=torch.float16)

@@ -171,6 +171,9 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
            str(Path(__file__).with_name("direct.cu")), "-o", str(tmp)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0 and "split-compile" in done.stderr:  # an nvcc before 11.8
+            cmd.remove("--split-compile=0")
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise RuntimeError(f"nvcc exited with {done.returncode}: {last}")
