@@ -64,8 +64,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--limit", type=int, default=0, help="compile the first N only (0: all)")
     parser.add_argument("--variant", choices=("branches", "direct"), default="direct",
-                        help="the candidates of triton-fp16-branches, or of -direct (with TMA "
-                        "and row walking; its CUDA kernels are not Triton's)")
+                        help="the candidates of triton-fp16-branches, or of -direct (with TMA, "
+                        "row walking and split K; its CUDA kernels are not Triton's)")
+    parser.add_argument("--kernel", default="", help="only the calls of this kernel function, "
+                        "e.g. conv3x3_splitk_kernel")
     args = parser.parse_args()
 
     driver.set_active(StandInDriver())
@@ -78,13 +80,15 @@ def main() -> None:
     plan = build_plan(randomize_batchnorm(BlurBall(), seed=0).eval())
     cpu = torch.device("cpu")
     extra = args.variant == "direct"
-    executor = TritonExecutor(plan, cpu, tma=extra, rows=extra)
+    executor = TritonExecutor(plan, cpu, tma=extra, rows=extra, direct=extra)
     executor.tune = True  # the CUDA tuner's candidates, not the interpreter's one config
     bufs = _Buffers(plan, args.batch, args.height, args.width, cpu)
     bufs.tensors[INPUT] = torch.empty(args.batch, 9, args.height, args.width).permute(0, 2, 3, 1)
     calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
              for launch in executor.launches for cfg in executor._candidates(launch, bufs)
              if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
+    if args.kernel:
+        calls = [call for call in calls if call.kernel.__name__ == args.kernel]
     distinct = list({call.key(): call for call in calls}.values())
     chosen = distinct[: args.limit] if args.limit else distinct
     print(f"{args.variant}, batch {args.batch}: {len(calls)} candidate launches, "
