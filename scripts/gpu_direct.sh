@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 9: the CUDA direct kernels (ttball/kernels/direct.py) on one H200, in one device call of
 # under 10 minutes. Stops after the tests if they fail: timing a wrong kernel tells nothing.
-#   1. their GPU tests (the first builds the library with nvcc); on a failure,
-#      compute-sanitizer's memcheck on one case;
+#   1. their GPU tests and the split-K kernel's (the first builds the library with nvcc);
+#      on a failure, compute-sanitizer's memcheck on one case;
 #   2. every step of the plan alone at batch 1 and 64 with its tuned configuration and every
 #      candidate (gpu_kernels.py --stages steps: the stem's first convolution with the input
 #      kernel among them); with SHAPES=1 instead, per conv shape the direct kernel takes, every
@@ -17,7 +17,7 @@ start_budget 560
 
 say "tests"
 timeout -k 10 "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_direct.py \
-  > "$OUT/tests.log" 2>&1
+  tests/kernels/test_splitk.py > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 30 "$OUT/tests.log"
 if [ "$rc" -ne 0 ]; then
