@@ -104,7 +104,10 @@ def main() -> None:
                 failed += 1
                 print(f"failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
     else:
-        failed = precompile(chosen, cpu, args.threads).failed
+        report = precompile(chosen, cpu, args.threads)
+        failed = report.failed
+        for error in report.errors:
+            print(f"failed: {error}", flush=True)
     seconds = time.perf_counter() - start
     print(f"{len(chosen) - failed} compiled, {failed} failed, {seconds:.1f} s "
           f"({seconds / max(1, len(chosen)):.2f} s a kernel)")

@@ -94,6 +94,7 @@ class Precompiled:
     jobs: int = 0
     seconds: float = 0.0
     threads: int = 0
+    errors: list[str] = field(default_factory=list)  # why, for the first few failures
 
 
 def precompile(calls: Sequence[TritonCall], device: torch.device, threads: int,
@@ -122,7 +123,9 @@ def precompile(calls: Sequence[TritonCall], device: torch.device, threads: int,
         try:
             with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
                 job()
-        except Exception:  # noqa: BLE001  (a kernel's launch compiles it again, says why)
+        except Exception as exc:  # noqa: BLE001  (a kernel's launch compiles it again, says why)
+            if len(report.errors) < 5:
+                report.errors.append(f"{type(exc).__name__}: {str(exc)[-500:]}")
             return False
         return True
 
