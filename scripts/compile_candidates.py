@@ -107,7 +107,9 @@ def main() -> None:
         report = precompile(chosen, cpu, args.threads)
         failed = report.failed
         for error in report.errors:
-            print(f"failed: {error}", flush=True)
+            print(f"failed{' in the pool' if report.retried else ''}: {error}", flush=True)
+        if report.retried:
+            print(f"{report.retried} tried again alone, {failed} of them failed again")
     seconds = time.perf_counter() - start
     print(f"{len(chosen) - failed} compiled, {failed} failed, {seconds:.1f} s "
           f"({seconds / max(1, len(chosen)):.2f} s a kernel)")

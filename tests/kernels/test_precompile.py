@@ -47,11 +47,31 @@ def test_each_distinct_call_is_compiled_once_the_first_of_each_kernel_before_the
     assert all(name.startswith("ttball-compile") for name, _ in a.warmed[1:] + b.warmed[1:])
 
 
-def test_a_failing_compile_is_counted_and_the_rest_still_compile() -> None:
+def test_a_failing_compile_is_tried_again_alone_then_counted() -> None:
     k = _Kernel(fail_on=7)
     calls = [TritonCall(k, (1,), (n,), {}) for n in (16, 7, 1)]  # 7 and 3 would be one
     report = precompile(calls, CPU, threads=2)
-    assert (report.kernels, report.failed) == (3, 1)
+    assert (report.kernels, report.failed, report.retried) == (3, 1, 1)
+    assert report.errors == ["RuntimeError: does not compile"] * 2
+    main = threading.current_thread().name
+    assert [name for name, args in k.warmed if args == (7,)][-1] == main  # the retry: alone
+
+
+class _Flaky(_Kernel):
+    """Fails the first time it compiles ``fail_on`` in a pool thread, as a race would."""
+
+    def warmup(self, *args, grid, **kwargs) -> None:
+        if (args == (self.fail_on,) and threading.current_thread().name.startswith("ttball")
+                and not any(a == args for _, a in self.warmed)):
+            self.warmed.append((threading.current_thread().name, args))
+            raise RuntimeError("dictionary changed size during iteration")
+        self.warmed.append((threading.current_thread().name, args))
+
+
+def test_a_compile_that_fails_only_in_the_pool_succeeds_alone() -> None:
+    k = _Flaky(fail_on=7)
+    report = precompile([TritonCall(k, (1,), (n,), {}) for n in (16, 7)], CPU, threads=2)
+    assert (report.kernels, report.failed, report.retried) == (2, 0, 1)
 
 
 def test_jobs_run_beside_the_compiles_and_one_thread_does_nothing() -> None:
@@ -101,10 +121,11 @@ def test_the_tuned_first_call_precompiles_and_computes_what_it_did_without(monke
         outs.append(ex(x).clone())
         report = ex.precompiled[tuple(x.shape)]
         if threads == "8":
-            # a failure in the pool only leaves that kernel to its launch; more than a few
-            # would mean the pool does not work here (the errors say why)
+            # what fails here (after a second try alone) fails at its launch too, and the
+            # tuner says so; the errors, retries included, are in the report
             assert report.kernels > len(plan.steps), report
-            assert report.failed <= max(len(ex.failures), report.kernels // 20), report.errors
+            assert report.failed <= len(ex.failures), report.errors
+            print(f"precompiled: {report}")
             assert report.jobs == int(direct)
         else:
             assert report.kernels == 0
@@ -125,11 +146,10 @@ def test_real_candidates_compile_for_sm90_without_a_gpu(tmp_path) -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(root)}
     env.pop("TRITON_INTERPRET", None)
-    # one thread: whether the calls compile, not the pool (in one CI run of the pool one of
-    # three compiles failed, which 40 runs here did not repeat; a failure there only leaves
-    # the kernel to its launch, docs/benchmarks/triton-h200.md, "Eleventh step")
+    # two threads: in one CI run one of three compiles failed in the pool (never alone, not
+    # in 40 runs here); since then such a compile is tried again alone after the pool
     done = subprocess.run(
-        [sys.executable, str(root / "scripts" / "compile_candidates.py"), "--threads", "1",
+        [sys.executable, str(root / "scripts" / "compile_candidates.py"), "--threads", "2",
          "--limit", "3", "--height", "72", "--width", "128"],
         capture_output=True, text=True, timeout=300, env=env, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
