@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ttball.backends import base
+from ttball.cachedir import cache_dir
 from ttball.errors import UserError
 
 REFERENCE = "eager-fp32"
@@ -68,8 +69,7 @@ class Choice:
 
 
 def cache_file() -> Path:
-    root = os.environ.get("TTBALL_CACHE_DIR") or Path.home() / ".cache" / "ttball"
-    return Path(root) / "auto-backend.json"
+    return cache_dir() / "auto-backend.json"
 
 
 def _processor() -> str:

@@ -46,7 +46,7 @@ traffic gains; "Tenth step").
 The kernels are in ``direct.cu`` beside this file (:data:`KERNEL_SOURCE`), plain CUDA
 without PyTorch headers. At first use :func:`build_library` compiles it with ``nvcc`` alone
 into a shared library for the device's architecture, kept in ``$TTBALL_CACHE_DIR/kernels``,
-and ``ctypes`` calls its two C entry points. Until the twelfth session
+and ``ctypes`` calls its C entry points. Until the twelfth session
 ``torch.utils.cpp_extension.load_inline`` built it together with a wrapper that included
 PyTorch's headers: on a 2-core machine that wrapper took 2 min to compile, the kernels 8-12 s,
 and it made ``triton-fp16-direct``'s cold start (125 s on an H200, twelfth session) longer
@@ -65,6 +65,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ttball.cachedir import cache_dir
 from ttball.kernels.plan import INPUT, Conv
 
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
@@ -186,7 +187,7 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
 def library_dir() -> Path:
     """Where the built library is kept: ``$TTBALL_CACHE_DIR/kernels`` (default
     ``~/.cache/ttball/kernels``)."""
-    return Path(os.environ.get("TTBALL_CACHE_DIR") or Path.home() / ".cache" / "ttball") / "kernels"
+    return cache_dir() / "kernels"
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
