@@ -72,7 +72,7 @@ def main() -> None:
 
     driver.set_active(StandInDriver())
     from ttball.kernels import build_plan
-    from ttball.kernels.executor import TritonExecutor, _Buffers, _ConvLaunch
+    from ttball.kernels.executor import TritonExecutor, _Buffers
     from ttball.kernels.plan import INPUT
     from ttball.kernels.precompile import precompile
     from ttball.model import BlurBall, randomize_batchnorm
@@ -84,9 +84,7 @@ def main() -> None:
     executor.tune = True  # the CUDA tuner's candidates, not the interpreter's one config
     bufs = _Buffers(plan, args.batch, args.height, args.width, cpu)
     bufs.tensors[INPUT] = torch.empty(args.batch, 9, args.height, args.width).permute(0, 2, 3, 1)
-    calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
-             for launch in executor.launches for cfg in executor._candidates(launch, bufs)
-             if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
+    calls = executor.candidate_calls(bufs)
     if args.kernel:
         calls = [call for call in calls if call.kernel.__name__ == args.kernel]
     distinct = list({call.key(): call for call in calls}.values())

@@ -783,15 +783,19 @@ class TritonExecutor:
         candidates = [self.config] if self.config else launch.configs(bufs.tensors)
         return candidates if self.tune else candidates[:1]
 
+    def candidate_calls(self, bufs: _Buffers) -> list[TritonCall]:
+        """The Triton launch of every candidate the tuner tries for ``bufs``' shape (the CUDA
+        kernels' candidates left out)."""
+        return [launch.triton_call(bufs.tensors, bufs.sums, cfg)
+                for launch in self.launches for cfg in self._candidates(launch, bufs)
+                if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
+
     def _precompile(self, bufs: _Buffers) -> Precompiled:
         """Compile every Triton candidate of every step for ``bufs``' shape on a thread pool
         (:mod:`ttball.kernels.precompile`), and build the CUDA direct kernels meanwhile if
         they are candidates."""
-        calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
-                 for launch in self.launches for cfg in self._candidates(launch, bufs)
-                 if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
         jobs = [lambda: direct_library(self.device)] if self.direct else []
-        return precompile(calls, self.device, compile_threads(), jobs)
+        return precompile(self.candidate_calls(bufs), self.device, compile_threads(), jobs)
 
     def _choose(self, launch: Launch, bufs: _Buffers,
                 timed_steps: list[list[tuple[float, Config]]]) -> Config:
