@@ -572,21 +572,33 @@ cudaError_t grid_size(Kernel kernel, int threads, int smem_max, int ntiles, int 
   return cudaSuccess;
 }
 
+// Launches `kernel` over the TH x TW output tiles of B images of H x W: a block per tile, or
+// with `pipelined` the persistent grid grid_size sizes. smem: this launch's dynamic shared
+// memory; smem_max: the most any launch of the kernel asks for; resident: the caller's cache
+// of the kernel's resident blocks per device; args: the kernel's own arguments.
+template <int TH, int TW, typename Kernel, typename... Args>
+cudaError_t launch_tiles(Kernel kernel, int threads, int smem_max, int smem, int* resident,
+                         int B, int H, int W, int pipelined, int max_blocks,
+                         cudaStream_t stream, Args... args) {
+  int blocks = 0;
+  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
+  cudaError_t err = grid_size(kernel, threads, smem_max, ntiles, pipelined, max_blocks,
+                              resident, &blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 template <int CIN, int COUT, int TH, int TW>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
-  auto kernel = conv3x3_direct_kernel<CIN, COUT, TH, TW>;
   static int resident[64] = {};
-  int blocks = 0;
-  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
-  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM2, ntiles, pipelined, max_blocks,
-                              resident, &blocks);
-  if (err != cudaSuccess) return err;
-  kernel<<<blocks, S::WARPS * 32, pipelined ? S::SMEM2 : S::SMEM1, stream>>>(
-      out, x, w, bias, se_sum, B, H, W, relu, has_sum, pipelined, skip_mma);
-  return cudaGetLastError();
+  return launch_tiles<TH, TW>(conv3x3_direct_kernel<CIN, COUT, TH, TW>, S::WARPS * 32,
+                              S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
+                              pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
+                              relu, has_sum, pipelined, skip_mma);
 }
 
 // The input's kernel: one halo buffer in either schedule.
@@ -595,16 +607,10 @@ cudaError_t launch_input(half* out, const float* x, const half* w, const float* 
                          int H, int W, int relu, int pipelined, int skip_mma, int max_blocks,
                          cudaStream_t stream) {
   using S = Shape<16, COUT, TH, TW>;
-  auto kernel = conv3x3_input_kernel<16, COUT, TH, TW, SRC_C>;
   static int resident[64] = {};
-  int blocks = 0;
-  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
-  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM1, ntiles, pipelined, max_blocks,
-                              resident, &blocks);
-  if (err != cudaSuccess) return err;
-  kernel<<<blocks, S::WARPS * 32, S::SMEM1, stream>>>(out, x, w, bias, B, H, W, relu,
-                                                      pipelined, skip_mma);
-  return cudaGetLastError();
+  return launch_tiles<TH, TW>(conv3x3_input_kernel<16, COUT, TH, TW, SRC_C>, S::WARPS * 32,
+                              S::SMEM1, S::SMEM1, resident, B, H, W, pipelined, max_blocks,
+                              stream, out, x, w, bias, B, H, W, relu, pipelined, skip_mma);
 }
 
 template <int C, int TH, int TW>
@@ -613,16 +619,11 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
                         int relu, int has_sum, int pipelined, int skip_mma, int max_blocks,
                         cudaStream_t stream) {
   using S = PairShape<C, TH, TW>;
-  auto kernel = conv3x3_pair_kernel<C, TH, TW>;
   static int resident[64] = {};
-  int blocks = 0;
-  const int ntiles = ((W + TW - 1) / TW) * ((H + TH - 1) / TH) * B;
-  cudaError_t err = grid_size(kernel, S::WARPS * 32, S::SMEM2, ntiles, pipelined, max_blocks,
-                              resident, &blocks);
-  if (err != cudaSuccess) return err;
-  kernel<<<blocks, S::WARPS * 32, pipelined ? S::SMEM2 : S::SMEM1, stream>>>(
-      out, x, w1, bias1, w2, bias2, se_sum, B, H, W, relu, has_sum, pipelined, skip_mma);
-  return cudaGetLastError();
+  return launch_tiles<TH, TW>(conv3x3_pair_kernel<C, TH, TW>, S::WARPS * 32, S::SMEM2,
+                              pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
+                              max_blocks, stream, out, x, w1, bias1, w2, bias2, se_sum, B, H, W,
+                              relu, has_sum, pipelined, skip_mma);
 }
 
 }  // namespace ttball_direct
