@@ -7,8 +7,9 @@
 #      candidate (gpu_kernels.py --stages steps: the stem's first convolution with the input
 #      kernel among them); with SHAPES=1 instead, per conv shape the direct kernel takes, every
 #      compiled tile whole and without its tensor-core work, beside Triton and cuDNN;
-#   3. the whole network in one process: serial, branches, branches+direct (with the residual
-#      blocks' pair kernel) and branches+direct-nopair at batch 1, 8, 64.
+#   3. the whole network in one process at batch 1 and 64 (AB_BATCHES): serial, and -direct with
+#      everything, without split K, with split K's epilogue in a second launch, and without
+#      the stem's input kernel (AB_VARIANTS: any of gpu_branches_ab.py's).
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_direct.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
@@ -47,8 +48,9 @@ else
 fi
 
 say "network A/B (limit $(left)s)"
-timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches 1,8,64 \
-  --variants branches,branches+direct,branches+direct-nopair --out "$OUT/branches-direct-ab.json" \
+timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \
+  --variants "${AB_VARIANTS:-branches+direct,branches+direct-nosplit,branches+direct-twolaunch,branches+direct-noinput}" \
+  --out "$OUT/branches-direct-ab.json" \
   > "$OUT/branches-direct-ab.log" 2>&1
 say "network A/B: rc=$?"
 cat "$OUT/branches-direct-ab.log"

@@ -31,6 +31,7 @@ import triton
 from torch import Tensor
 
 from ttball.bench.timing import device_ms
+from ttball.kernels import splitk
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -55,7 +56,13 @@ from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, 
 from ttball.kernels.precompile import Precompiled, TritonCall, compile_threads, precompile
 from ttball.kernels.refine import Refinement, refine
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
-from ttball.kernels.splitk import SPLIT_TILES, conv3x3_splitk_kernel, splitk_applies, workspace
+from ttball.kernels.splitk import (
+    SPLIT_TILES,
+    conv3x3_splitk_kernel,
+    splitk_applies,
+    splitk_epilogue_kernel,
+    workspace,
+)
 
 MAX_TERMS = 4
 TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
@@ -403,22 +410,30 @@ class _ConvLaunch:
 
     def _splitk(self, bufs: dict[str, Tensor], out: Tensor, se_sum: Tensor,
                 cfg: Config) -> TritonCall:
-        """The step through :func:`conv3x3_splitk_kernel`; its workspace and counters are
-        made at the first call of a shape and block size (in tuning, before any capture)."""
+        """The step through :func:`conv3x3_splitk_kernel` (and, unless
+        ``splitk.FUSED``, :func:`splitk_epilogue_kernel` after it); its workspace and counters
+        are made at the first call of a shape and config (in tuning, before any capture)."""
         B, Ho, Wo, _ = out.shape
-        key = (B, Ho, Wo, cfg.block_m)
+        key = (B, Ho, Wo, cfg.block_m, cfg.split)
         if key not in self._workspaces:
             self._workspaces[key] = workspace(B, Ho, Wo, cfg.block_m, self.meta["BLOCK_N"],
-                                              out.device)
+                                              cfg.split, out.device)
         ws, counts = self._workspaces[key]
         m = self.meta
+        tiles = triton.cdiv(Ho * Wo, cfg.block_m)
+        common = {"COUT": m["COUT"], "BLOCK_N": m["BLOCK_N"], "HAS_SUM": m["HAS_SUM"],
+                  "RELU": m["RELU"], "BLOCK_M": cfg.block_m, "SPLITS": cfg.split}
+        fused = splitk.FUSED
+        epilogue = None if fused else TritonCall(
+            splitk_epilogue_kernel, (tiles, B),
+            (out, self.bias, se_sum, ws, Ho, Wo, *out.stride()), {**common, "num_warps": 4})
         return TritonCall(
-            conv3x3_splitk_kernel, (triton.cdiv(Ho * Wo, cfg.block_m), B, cfg.split),
+            conv3x3_splitk_kernel, (tiles, B, cfg.split),
             (out, _nhwc(bufs[self.step.terms[0].src]), self.weights[0], self.bias, se_sum, ws,
              counts, Ho, Wo, *out.stride()),
-            {"CIN": m["C0"], "COUT": m["COUT"], "BLOCK_N": m["BLOCK_N"],
-             "HAS_SUM": m["HAS_SUM"], "RELU": m["RELU"], "BLOCK_M": cfg.block_m, "BLOCK_K": 64,
-             "SPLITS": cfg.split, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            {**common, "CIN": m["C0"], "BLOCK_K": 64, "FUSED": fused,
+             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            then=epilogue,
         )
 
     def _rows(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
