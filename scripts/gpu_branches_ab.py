@@ -17,6 +17,8 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   (``splitk.FUSED = False`` while the variant tunes and captures its graph);
 - ``branches+direct-noinput``: without the direct kernel for the stem's first convolution
   (``conv3x3_input_kernel``, reading the FP32 NCHW input);
+- ``branches+direct+pdl``, ``branches+direct+prio0``, ``branches+direct+prio0+pdl``: as for
+  ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved).
 
@@ -56,6 +58,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+direct-nosplit": {"branches": True, "direct": True, "drop": "split"},
     "branches+direct-twolaunch": {"branches": True, "direct": True, "fused": False},
     "branches+direct-noinput": {"branches": True, "direct": True, "drop": "input"},
+    "branches+direct+pdl": {"branches": True, "direct": True, "pdl": True},
+    "branches+direct+prio0": {"branches": True, "direct": True, "priority": (-2, 0, 0, 0)},
+    "branches+direct+prio0+pdl": {"branches": True, "direct": True, "pdl": True,
+                                  "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
 }
 
