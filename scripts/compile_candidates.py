@@ -65,9 +65,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="compile the first N only (0: all)")
     parser.add_argument("--variant", choices=("branches", "direct"), default="direct",
                         help="the candidates of triton-fp16-branches, or of -direct (with TMA, "
-                        "row walking and split K; its CUDA kernels are not Triton's)")
+                        "and row walking; its CUDA kernels are not Triton's)")
     parser.add_argument("--kernel", default="", help="only the calls of this kernel function, "
-                        "e.g. conv3x3_splitk_kernel")
+                        "e.g. conv3x3_rows_kernel")
     args = parser.parse_args()
 
     driver.set_active(StandInDriver())

@@ -12,9 +12,6 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   and its pair kernel for each residual block's two convolutions (each pair's timing against
   its two steps is printed and saved);
 - ``branches+direct-nopair``: the same without the pair kernel;
-- ``branches+direct-nosplit``: without the split-K kernel (:mod:`ttball.kernels.splitk`);
-- ``branches+direct-twolaunch``: split-K with its epilogue in a second launch
-  (``splitk.FUSED = False`` while the variant tunes and captures its graph);
 - ``branches+direct-noinput``: without the direct kernel for the stem's first convolution
   (``conv3x3_input_kernel``, reading the FP32 NCHW input);
 - ``branches+direct+pdl``, ``branches+direct+prio0``, ``branches+direct+prio0+pdl``: as for
@@ -43,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.backends import create
 from ttball.bench.timing import TimingPlan, time_calls
-from ttball.kernels import splitk
 from ttball.kernels.plan import INPUT, Conv
 from ttball.model import BlurBall, randomize_batchnorm
 
@@ -55,26 +51,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+prio0+pdl": {"branches": True, "pdl": True, "priority": (-2, 0, 0, 0)},
     "branches+direct": {"branches": True, "direct": True},
     "branches+direct-nopair": {"branches": True, "direct": True, "nopair": True},
-    "branches+direct-nosplit": {"branches": True, "direct": True, "drop": "split"},
-    "branches+direct-twolaunch": {"branches": True, "direct": True, "fused": False},
-    "branches+direct-noinput": {"branches": True, "direct": True, "drop": "input"},
+    "branches+direct-noinput": {"branches": True, "direct": True, "noinput": True},
     "branches+direct+pdl": {"branches": True, "direct": True, "pdl": True},
     "branches+direct+prio0": {"branches": True, "direct": True, "priority": (-2, 0, 0, 0)},
     "branches+direct+prio0+pdl": {"branches": True, "direct": True, "pdl": True,
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
 }
-
-
-def _keeper(step: Any, drop: str) -> Any:
-    """For ``drop``: which of the step's candidates to keep (``None``: all of them)."""
-    if not isinstance(step, Conv):
-        return None
-    if drop == "split":
-        return lambda cfg: not cfg.split
-    if drop == "input" and step.terms[0].src == INPUT:
-        return lambda cfg: not cfg.direct
-    return None
 
 
 def main() -> None:
@@ -105,23 +88,18 @@ def main() -> None:
             options = dict(options)
             priority = options.pop("priority", None)
             nopair = options.pop("nopair", False)
-            drop = options.pop("drop", None)
-            fused = options.pop("fused", True)
+            noinput = options.pop("noinput", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
             if nopair:  # the direct kernel, without the residual blocks' pair kernel
                 backend.executor.pairs = []  # type: ignore[attr-defined]
-            if drop is not None:
-                for launch in backend.executor.launches:  # type: ignore[attr-defined]
-                    keep = _keeper(launch.step, drop)
-                    if keep is not None:
-                        launch.configs = (lambda bufs, f=launch.configs, k=keep:
-                                          [c for c in f(bufs) if k(c)])
-            splitk.FUSED = fused
+            if noinput:  # the stem's first convolution by Triton, from the NHWC copy
+                first = backend.executor.launches[0]  # type: ignore[attr-defined]
+                assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
+                first.configs = (lambda bufs, f=first.configs:
+                                 [c for c in f(bufs) if not c.direct])
             backend(x)  # tunes (and refines), then captures on the next call
-            backend(x)
-            splitk.FUSED = True
             backends[name] = backend
             executor = getattr(backend, "executor", None)
             trials = executor.pair_trials.get(tuple(x.shape), []) if executor else []

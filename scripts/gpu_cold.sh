@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 9, cold start, on one H200 in one device call of under 10 minutes:
 #   1. the GPU tests of the direct kernels (their nvcc + ctypes build, from an empty cache,
-#      timed), of the precompiling pool and of split K; stops on a failure (memcheck on one);
+#      timed) and of the precompiling pool; stops on a failure (memcheck on one);
 #   2. the first call of triton-fp16-branches and -direct at batch 1 with every cache empty
 #      (Triton's, ttball's, PyTorch's extensions), once with the tuner's candidates compiled
 #      on a thread pool first (the default) and once without (TTBALL_COMPILE_THREADS=0);
@@ -23,7 +23,7 @@ say "tests (build from an empty cache)"
 fresh
 t=$(elapsed)
 timeout -k 10 240 python3 -m pytest -q -m gpu -p no:cacheprovider \
-  tests/kernels/test_direct.py tests/kernels/test_precompile.py tests/kernels/test_splitk.py \
+  tests/kernels/test_direct.py tests/kernels/test_precompile.py \
   > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 20 "$OUT/tests.log"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Issue 9: the CUDA direct kernels (ttball/kernels/direct.py) on one H200, in one device call of
 # under 10 minutes. Stops after the tests if they fail: timing a wrong kernel tells nothing.
-#   1. their GPU tests and the split-K kernel's (the first builds the library with nvcc);
+#   1. their GPU tests (the first builds the library with nvcc);
 #      on a failure, compute-sanitizer's memcheck on one case;
 #   2. every step of the plan alone at batch 1 and 64 with its tuned configuration and every
 #      candidate (gpu_kernels.py --stages steps: the stem's first convolution with the input
 #      kernel among them); with SHAPES=1 instead, per conv shape the direct kernel takes, every
 #      compiled tile whole and without its tensor-core work, beside Triton and cuDNN;
 #   3. the whole network in one process at batch 1 and 64 (AB_BATCHES): serial, and -direct with
-#      everything, without split K, with split K's epilogue in a second launch, and without
-#      the stem's input kernel (AB_VARIANTS: any of gpu_branches_ab.py's).
+#      everything and without the stem's input kernel (AB_VARIANTS: any of
+#      gpu_branches_ab.py's).
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=560 bash scripts/gpu_direct.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
@@ -18,7 +18,7 @@ start_budget 560
 
 say "tests"
 timeout -k 10 "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_direct.py \
-  tests/kernels/test_splitk.py > "$OUT/tests.log" 2>&1
+  > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 30 "$OUT/tests.log"
 if [ "$rc" -ne 0 ]; then
@@ -49,7 +49,7 @@ fi
 
 say "network A/B (limit $(left)s)"
 timeout -k 10 "$(left)" python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \
-  --variants "${AB_VARIANTS:-branches+direct,branches+direct-nosplit,branches+direct-twolaunch,branches+direct-noinput}" \
+  --variants "${AB_VARIANTS:-branches+direct,branches+direct-noinput}" \
   --out "$OUT/branches-direct-ab.json" \
   > "$OUT/branches-direct-ab.log" 2>&1
 say "network A/B: rc=$?"

@@ -15,10 +15,10 @@ HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-
 tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
 :mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps, transition1's 128 → 16
 and the stem's first convolution (read from the FP32 input), one kernel for both convolutions
-of a residual block where that measures faster, and a split-K kernel for the deep steps too
-small to fill the GPU (:mod:`ttball.kernels.splitk`), built at first use with nvcc; ``triton-fp16-branches-refined`` is ``triton-fp16-branches``
-whose steps' configurations are chosen again by timing the whole graph, since side by side
-the steps compete for the SMs (:mod:`ttball.kernels.refine`).
+of a residual block where that measures faster, built at first use with nvcc;
+``triton-fp16-branches-refined`` is ``triton-fp16-branches`` whose steps' configurations are
+chosen again by timing the whole graph, since side by side the steps compete for the SMs
+(:mod:`ttball.kernels.refine`).
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.

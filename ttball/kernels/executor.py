@@ -31,7 +31,6 @@ import triton
 from torch import Tensor
 
 from ttball.bench.timing import device_ms
-from ttball.kernels import splitk
 from ttball.kernels.conv import (
     block_k,
     chunk_plan,
@@ -56,13 +55,6 @@ from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, 
 from ttball.kernels.precompile import Precompiled, TritonCall, compile_threads, precompile
 from ttball.kernels.refine import Refinement, refine
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
-from ttball.kernels.splitk import (
-    SPLIT_TILES,
-    conv3x3_splitk_kernel,
-    splitk_applies,
-    splitk_epilogue_kernel,
-    workspace,
-)
 
 MAX_TERMS = 4
 TUNE_REPS = 3  # timed launches per candidate after one warm-up launch
@@ -87,9 +79,7 @@ class Config:
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
-    × ``block_m`` columns); 2 marks the next one, which then launches nothing.
-    ``split`` > 0 runs a step :func:`~ttball.kernels.splitk.splitk_applies` to with its K loop
-    split over that many programs per tile (:mod:`ttball.kernels.splitk`)."""
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
 
     block_m: int
     num_warps: int
@@ -102,12 +92,11 @@ class Config:
     direct: int = 0
     programs: int = 0
     pair: int = 0
-    split: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``x3`` K split
-        over 3 programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the
+        pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
@@ -115,7 +104,6 @@ class Config:
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
         text += f"p{self.programs}" if self.programs else ""
-        text += f"x{self.split}" if self.split else ""
         return text + {0: "", 1: "+next", 2: "=prev"}[self.pair]
 
 
@@ -208,14 +196,6 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
 
 
-def splitk_configs(step: Conv, pixels: int) -> list[Config]:
-    """Candidates of :mod:`ttball.kernels.splitk` for a step it applies to whose 64-pixel
-    tiles would not fill the GPU: 64- or 32-pixel tiles, K split 3 or 9 ways."""
-    if not splitk_applies(step) or -(-pixels // 64) >= SPLIT_TILES:
-        return []
-    return [Config(bm, 4, 2, split=k) for bm in (64, 32) for k in (3, 9)]
-
-
 def pair_configs(step: Conv) -> list[Config]:
     """Candidates of the pair kernel for a residual block whose conv1 is ``step``: its
     compiled tiles, pipelined or a block per tile."""
@@ -270,8 +250,6 @@ class _ConvLaunch:
         self.w0_im2col = pack_weight_im2col(t0.weight, device) if self.im2col else None
         self._metas: dict[tuple[Config, int], dict[str, Any]] = {}
         self.partner: _ConvLaunch | None = None  # the next step, if the pair kernel can run both
-        # split-K: (batch, height, width, block_m) → FP32 workspace and tile counters
-        self._workspaces: dict[tuple[int, ...], tuple[Tensor, Tensor]] = {}
         n = padded(step.cout)
         self.bias = torch.zeros(n, device=device)
         self.bias[: step.cout] = step.bias.to(device)
@@ -326,9 +304,7 @@ class _ConvLaunch:
         pixels = self.out_pixels(bufs)
         extra = tma_configs(self.step, pixels) if self.tma else []
         extra += rows_configs(self.step, pixels) if self.rows else []
-        # the -direct backend's tuner also tries the split-K kernel (ttball.kernels.splitk)
-        extra += direct_configs(self.step, pixels) + splitk_configs(self.step, pixels) \
-            if self.direct else []
+        extra += direct_configs(self.step, pixels) if self.direct else []
         return conv_configs(self.step, pixels) + extra
 
     def descriptor(self, x: Tensor, box: tuple[int, ...]) -> Any:
@@ -380,8 +356,6 @@ class _ConvLaunch:
         se_sum = sums[step.se_sum] if step.se_sum else self.bias
         if cfg.rows and rows_applies(step):
             return self._rows(bufs, out, add, se_sum, cfg)
-        if cfg.split and splitk_applies(step):
-            return self._splitk(bufs, out, se_sum, cfg)
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
         w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
@@ -406,34 +380,6 @@ class _ConvLaunch:
              x0.shape[1], x0.shape[2], *x0.stride(), B),
             {**meta, "BLOCK_M": cfg.block_m, "num_warps": cfg.num_warps,
              "num_stages": cfg.num_stages, **self.pdl_args},
-        )
-
-    def _splitk(self, bufs: dict[str, Tensor], out: Tensor, se_sum: Tensor,
-                cfg: Config) -> TritonCall:
-        """The step through :func:`conv3x3_splitk_kernel` (and, unless
-        ``splitk.FUSED``, :func:`splitk_epilogue_kernel` after it); its workspace and counters
-        are made at the first call of a shape and config (in tuning, before any capture)."""
-        B, Ho, Wo, _ = out.shape
-        key = (B, Ho, Wo, cfg.block_m, cfg.split)
-        if key not in self._workspaces:
-            self._workspaces[key] = workspace(B, Ho, Wo, cfg.block_m, self.meta["BLOCK_N"],
-                                              cfg.split, out.device)
-        ws, counts = self._workspaces[key]
-        m = self.meta
-        tiles = triton.cdiv(Ho * Wo, cfg.block_m)
-        common = {"COUT": m["COUT"], "BLOCK_N": m["BLOCK_N"], "HAS_SUM": m["HAS_SUM"],
-                  "RELU": m["RELU"], "BLOCK_M": cfg.block_m, "SPLITS": cfg.split}
-        fused = splitk.FUSED
-        epilogue = None if fused else TritonCall(
-            splitk_epilogue_kernel, (tiles, B),
-            (out, self.bias, se_sum, ws, Ho, Wo, *out.stride()), {**common, "num_warps": 4})
-        return TritonCall(
-            conv3x3_splitk_kernel, (tiles, B, cfg.split),
-            (out, _nhwc(bufs[self.step.terms[0].src]), self.weights[0], self.bias, se_sum, ws,
-             counts, Ho, Wo, *out.stride()),
-            {**common, "CIN": m["C0"], "BLOCK_K": 64, "FUSED": fused,
-             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-            then=epilogue,
         )
 
     def _rows(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
@@ -788,7 +734,6 @@ class TritonExecutor:
         conv kernel whose grid is larger than that; else nothing."""
         step = launch.step
         if (not isinstance(launch, _ConvLaunch) or cfg.rows or cfg.direct or cfg.programs
-                or cfg.split
                 or self.plan.buffers[step.out].level == 0):
             return []
         tiles = -(-launch.out_pixels(bufs.tensors) // cfg.block_m)

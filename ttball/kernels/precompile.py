@@ -39,18 +39,13 @@ class TritonCall:
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
-    then: TritonCall | None = None  # a second launch right after this one (split-K's epilogue)
 
     def launch(self) -> None:
         self.kernel[self.grid](*self.args, **self.kwargs)
-        if self.then is not None:
-            self.then.launch()
 
     def warmup(self) -> None:
         """Compile (or find in Triton's caches) what :meth:`launch` runs, without running it."""
         self.kernel.warmup(*self.args, grid=self.grid, **self.kwargs)
-        if self.then is not None:
-            self.then.warmup()
 
     def key(self) -> tuple[Any, ...]:
         """What Triton specializes a compile on, as far as this module knows it: the kernel,
@@ -59,8 +54,7 @@ class TritonCall:
         (constexprs and launch options, which must be hashable). Two calls with one key
         need one compile."""
         return (id(self.kernel), tuple(_spec(a) for a in self.args),
-                tuple(sorted(self.kwargs.items())),  # constexprs count by value
-                self.then.key() if self.then is not None else None)
+                tuple(sorted(self.kwargs.items())))  # constexprs count by value
 
 
 def _spec(value: Any) -> Any:
