@@ -26,8 +26,8 @@ def union(intervals: list[tuple[float, float]]) -> float:
 
 
 def replays(data: dict) -> list[list[dict]]:
-    """The kernel records split into replays; a replay is the graph's kernels (memcpys and
-    the eager kernels before the replay are dropped)."""
+    """The kernel records split into replays of ttball's kernels: the copies in and out and
+    PyTorch's own kernels (the fill that zeroes the SE sums) are left out."""
     kernels = [k for k in data["kernels"] if "Memcpy" not in k["name"]
                and "at::native" not in k["name"]]
     n = len(kernels) // data["replays"]
