@@ -5,6 +5,9 @@ profiled, one per chosen step, with the configuration the tuner picked for that 
     ncu --profile-from-start off --clock-control none --set full --csv --page details \
         python3 scripts/gpu_ncu.py --batch 64 --steps 0,1,5,7,12 > ncu.csv
 
+(``--tma --rows --direct``: with ``triton-fp16-direct``'s candidates, so each step runs what
+that backend's tuner picks, the CUDA direct kernels included.)
+
 Without ncu it still runs (the profiler calls are no-ops) and prints each step's tuned
 configuration and its time, which is what the counters are read against.
 """
@@ -33,13 +36,20 @@ def main() -> None:
     parser.add_argument("--pdl", action="store_true", help="launch with programmatic dependent launch")
     parser.add_argument("--tma", action="store_true", help="let the tuner try TMA configurations")
     parser.add_argument("--rows", action="store_true", help="and the row-walking kernel")
+    parser.add_argument("--direct", action="store_true",
+                        help="and the CUDA direct kernels (triton-fp16-direct's candidates)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_ncu.py needs a CUDA GPU")
     dev = torch.device("cuda")
+    if args.direct:
+        from ttball.kernels.direct import direct_missing
+
+        if direct_missing(dev):
+            sys.exit(f"gpu_ncu.py --direct: {direct_missing(dev)}")
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     ex = TritonExecutor(build_plan(model), dev, pdl=args.pdl, tma=args.tma,
-                       rows=args.rows)
+                       rows=args.rows, direct=args.direct)
     x = torch.randn(args.batch, 9, args.height, args.width, device=dev)
     ex(x)  # tunes every step for this shape
     bufs = ex._buffers[tuple(x.shape)]
