@@ -45,8 +45,9 @@ def main() -> None:
     if args.direct:
         from ttball.kernels.direct import direct_missing
 
-        if direct_missing(dev):
-            sys.exit(f"gpu_ncu.py --direct: {direct_missing(dev)}")
+        reason = direct_missing(dev)
+        if reason:
+            sys.exit(f"gpu_ncu.py --direct: {reason}")
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     ex = TritonExecutor(build_plan(model), dev, pdl=args.pdl, tma=args.tma,
                        rows=args.rows, direct=args.direct)

@@ -1,7 +1,8 @@
 """Summarise ``gpu_graph_timeline.py`` output on the CPU: per graph replay its span (first
 kernel start to last kernel end), the time at least one kernel runs (union), the sum of the
 kernels' durations (> union where streams overlap), each stream's busy time, and the kernels
-in order with start, end and stream (one replay: the median by span).
+in order with start, end and stream, of the replay whose span is the median (the upper one
+of an even count).
 
     python scripts/timeline_report.py docs/benchmarks/h200-2026-12-01e/timeline-b1.json.gz
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import statistics
 from pathlib import Path
 
 
@@ -69,7 +69,6 @@ def main() -> None:
         for k in rep:
             print(f"  {k['start_us'] - start:7.1f} {k['end_us'] - start:7.1f} "
                   f"{k['end_us'] - k['start_us']:6.1f}  s{k['stream']}  {k['name'][:70]}")
-    print(f"  median over replays: span {statistics.median(r[0] for r in rows):.1f} us")
 
 
 if __name__ == "__main__":
