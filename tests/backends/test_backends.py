@@ -39,7 +39,12 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 @pytest.fixture(scope="module")
 def model() -> BlurBall:
-    return randomize_batchnorm(BlurBall(), seed=0).eval()
+    """The same weights whatever ran before. Unseeded, the weights came from wherever earlier
+    tests had left torch's global generator, and INT8 parity failed in two CI runs at rel err
+    0.10-0.17; seeds 0-5 give 0.015-0.036 for both INT8 backends."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return randomize_batchnorm(BlurBall(), seed=0).eval()
 
 
 @pytest.fixture(scope="module")
