@@ -17,7 +17,10 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+direct+pdl``, ``branches+direct+prio0``, ``branches+direct+prio0+pdl``: as for
   ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
-  graph (triton-fp16-branches-refined; what it changed is printed and saved).
+  graph (triton-fp16-branches-refined; what it changed is printed and saved);
+- ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
+  buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
+  graph's static input.
 
 The tuner runs once per variant (device clock); timing alternates over the variants three
 times and keeps each one's best median, so drift hits all alike.
@@ -57,6 +60,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+direct+prio0+pdl": {"branches": True, "direct": True, "pdl": True,
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
+    "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
 }
 
 
@@ -89,6 +93,7 @@ def main() -> None:
             priority = options.pop("priority", None)
             nopair = options.pop("nopair", False)
             noinput = options.pop("noinput", False)
+            copy_in = options.pop("copy", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
@@ -99,6 +104,8 @@ def main() -> None:
                 assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
                 first.configs = (lambda bufs, f=first.configs:
                                  [c for c in f(bufs) if not c.direct])
+            if copy_in:  # no graphs reading the caller's buffer in place
+                backend._graphs.by_address = 0  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call
             backends[name] = backend
             executor = getattr(backend, "executor", None)
