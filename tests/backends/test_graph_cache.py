@@ -156,7 +156,11 @@ def test_triton_backend_reads_a_reused_buffer_in_place(name: str) -> None:
     expected = [backend(x.clone()) for x in inputs]  # fresh tensors: the copying graph
     buf = torch.empty_like(inputs[0])
     for _ in range(2):
-        for x, want in zip(inputs, expected):
+        for i, x in enumerate(inputs):
             buf.copy_(x)
-            assert torch.equal(backend(buf), want)
+            got = backend(buf)
+            # not bit-exact: the SE sums are float atomics, added in any order
+            for j, want in enumerate(expected):
+                close = torch.allclose(got, want, rtol=1e-3, atol=1e-3)
+                assert close == (i == j), (i, j, (got - want).abs().max().item())
     assert backend._graphs.addressed((2, 9, 72, 128)) == 1
