@@ -153,7 +153,9 @@ def test_triton_backend_reads_a_reused_buffer_in_place(name: str) -> None:
     backend = create(name, copy.deepcopy(model), "cuda", tune=False)
     gen = torch.Generator().manual_seed(1)
     inputs = [torch.randn(2, 9, 72, 128, generator=gen).cuda() for _ in range(3)]
-    expected = [backend(x.clone()) for x in inputs]  # fresh tensors: the copying graph
+    # fresh tensors (the allocator may hand a freed clone's address to the next one)
+    expected = [backend(x.clone()) for x in inputs]
+    before = backend._graphs.addressed((2, 9, 72, 128))
     buf = torch.empty_like(inputs[0])
     for _ in range(2):
         for i, x in enumerate(inputs):
@@ -163,4 +165,4 @@ def test_triton_backend_reads_a_reused_buffer_in_place(name: str) -> None:
             for j, want in enumerate(expected):
                 close = torch.allclose(got, want, rtol=1e-3, atol=1e-3)
                 assert close == (i == j), (i, j, (got - want).abs().max().item())
-    assert backend._graphs.addressed((2, 9, 72, 128)) == 1
+    assert backend._graphs.addressed((2, 9, 72, 128)) == before + 1  # buf's
