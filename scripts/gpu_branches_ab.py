@@ -18,6 +18,8 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved);
+- ``branches+direct-nobanks``: without the direct kernel's two-accumulator-bank candidates
+  (transition1's 128 → 16);
 - ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
   buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
   graph's static input.
@@ -61,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
     "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
+    "branches+direct-nobanks": {"branches": True, "direct": True, "nobanks": True},
 }
 
 
@@ -70,6 +73,8 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated, from: " + ", ".join(VARIANTS))
     parser.add_argument("--out", required=True)
+    parser.add_argument("--show-steps", default="",
+                        help="comma-separated plan steps whose tuner candidates to print")
     args = parser.parse_args()
     chosen = {"serial", *args.variants.split(",")}  # serial: the reference of rel_vs_serial
     unknown = chosen - set(VARIANTS)
@@ -94,6 +99,7 @@ def main() -> None:
             nopair = options.pop("nopair", False)
             noinput = options.pop("noinput", False)
             copy_in = options.pop("copy", False)
+            nobanks = options.pop("nobanks", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
@@ -104,6 +110,10 @@ def main() -> None:
                 assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
                 first.configs = (lambda bufs, f=first.configs:
                                  [c for c in f(bufs) if not c.direct])
+            if nobanks:  # the direct kernel with one accumulator bank only
+                for la in backend.executor.launches:  # type: ignore[attr-defined]
+                    la.configs = (lambda bufs, f=la.configs:
+                                  [c for c in f(bufs) if not c.banks])
             if copy_in:  # no graphs reading the caller's buffer in place
                 backend._graphs.by_address = 0  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call
@@ -116,6 +126,14 @@ def main() -> None:
                 report.setdefault("pairs", []).append(
                     {"batch": batch, "variant": name, "step": i, "two_ms": two, "pair_ms": one,
                      "config": cfg, "taken": taken})
+            timed = executor._timed.get(tuple(x.shape), []) if executor else []
+            for i in [int(v) for v in args.show_steps.split(",") if v]:
+                for ms_i, cfg in timed[i] if i < len(timed) else []:
+                    print(f"b={batch:<3} {name:20s} step {i}: {cfg.short():24s} {1e3 * ms_i:8.1f} us",
+                          flush=True)
+                    report.setdefault("candidates", []).append(
+                        {"batch": batch, "variant": name, "step": i, "config": cfg.short(),
+                         "ms": ms_i})
             refinement = getattr(backend, "refinements", {}).get(tuple(x.shape))
             if refinement is not None:
                 print(f"b={batch:<3} {name:20s} refine: {refinement.summary()}", flush=True)
