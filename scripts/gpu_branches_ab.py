@@ -18,8 +18,6 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved);
-- ``branches+direct-nobanks``: without the direct kernel's two-accumulator-bank candidates
-  (transition1's 128 → 16);
 - ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
   buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
   graph's static input.
@@ -63,7 +61,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
     "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
-    "branches+direct-nobanks": {"branches": True, "direct": True, "nobanks": True},
 }
 
 
@@ -99,7 +96,6 @@ def main() -> None:
             nopair = options.pop("nopair", False)
             noinput = options.pop("noinput", False)
             copy_in = options.pop("copy", False)
-            nobanks = options.pop("nobanks", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
@@ -110,10 +106,6 @@ def main() -> None:
                 assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
                 first.configs = (lambda bufs, f=first.configs:
                                  [c for c in f(bufs) if not c.direct])
-            if nobanks:  # the direct kernel with one accumulator bank only
-                for la in backend.executor.launches:  # type: ignore[attr-defined]
-                    la.configs = (lambda bufs, f=la.configs:
-                                  [c for c in f(bufs) if not c.banks])
             if copy_in:  # no graphs reading the caller's buffer in place
                 backend._graphs.by_address = 0  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call

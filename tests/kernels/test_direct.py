@@ -16,7 +16,6 @@ from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
-    BANKED,
     INPUT_KERNELS,
     KERNEL_SOURCE,
     KERNELS,
@@ -32,8 +31,6 @@ from ttball.kernels.direct import (
 from ttball.kernels.executor import Config, pair_steps, pair_waits
 
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
-# the same shapes with two accumulator banks (BANKED)
-BANKED_CASES = [(cin, cout, tile) for cin, cout, tile in CASES if (cin, cout) in BANKED]
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
@@ -93,38 +90,12 @@ def _compiled() -> set[tuple[int, int, int, int]]:
     return out | {tuple(int(v) for v in t) for t in single}
 
 
-def _compiled_banked() -> set[tuple[int, int, int, int]]:
-    """The same for the two-bank kernels (TTBALL_TILE2)."""
-    found = re.findall(r"TTBALL_TILE2\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
-    return {tuple(int(v) for v in t) for t in found}
-
-
 def test_the_tuner_offers_only_compiled_tiles() -> None:
     compiled = _compiled()
     assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
-    assert _compiled_banked() == {(cin, cout, *tile) for cin, cout, tile in BANKED_CASES}
     for (cin, cout) in KERNELS:
         for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
-
-
-def test_the_tuner_offers_two_banks_for_transition1_only(model: BlurBall) -> None:
-    from ttball.kernels.executor import direct_configs
-
-    plan = build_plan(model)
-    for step in plan.steps:
-        if not isinstance(step, Conv) or not direct_applies(step):
-            continue
-        configs = direct_configs(step, 288 * 512)
-        banked = {c for c in configs if c.banks == 2}
-        shape = (step.terms[0].cin, step.cout)
-        if shape == (128, 16):
-            # every tile and schedule both ways
-            assert {(c.direct, c.block_m, c.num_stages) for c in banked} == {
-                (c.direct, c.block_m, c.num_stages) for c in configs if not c.banks}
-            assert all("b2" in c.short() for c in banked)
-        else:
-            assert not banked, shape
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -144,7 +115,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
-    assert len(set(kernels)) == len(CASES) + len(BANKED_CASES)
+    assert len(set(kernels)) == len(CASES)
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
     assert len(set(inputs)) == len(INPUT_CASES)
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
@@ -217,12 +188,10 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cin,cout,tile,banks",
-                         [(*c, 1) for c in CASES] + [(*c, 2) for c in BANKED_CASES])
-def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int],
-                                            banks: int) -> None:
+@pytest.mark.parametrize("cin,cout,tile", CASES)
+def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
     """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums, one block
-    per tile and pipelined; one and two accumulator banks."""
+    per tile and pipelined."""
     from ttball.kernels.conv import pack_weight
     from ttball.kernels.direct import conv3x3_direct
 
@@ -238,7 +207,7 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
         out = torch.full((2, 18, 40, cout), float("nan"), dtype=torch.half, device=DEVICE)
         sums = torch.zeros(2, cout, device=DEVICE)
         conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3, banks=banks)
+                       pipelined=pipelined, max_blocks=3)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)

@@ -273,11 +273,7 @@ struct Shape {
 // persistent, so the weights are loaded once per block). The body is a device function so
 // that the input's kernel can have launch bounds of its own: a second __launch_bounds__
 // argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
-// BANKS 2: the k steps alternate between two sets of accumulators, summed before the epilogue,
-// so that twice as many independent MMAs are in flight. For 128 -> 16 (72 k steps into 4
-// accumulators a warp), where Nsight Compute found the warps waiting on the previous MMA
-// (fixed-latency stalls, 2.2 of 5.9 cycles an instruction, 8 warps an SM).
-template <int CIN, int COUT, int TH, int TW, int SRC_C, int BANKS = 1>
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
 __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
                                             const half* __restrict__ w,
                                             const float* __restrict__ bias,
@@ -332,17 +328,15 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
 
-    float acc[S::P][S::NB][4], acc2[S::P][S::NB][4];  // acc2: BANKS 2 only (else unused)
+    float acc[S::P][S::NB][4];
 #pragma unroll
     for (int p = 0; p < S::P; ++p)
 #pragma unroll
       for (int n = 0; n < S::NB; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[p][n][e] = acc2[p][n][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
     if (!skip_mma) {
-      // BANKS 2 (KC even: the bank is k's parity): the taps are not unrolled, which keeps the
-      // second bank's registers from spilling
-#pragma unroll (BANKS > 1 ? 1 : 9)
+#pragma unroll
       for (int tap = 0; tap < 9; ++tap) {
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
@@ -356,9 +350,6 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
             const int hp = (r + dh) * S::HALO_W + seg * 16 + lrow + dw;
             ldsm_x4(a[p], halo + hp * CIN + ((2 * k + lhalf) ^ swizzle<S::CH>(hp)) * 8);
           }
-          // this k step's bank: a constant once the k loop is unrolled
-          static_assert(BANKS == 1 || S::KC % 2 == 0, "two banks alternate over an even KC");
-          const bool odd = BANKS > 1 && (k & 1);
           if constexpr (W_IN_REGISTERS) {
 #pragma unroll
             for (int p = 0; p < S::P; ++p) {
@@ -373,25 +364,12 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
               ldsm_x4_trans(bf, wsm + r * COUT + ((2 * n2 + lhalf) ^ swizzle<S::WCH>(r)) * 8);
 #pragma unroll
               for (int p = 0; p < S::P; ++p) {
-                if (odd) {
-                  mma(acc2[p][2 * n2], a[p], bf[0], bf[1]);
-                  mma(acc2[p][2 * n2 + 1], a[p], bf[2], bf[3]);
-                } else {
-                  mma(acc[p][2 * n2], a[p], bf[0], bf[1]);
-                  mma(acc[p][2 * n2 + 1], a[p], bf[2], bf[3]);
-                }
+                mma(acc[p][2 * n2], a[p], bf[0], bf[1]);
+                mma(acc[p][2 * n2 + 1], a[p], bf[2], bf[3]);
               }
             }
           }
         }
-      }
-      if constexpr (BANKS > 1) {
-#pragma unroll
-        for (int p = 0; p < S::P; ++p)
-#pragma unroll
-          for (int n = 0; n < S::NB; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[p][n][e] += acc2[p][n][e];
       }
     }
     // epilogue from the accumulators: pixels g and g + 8 of each segment, channels
@@ -428,14 +406,14 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   }
 }
 
-template <int CIN, int COUT, int TH, int TW, int BANKS>
+template <int CIN, int COUT, int TH, int TW>
 __global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32)
 conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
                       const half* __restrict__ w, const float* __restrict__ bias,
                       float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
                       int pipelined, int skip_mma) {
-  direct_conv<CIN, COUT, TH, TW, 0, BANKS>(out, x, w, bias, se_sum, B, H, W, relu, has_sum,
-                                           pipelined, skip_mma);
+  direct_conv<CIN, COUT, TH, TW, 0>(out, x, w, bias, se_sum, B, H, W, relu, has_sum, pipelined,
+                                    skip_mma);
 }
 
 // The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
@@ -611,13 +589,13 @@ cudaError_t launch_tiles(Kernel kernel, int threads, int smem_max, int smem, int
   return cudaGetLastError();
 }
 
-template <int CIN, int COUT, int TH, int TW, int BANKS = 1>
+template <int CIN, int COUT, int TH, int TW>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(conv3x3_direct_kernel<CIN, COUT, TH, TW, BANKS>, S::WARPS * 32,
+  return launch_tiles<TH, TW>(conv3x3_direct_kernel<CIN, COUT, TH, TW>, S::WARPS * 32,
                               S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
                               pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
                               relu, has_sum, pipelined, skip_mma);
@@ -651,14 +629,8 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 }  // namespace ttball_direct
 
 #define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW && banks <= 1)                     \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
-        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
-        pipelined, skip_mma, max_blocks, stream);
-// the same tile with two accumulator banks (direct_conv's BANKS)
-#define TTBALL_TILE2(CIN, COUT, TH, TW)                                                    \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW && banks == 2)                     \
-    return (int)ttball_direct::launch<CIN, COUT, TH, TW, 2>(                                \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_TILES(CIN, COUT)                                                            \
@@ -669,11 +641,10 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int relu, int has_sum,
-                                     int pipelined, int skip_mma, int max_blocks, int banks,
+                                     int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
-  TTBALL_TILE2(128, 16, 8, 16) TTBALL_TILE2(128, 16, 8, 32) TTBALL_TILE2(128, 16, 16, 16)
   return -1;
 }
 

@@ -78,11 +78,6 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
 
-# Shapes also compiled with two accumulator banks (direct.cu's BANKS; the tuner tries both):
-# 128 -> 16 runs 72 k steps into four accumulators a warp, and Nsight Compute found its
-# warps waiting on the previous MMA (fourteenth session).
-BANKED: frozenset[tuple[int, int]] = frozenset({(128, 16)})
-
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
 # since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
@@ -198,7 +193,7 @@ def library_dir() -> Path:
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
-    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 13 + [_P],
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
     "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
@@ -243,7 +238,7 @@ def _result(rc: int, what: str) -> None:
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                   skip_mma: bool = False, max_blocks: int = 0, banks: int = 1) -> None:
+                   skip_mma: bool = False, max_blocks: int = 0) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -253,9 +248,7 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     loading its weights once and copying the next tile's halo while it computes this one
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
-    tensor-core work (a wrong result: for timing the copies and the epilogue alone).
-    ``banks`` 2 (the shapes of :data:`BANKED` only): the k steps alternate between two sets
-    of accumulators, so twice as many independent MMAs are in flight."""
+    tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
@@ -269,9 +262,8 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, banks, stream)
-    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
-                f"{', two accumulator banks' if banks == 2 else ''}")
+        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
+    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}")
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

@@ -41,7 +41,6 @@ from ttball.kernels.conv import (
     padded,
 )
 from ttball.kernels.direct import (
-    BANKED,
     PAIRS,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -80,9 +79,7 @@ class Config:
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
-    × ``block_m`` columns); 2 marks the next one, which then launches nothing.
-    ``banks`` 2 (``direct`` > 0, shapes of :data:`~ttball.kernels.direct.BANKED`): the direct
-    kernel with two sets of accumulators."""
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
 
     block_m: int
     num_warps: int
@@ -95,19 +92,17 @@ class Config:
     direct: int = 0
     programs: int = 0
     pair: int = 0
-    banks: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``b2`` its two accumulator banks,
-        ``p32`` programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the
+        pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
-        text += f"b{self.banks}" if self.banks else ""
         text += f"p{self.programs}" if self.programs else ""
         return text + {0: "", 1: "+next", 2: "=prev"}[self.pair]
 
@@ -194,15 +189,11 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
-    during this one's work (2); for the shapes of :data:`~ttball.kernels.direct.BANKED`, each
-    also with two accumulator banks."""
+    during this one's work (2)."""
     if not direct_applies(step):
         return []
-    cin = step.terms[0].cin
-    tiles = direct_tiles(pixels, cin, step.cout)
-    banks = (0, 2) if step.terms[0].src != INPUT and (cin, step.cout) in BANKED else (0,)
-    return [Config(cols, 8, stages, direct=rows, banks=b)
-            for rows, cols in tiles for stages in (2, 1) for b in banks]
+    tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
+    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -351,7 +342,7 @@ class _ConvLaunch:
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
-                           pipelined=cfg.num_stages > 1, banks=cfg.banks or 1)
+                           pipelined=cfg.num_stages > 1)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
