@@ -18,6 +18,9 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved);
+- ``branches+direct-noproject``: the plan without the coarse terms' projections
+  (``build_plan(project_terms=False)``: branch 0's last tails compute the upsampled 1×1 terms
+  at full resolution);
 - ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
   buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
   graph's static input.
@@ -61,6 +64,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
     "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
+    "branches+direct-noproject": {"branches": True, "direct": True, "project": False},
 }
 
 
@@ -71,7 +75,7 @@ def main() -> None:
                         help="comma-separated, from: " + ", ".join(VARIANTS))
     parser.add_argument("--out", required=True)
     parser.add_argument("--show-steps", default="",
-                        help="comma-separated plan steps whose tuner candidates to print")
+                        help="comma-separated plan steps whose three best candidates to print")
     args = parser.parse_args()
     chosen = {"serial", *args.variants.split(",")}  # serial: the reference of rel_vs_serial
     unknown = chosen - set(VARIANTS)
@@ -120,9 +124,11 @@ def main() -> None:
                      "config": cfg, "taken": taken})
             timed = executor._timed.get(tuple(x.shape), []) if executor else []
             for i in [int(v) for v in args.show_steps.split(",") if v]:
-                for ms_i, cfg in timed[i] if i < len(timed) else []:
-                    print(f"b={batch:<3} {name:20s} step {i}: {cfg.short():24s} {1e3 * ms_i:8.1f} us",
-                          flush=True)
+                for ms_i, cfg in (timed[i] if i < len(timed) else [])[:3]:
+                    step = executor.plan.steps[i]  # type: ignore[union-attr]
+                    what = getattr(step, "out", None) or f"tail of {step.y}"
+                    print(f"b={batch:<3} {name:20s} step {i} ({what}): {cfg.short():24s} "
+                          f"{1e3 * ms_i:8.1f} us", flush=True)
                     report.setdefault("candidates", []).append(
                         {"batch": batch, "variant": name, "step": i, "config": cfg.short(),
                          "ms": ms_i})

@@ -11,7 +11,8 @@ unless that was done) and emits two kinds of step:
   optionally stores ``t``, optionally continues with an HRNet fuse output
   ``relu(t + sum_k term_k + bias)`` and optionally with the 1×1 head on that.
 
-How BlurBall maps onto them (67 steps; :mod:`ttball.kernels.executor` runs one kernel each):
+How BlurBall maps onto them (67 steps without ``project_terms``, 73 with;
+:mod:`ttball.kernels.executor` runs one kernel each):
 
 - Bottleneck: ``conv3(h) + downsample(x)`` is one Conv with two 1×1 terms (the 128-channel
   full-resolution downsample output is never written).
@@ -21,6 +22,12 @@ How BlurBall maps onto them (67 steps; :mod:`ttball.kernels.executor` runs one k
   from a finer branch is a term too; the identity is an addend. Output 0 has no conv at its
   resolution, so it is produced by branch 0's last SqueezeTail.
 - Only outputs used later are built: stage 4 computes output 0 alone, with the head fused.
+- ``project_terms`` (the default): each upsampled 1×1 term of branch 0's last SqueezeTail
+  (16 output channels from 32, 64 or 128) is computed at its source's resolution by a Conv
+  step of its own, and the tail adds that 16-channel map (a term with ``add``: identity
+  weight). A 1×1 convolution commutes with nearest upsampling, so this is the same sum; it
+  reads each coarse pixel's channels once instead of once per fine pixel (4-64 times) and
+  rounds the term to FP16 once more. 73 steps instead of 67.
 
 Buffers are NHWC tensors ``(B, H >> level, W >> level, channels)``; ``input`` is the network's
 ``(B, 9, H, W)`` batch seen as NHWC, ``logits`` the ``(B, 3, H, W)`` output seen as NHWC.
@@ -55,6 +62,7 @@ class Term:
     weight: Tensor
     stride: int = 1
     up: int = 0  # 1×1 only: ``src`` is 2**up coarser than the output, read at (h >> up, w >> up)
+    add: bool = False  # ``src`` added as it is: ``weight`` is the identity (no FLOPs counted)
 
     @property
     def ksize(self) -> int:
@@ -140,8 +148,9 @@ def _conv(gm: nn.Module, name: str) -> nn.Conv2d:
 class _Builder:
     """Emits steps while walking BlurBall's module tree (names as in ``blurball.py``)."""
 
-    def __init__(self, gm: nn.Module) -> None:
+    def __init__(self, gm: nn.Module, project_terms: bool = True) -> None:
         self.gm = gm
+        self.project_terms = project_terms
         self.plan = Plan()
         self.plan.buffers[INPUT] = Buffer(INPUT, 9, 0)
         self._count = 0
@@ -229,6 +238,8 @@ class _Builder:
         t = self._new(self.plan.buffers[x].channels, self._level(x)) if keep_t else None
         made = [self.term(f"{prefix}.fuse_layers.0.{j}.0", xs[j], up=j) for j in range(1, len(xs))]
         terms = tuple(m[0] for m in made)
+        if self.project_terms:
+            terms = tuple(self._project(t) for t in terms)
         bias = torch.stack([m[1] for m in made]).sum(0)
         fused = self._new(self.plan.buffers[x].channels, 0) if head is None else None
         head_step = None
@@ -242,6 +253,16 @@ class _Builder:
         )
         outs[0] = fused
         return t if t is not None else x
+
+    def _project(self, term: Term) -> Term:
+        """An upsampled 1×1 term as a Conv step at its source's resolution (no bias, no ReLU),
+        and the term that adds its output (``project_terms``)."""
+        cout = term.weight.shape[0]
+        if not term.up or term.ksize != 1 or term.cin < 2 * cout:
+            return term
+        out = self._new(cout, self._level(term.src), "p")
+        self.plan.steps.append(Conv(out, (Term(term.src, term.weight),), torch.zeros(cout)))
+        return Term(out, torch.eye(cout)[:, :, None, None], up=term.up, add=True)
 
     def _fuse_output(self, prefix: str, xs: list[str], i: int) -> str:
         """relu(sum_j path_j(x_j)) for output i > 0: one Conv, after any stride-2 intermediates."""
@@ -257,8 +278,9 @@ class _Builder:
         return self.conv(terms, addends=((xs[i], 0),))
 
 
-def build_plan(model: nn.Module) -> Plan:
-    """The step list of a BlurBall (BatchNorms folded here unless ``model`` has none left)."""
+def build_plan(model: nn.Module, project_terms: bool = True) -> Plan:
+    """The step list of a BlurBall (BatchNorms folded here unless ``model`` has none left);
+    ``project_terms``: see the module's docstring."""
     gm = model
     if any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
         from ttball.passes import fold_batchnorm
@@ -266,7 +288,7 @@ def build_plan(model: nn.Module) -> Plan:
         gm, _ = fold_batchnorm(model)
     if not isinstance(gm, fx.GraphModule | nn.Module):
         raise TypeError(f"expected a BlurBall module, got {type(model)}")
-    b = _Builder(gm)
+    b = _Builder(gm, project_terms)
     x = b.conv([("conv1", INPUT, 0)])
     x = b.conv([("conv2", x, 0)])
     h = b.conv([("layer1.0.conv1", x, 0)])
@@ -296,7 +318,7 @@ def step_cost(plan: Plan, step: Step, height: int, width: int) -> dict[str, int]
     out = step.out if isinstance(step, Conv) else step.y
     level = plan.buffers[out].level
     pixels = (height >> level) * (width >> level)
-    flops = sum(2 * pixels * t.weight.numel() for t in step.terms)
+    flops = sum(2 * pixels * t.weight.numel() for t in step.terms if not t.add)
     reads = [t.src for t in step.terms]
     if isinstance(step, Conv):
         reads += [name for name, _ in step.addends]
