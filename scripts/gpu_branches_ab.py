@@ -19,8 +19,9 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
   graph (triton-fp16-branches-refined; what it changed is printed and saved);
 - ``branches+direct-noproject``: the plan without the coarse terms' projections
-  (``build_plan(project_terms=False)``: branch 0's last tails compute the upsampled 1×1 terms
-  at full resolution);
+  (``build_plan(project_terms="off")``: branch 0's last tails compute the upsampled 1×1 terms
+  at full resolution); ``branches+direct+projconv``: projected by 1×1 Conv steps of their own
+  (``"conv"``) instead of in the tails that produce their sources (``"tail"``, the default);
 - ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
   buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
   graph's static input.
@@ -64,7 +65,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
     "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
-    "branches+direct-noproject": {"branches": True, "direct": True, "project": False},
+    "branches+direct-noproject": {"branches": True, "direct": True, "project": "off"},
+    "branches+direct+projconv": {"branches": True, "direct": True, "project": "conv"},
 }
 
 

@@ -50,6 +50,10 @@ def run_both(step: SqueezeTail, bufs: dict[str, Tensor], device: torch.device,
     outs = [n for n in (step.out, step.fused) if n]
     for name in outs:
         dev_bufs[name] = torch.empty(B, H, W, c, device=device, dtype=torch.float16)
+    if step.proj:
+        n = step.proj.weight.shape[0]
+        dev_bufs[step.proj.out] = torch.empty(B, H, W, n, device=device, dtype=torch.float16)
+        outs.append(step.proj.out)
     logits = None
     if step.head:
         logits = torch.empty(B, step.head.weight.shape[0], H, W, device=device)
@@ -88,3 +92,12 @@ def test_fuse_output_into_the_head(device: torch.device) -> None:
     head = Head("logits", fp16_exact(3, 16, scale=0.25), fp16_exact(3))
     step = se_tail(16, terms=_fuse_terms(), bias=fp16_exact(16), head=head)
     run_both(step, _fuse_bufs(), device, 64)
+
+
+@pytest.mark.parametrize("channels", [32, 128])
+def test_projection_of_a_coarse_branch_output(device: torch.device, channels: int) -> None:
+    """A coarser branch's last block (``project_terms="tail"``): stores t and its 1×1 map to
+    16 channels (FP16, t's resolution), the term branch 0's tail then adds."""
+    proj = Head("p", fp16_exact(16, channels, scale=channels**-0.5), torch.zeros(16))
+    step = se_tail(channels, out="t", proj=proj)
+    run_both(step, {"y": nhwc(channels, 0), "r": nhwc(channels, 0)}, device, 64)

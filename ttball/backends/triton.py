@@ -1,5 +1,5 @@
 """BlurBall on our own Triton kernels (issue 9): BN folded, FP16 weights, NHWC FP16 activations,
-one fused kernel per step of :func:`ttball.kernels.build_plan` (73 steps + 1 memset per call).
+one fused kernel per step of :func:`ttball.kernels.build_plan` (67 steps + 1 memset per call).
 
 ``triton-fp16`` captures the whole plan into one CUDA graph per input shape, after a first call
 that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp16-nograph``
@@ -20,9 +20,9 @@ of a residual block where that measures faster, built at first use with nvcc;
 chosen again by timing the whole graph, since side by side the steps compete for the SMs
 (:mod:`ttball.kernels.refine`).
 Option ``tune=False`` skips the per-shape tuning
-and uses each step's default configuration; ``project=False`` builds the plan without the
-coarse terms' projections (:func:`ttball.kernels.build_plan`'s ``project_terms``: 67 steps
-instead of 73).
+and uses each step's default configuration; ``project`` ("tail", "conv" or "off") is
+:func:`ttball.kernels.build_plan`'s ``project_terms``: where the fuse outputs' coarse terms
+are computed.
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
 
@@ -98,11 +98,13 @@ class TritonBackend(BackendBase):
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
         branches: bool = False, direct: bool = False, refine: bool = False,
-        project: bool = True, **options: Any,
+        project: str = "tail", **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
             raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
+        if project not in ("tail", "conv", "off"):
+            raise UserError(f"triton option project: 'tail', 'conv' or 'off', got {project!r}")
         reason = triton_missing(device)
         if reason is None and pdl:
             reason = pdl_missing(device)

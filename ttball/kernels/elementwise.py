@@ -8,8 +8,11 @@ multiply-adds, cheaper than a launch), then ``t = relu(y * s + residual)``. Opti
 stored; optionally ``f = relu(t + bias + sum_k term_k)`` follows, with up to three 1×1 terms read
 from coarser NHWC buffers at ``(h >> UP, w >> UP)`` (see :func:`ttball.kernels.conv.accumulate`),
 and ``f`` is stored or mapped by the head ``(C → HEAD_N)`` and stored as float32 with any strides
-(the network's ``(B, 3, H, W)`` logits). ``PDL``: see :mod:`ttball.kernels.gdc` (the SE
-weights are loaded before the wait for the previous kernel).
+(the network's ``(B, 3, H, W)`` logits). Without terms, ``PROJ`` maps ``t`` by a 1×1
+``(C → HEAD_PAD)`` weight (the head's pointers) and stores it to ``f`` at ``t``'s resolution:
+a coarse term of a finer branch's fuse output, computed once per coarse pixel
+(:func:`ttball.kernels.build_plan`'s ``project_terms``). ``PDL``: see
+:mod:`ttball.kernels.gdc` (the SE weights are loaded before the wait for the previous kernel).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def se_tail_kernel(
     C2: tl.constexpr, U2: tl.constexpr, BK2: tl.constexpr,
     C3: tl.constexpr, U3: tl.constexpr, BK3: tl.constexpr,
     HEAD: tl.constexpr, HEAD_N: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, PDL: tl.constexpr = False, PROJ: tl.constexpr = False,
 ):
     b = tl.program_id(1)
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -55,6 +58,12 @@ def se_tail_kernel(
     t = tl.maximum(y * gate[None, :] + r, 0.0)
     if STORE_T:
         tl.store(t_ptr + offs, t.to(t_ptr.dtype.element_ty), mask=mask)
+    if PROJ:
+        rn = tl.arange(0, HEAD_PAD)
+        pw = tl.load(hw_ptr + rc[:, None] * HEAD_PAD + rn[None, :])
+        p = tl.dot(t.to(tl.float16), pw)
+        out = f_ptr + b.to(tl.int64) * sob + (m // Wo)[:, None] * soh + (m % Wo)[:, None] * sow
+        tl.store(out + rn[None, :] * soc, p.to(f_ptr.dtype.element_ty), mask=mask)
     if N_TERMS > 0:
         ho = m // Wo
         wo = m % Wo

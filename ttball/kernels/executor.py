@@ -214,8 +214,9 @@ def pair_waits(waits: list[list[int]], configs: list[Config]) -> list[list[int]]
 
 
 def tail_configs(step: SqueezeTail, pixels: int) -> list[Config]:
-    """About 8 k elements per program for the elementwise tail; 64-128 pixels with 1×1 terms."""
-    if step.terms:
+    """About 8 k elements per program for the elementwise tail; 64-128 pixels with 1×1 terms
+    or a projection."""
+    if step.terms or step.proj is not None:
         return [Config(128, 4, 2), Config(64, 4, 2)]
     rows = max(32, 8192 // step.channels)
     if pixels < 132 * rows:
@@ -429,7 +430,14 @@ class _TailLaunch:
             head_pad = self.head_w.shape[1]
             self.head_b = torch.zeros(head_pad, device=device)
             self.head_b[:head_n] = step.head.bias.to(device)
-        meta.update(HEAD=step.head is not None, HEAD_N=head_n, HEAD_PAD=head_pad)
+        if step.proj is not None:  # the head's pointers carry the projection (no terms)
+            self.head_w = pack_weight(step.proj.weight[:, :, None, None], device)
+            head_n, head_pad = step.proj.weight.shape[0], self.head_w.shape[1]
+            if step.terms or step.head is not None or head_n != head_pad:
+                raise ValueError(f"{step.y}: a projection needs a tail without terms or head, "
+                                 "and 16, 32, ... output channels")
+        meta.update(HEAD=step.head is not None, HEAD_N=head_n, HEAD_PAD=head_pad,
+                    PROJ=step.proj is not None)
         self.meta = meta
 
     def configs(self, bufs: dict[str, Tensor]) -> list[Config]:
@@ -453,6 +461,8 @@ class _TailLaunch:
                 pairs += [y, self.bias]
         if step.head is not None:
             f = bufs[step.head.out]
+        elif step.proj is not None:
+            f = _nhwc(bufs[step.proj.out])
         elif step.fused is not None:
             f = _nhwc(bufs[step.fused])
         else:

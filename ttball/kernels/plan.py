@@ -11,8 +11,7 @@ unless that was done) and emits two kinds of step:
   optionally stores ``t``, optionally continues with an HRNet fuse output
   ``relu(t + sum_k term_k + bias)`` and optionally with the 1×1 head on that.
 
-How BlurBall maps onto them (67 steps without ``project_terms``, 73 with;
-:mod:`ttball.kernels.executor` runs one kernel each):
+How BlurBall maps onto them (67 steps; :mod:`ttball.kernels.executor` runs one kernel each):
 
 - Bottleneck: ``conv3(h) + downsample(x)`` is one Conv with two 1×1 terms (the 128-channel
   full-resolution downsample output is never written).
@@ -22,12 +21,14 @@ How BlurBall maps onto them (67 steps without ``project_terms``, 73 with;
   from a finer branch is a term too; the identity is an addend. Output 0 has no conv at its
   resolution, so it is produced by branch 0's last SqueezeTail.
 - Only outputs used later are built: stage 4 computes output 0 alone, with the head fused.
-- ``project_terms`` (the default): each upsampled 1×1 term of branch 0's last SqueezeTail
-  (16 output channels from 32, 64 or 128) is computed at its source's resolution by a Conv
-  step of its own, and the tail adds that 16-channel map (a term with ``add``: identity
-  weight). A 1×1 convolution commutes with nearest upsampling, so this is the same sum; it
-  reads each coarse pixel's channels once instead of once per fine pixel (4-64 times) and
-  rounds the term to FP16 once more. 73 steps instead of 67.
+- ``project_terms``: each upsampled 1×1 term of branch 0's last SqueezeTail (16 output
+  channels from 32, 64 or 128) is computed at its source's resolution, and that tail adds the
+  16-channel map (a term with ``add``: identity weight). A 1×1 convolution commutes with
+  nearest upsampling, so this is the same sum; it reads each coarse pixel's channels once
+  instead of once per fine pixel (4-64 times) and rounds the term to FP16 once more.
+  ``"tail"`` (the default) computes the map in the SqueezeTail that produces the source (its
+  ``proj``), ``"conv"`` in a 1×1 Conv step of its own after it (73 steps instead of 67),
+  ``"off"`` not at all (the terms at full resolution, as the module computes them).
 
 Buffers are NHWC tensors ``(B, H >> level, W >> level, channels)``; ``input`` is the network's
 ``(B, 9, H, W)`` batch seen as NHWC, ``logits`` the ``(B, 3, H, W)`` output seen as NHWC.
@@ -36,7 +37,7 @@ Weights stay float32 in the plan (canonical ``(Cout, Cin, k, k)``); executors co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, fx, nn
@@ -102,7 +103,8 @@ class Head:
 class SqueezeTail:
     """``t = relu(y * sigmoid(fc2 @ relu(fc1 @ (se_sum / HW))) + residual)`` stored to ``out``
     (if set); then, with ``terms``, ``f = relu(t + sum(terms) + bias)`` stored to ``fused`` or
-    passed through ``head``. ``fc1 (C/16, C)``, ``fc2 (C, C/16)``: the SE's bias-free Linears."""
+    passed through ``head``; or (no terms) ``proj.weight @ t`` stored to ``proj.out``.
+    ``fc1 (C/16, C)``, ``fc2 (C, C/16)``: the SE's bias-free Linears."""
 
     y: str
     residual: str
@@ -114,6 +116,7 @@ class SqueezeTail:
     bias: Tensor | None = None
     fused: str | None = None
     head: Head | None = None
+    proj: Head | None = None  # ``t`` through a 1×1 (no bias), stored FP16 at t's resolution
 
     @property
     def channels(self) -> int:
@@ -134,7 +137,8 @@ class Plan:
     def outputs(self, step: Step) -> list[str]:
         if isinstance(step, Conv):
             return [step.out]
-        names = [step.out, step.fused, step.head.out if step.head else None]
+        names = [step.out, step.fused, step.head.out if step.head else None,
+                 step.proj.out if step.proj else None]
         return [n for n in names if n]
 
 
@@ -148,7 +152,7 @@ def _conv(gm: nn.Module, name: str) -> nn.Conv2d:
 class _Builder:
     """Emits steps while walking BlurBall's module tree (names as in ``blurball.py``)."""
 
-    def __init__(self, gm: nn.Module, project_terms: bool = True) -> None:
+    def __init__(self, gm: nn.Module, project_terms: str = "tail") -> None:
         self.gm = gm
         self.project_terms = project_terms
         self.plan = Plan()
@@ -238,7 +242,7 @@ class _Builder:
         t = self._new(self.plan.buffers[x].channels, self._level(x)) if keep_t else None
         made = [self.term(f"{prefix}.fuse_layers.0.{j}.0", xs[j], up=j) for j in range(1, len(xs))]
         terms = tuple(m[0] for m in made)
-        if self.project_terms:
+        if self.project_terms != "off":
             terms = tuple(self._project(t) for t in terms)
         bias = torch.stack([m[1] for m in made]).sum(0)
         fused = self._new(self.plan.buffers[x].channels, 0) if head is None else None
@@ -255,13 +259,21 @@ class _Builder:
         return t if t is not None else x
 
     def _project(self, term: Term) -> Term:
-        """An upsampled 1×1 term as a Conv step at its source's resolution (no bias, no ReLU),
-        and the term that adds its output (``project_terms``)."""
+        """An upsampled 1×1 term computed at its source's resolution (no bias, no ReLU) by
+        the tail that produces the source or by a Conv step, and the term that adds it
+        (``project_terms``)."""
         cout = term.weight.shape[0]
         if not term.up or term.ksize != 1 or term.cin < 2 * cout:
             return term
         out = self._new(cout, self._level(term.src), "p")
-        self.plan.steps.append(Conv(out, (Term(term.src, term.weight),), torch.zeros(cout)))
+        steps = self.plan.steps
+        producer = next((i for i, s in enumerate(steps) if term.src in self.plan.outputs(s)))
+        tail = steps[producer]
+        if (self.project_terms == "tail" and isinstance(tail, SqueezeTail) and tail.out == term.src
+                and not tail.terms and tail.proj is None):
+            steps[producer] = replace(tail, proj=Head(out, term.weight[:, :, 0, 0], torch.zeros(cout)))
+        else:
+            steps.append(Conv(out, (Term(term.src, term.weight),), torch.zeros(cout)))
         return Term(out, torch.eye(cout)[:, :, None, None], up=term.up, add=True)
 
     def _fuse_output(self, prefix: str, xs: list[str], i: int) -> str:
@@ -278,9 +290,11 @@ class _Builder:
         return self.conv(terms, addends=((xs[i], 0),))
 
 
-def build_plan(model: nn.Module, project_terms: bool = True) -> Plan:
+def build_plan(model: nn.Module, project_terms: str = "tail") -> Plan:
     """The step list of a BlurBall (BatchNorms folded here unless ``model`` has none left);
-    ``project_terms``: see the module's docstring."""
+    ``project_terms``: ``"tail"``, ``"conv"`` or ``"off"``, see the module's docstring."""
+    if project_terms not in ("tail", "conv", "off"):
+        raise ValueError(f"project_terms: 'tail', 'conv' or 'off', got {project_terms!r}")
     gm = model
     if any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
         from ttball.passes import fold_batchnorm
@@ -324,8 +338,9 @@ def step_cost(plan: Plan, step: Step, height: int, width: int) -> dict[str, int]
         reads += [name for name, _ in step.addends]
     else:
         reads += [step.y, step.residual]
-        if step.head is not None:
-            flops += 2 * pixels * step.head.weight.numel()
+        for head in (step.head, step.proj):
+            if head is not None:
+                flops += 2 * pixels * head.weight.numel()
     read = sum(_bytes(plan, n, height, width) for n in dict.fromkeys(reads))
     written = sum(_bytes(plan, n, height, width) for n in plan.outputs(step))
     return {"flops": flops, "bytes_read": read, "bytes_written": written}

@@ -53,6 +53,8 @@ def run_tail(step: SqueezeTail, bufs: dict[str, Tensor], sums: dict[str, Tensor]
     t = torch.relu(y * scale[:, None, None, :] + bufs[step.residual])
     if step.out:
         bufs[step.out] = t
+    if step.proj:
+        bufs[step.proj.out] = t @ step.proj.weight.to(t).T + step.proj.bias.to(t)
     if not step.terms:
         return
     assert step.bias is not None
