@@ -92,7 +92,8 @@ class Conv:
 
 @dataclass(frozen=True, eq=False)
 class Head:
-    """``out = weight (Cout, C) @ x + bias``: the 1×1 output layer, written as float32."""
+    """``out = weight (Cout, C) @ x + bias``: the 1×1 output layer (written as float32), or
+    a SqueezeTail's projection (``proj``, FP16)."""
 
     out: str
     weight: Tensor
@@ -243,7 +244,7 @@ class _Builder:
         made = [self.term(f"{prefix}.fuse_layers.0.{j}.0", xs[j], up=j) for j in range(1, len(xs))]
         terms = tuple(m[0] for m in made)
         if self.project_terms != "off":
-            terms = tuple(self._project(t) for t in terms)
+            terms = tuple(self._project(term) for term in terms)
         bias = torch.stack([m[1] for m in made]).sum(0)
         fused = self._new(self.plan.buffers[x].channels, 0) if head is None else None
         head_step = None
@@ -267,11 +268,12 @@ class _Builder:
             return term
         out = self._new(cout, self._level(term.src), "p")
         steps = self.plan.steps
-        producer = next((i for i, s in enumerate(steps) if term.src in self.plan.outputs(s)))
+        producer = next(i for i, s in enumerate(steps) if term.src in self.plan.outputs(s))
         tail = steps[producer]
-        if (self.project_terms == "tail" and isinstance(tail, SqueezeTail) and tail.out == term.src
-                and not tail.terms and tail.proj is None):
-            steps[producer] = replace(tail, proj=Head(out, term.weight[:, :, 0, 0], torch.zeros(cout)))
+        if (self.project_terms == "tail" and isinstance(tail, SqueezeTail)
+                and tail.out == term.src and not tail.terms and tail.proj is None):
+            proj = Head(out, term.weight[:, :, 0, 0], torch.zeros(cout))
+            steps[producer] = replace(tail, proj=proj)
         else:
             steps.append(Conv(out, (Term(term.src, term.weight),), torch.zeros(cout)))
         return Term(out, torch.eye(cout)[:, :, None, None], up=term.up, add=True)
