@@ -17,6 +17,7 @@ from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
     INPUT_KERNELS,
+    TWO_BLOCKS,
     KERNEL_SOURCE,
     KERNELS,
     PAIRS,
@@ -85,7 +86,8 @@ def _compiled() -> set[tuple[int, int, int, int]]:
     """(Cin, Cout, TH, TW) of every kernel the CUDA dispatch instantiates."""
     macro = re.findall(r"TTBALL_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
     pairs = re.findall(r"TTBALL_TILES\((\d+), (\d+)\)", KERNEL_SOURCE)
-    single = re.findall(r"TTBALL_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    single = re.findall(r"TTBALL_TILE(?:_2BLOCKS)?\((\d+), (\d+), (\d+), (\d+)\)",
+                        KERNEL_SOURCE)
     out = {(int(c), int(o), int(h), int(w)) for c, o in pairs for h, w in macro}
     return out | {tuple(int(v) for v in t) for t in single}
 
@@ -96,6 +98,16 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
     for (cin, cout) in KERNELS:
         for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
+
+
+def test_two_blocks_an_sm_fit_in_registers_and_shared_memory() -> None:
+    """The two-blocks-an-SM tiles: two blocks' shared memory (halo, weights, SE sums and the
+    1 KB the driver reserves) within an H200 SM's 228 KB."""
+    for cin, cout, rows, cols in TWO_BLOCKS:
+        assert (cin, cout) in KERNELS and (rows, cols) in KERNELS[cin, cout]
+        halo = (rows + 2) * (cols + 2) * cin * 2
+        one_block = halo + 9 * cin * cout * 2 + (cout * 4 + 127) // 128 * 128 + 1024
+        assert 2 * one_block <= 228 * 1024
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -115,7 +127,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
-    assert len(set(kernels)) == len(CASES)
+    two = re.findall(r"Function properties for (\S*conv3x3_direct2_kernel\S*)", done.stderr)
+    assert len(set(kernels)) + len(set(two)) == len(CASES) and len(set(two)) == len(TWO_BLOCKS)
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
     assert len(set(inputs)) == len(INPUT_CASES)
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)

@@ -273,7 +273,10 @@ struct Shape {
 // persistent, so the weights are loaded once per block). The body is a device function so
 // that the input's kernel can have launch bounds of its own: a second __launch_bounds__
 // argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
-template <int CIN, int COUT, int TH, int TW, int SRC_C>
+// TAPS_UNROLLED false: the nine taps in a loop (the k steps of a tap still unrolled), for
+// fewer registers: 94 instead of 255 for 128 -> 16, where the unrolled body spills at the
+// two-blocks-an-SM cap of 128.
+template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TAPS_UNROLLED = true>
 __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
                                             const half* __restrict__ w,
                                             const float* __restrict__ bias,
@@ -336,7 +339,7 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
     if (!skip_mma) {
-#pragma unroll
+#pragma unroll (TAPS_UNROLLED ? 9 : 1)
       for (int tap = 0; tap < 9; ++tap) {
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
@@ -414,6 +417,23 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
                       int pipelined, int skip_mma) {
   direct_conv<CIN, COUT, TH, TW, 0>(out, x, w, bias, se_sum, B, H, W, relu, has_sum, pipelined,
                                     skip_mma);
+}
+
+// Two blocks an SM (registers capped to fit): for 128 -> 16, whose single-block kernel runs 8
+// warps an SM at 255 registers and waits on its own MMAs and ldmatrix loads (Nsight Compute,
+// fourteenth session). With a 14 x 16 tile a block (7 warps) takes 111 KB of shared memory
+// without the second halo buffer, so two fit an SM and one's halo copy overlaps the other's
+// MMAs. Its taps are not unrolled (TAPS_UNROLLED), which keeps it at 94 registers without
+// spills (unrolled, it spilled 424 bytes at the cap). A kernel of its own: a second
+// __launch_bounds__ argument changes the register allocation (see direct_conv).
+template <int CIN, int COUT, int TH, int TW>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32, 2)
+conv3x3_direct2_kernel(half* __restrict__ out, const half* __restrict__ x,
+                       const half* __restrict__ w, const float* __restrict__ bias,
+                       float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                       int pipelined, int skip_mma) {
+  direct_conv<CIN, COUT, TH, TW, 0, false>(out, x, w, bias, se_sum, B, H, W, relu, has_sum,
+                                           pipelined, skip_mma);
 }
 
 // The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
@@ -601,6 +621,19 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
                               relu, has_sum, pipelined, skip_mma);
 }
 
+// The two-blocks-an-SM kernel (conv3x3_direct2_kernel), launched like `launch`.
+template <int CIN, int COUT, int TH, int TW>
+cudaError_t launch2(half* out, const half* x, const half* w, const float* bias, float* se_sum,
+                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
+                    int max_blocks, cudaStream_t stream) {
+  using S = Shape<CIN, COUT, TH, TW>;
+  static int resident[64] = {};
+  return launch_tiles<TH, TW>(conv3x3_direct2_kernel<CIN, COUT, TH, TW>, S::WARPS * 32,
+                              S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
+                              pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
+                              relu, has_sum, pipelined, skip_mma);
+}
+
 // The input's kernel: one halo buffer in either schedule.
 template <int COUT, int TH, int TW, int SRC_C>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
@@ -633,6 +666,12 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
+// a tile of the two-blocks-an-SM kernel
+#define TTBALL_TILE_2BLOCKS(CIN, COUT, TH, TW)                                             \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
+    return (int)ttball_direct::launch2<CIN, COUT, TH, TW>(                                  \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
@@ -645,6 +684,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
+  TTBALL_TILE_2BLOCKS(128, 16, 14, 16)
   return -1;
 }
 

@@ -71,12 +71,18 @@ from ttball.kernels.plan import INPUT, Conv
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
-# 37 KB. 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-2.1×
-# slower than Triton on all four of its shapes, so it is not built (triton-h200.md).
+# 37 KB. Its 14 × 16 tile is :data:`TWO_BLOCKS`' (fourteenth session: built, not yet measured).
+# 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-2.1× slower
+# than Triton on all four of its shapes, so it is not built (triton-h200.md).
 KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
-    (128, 16): ((8, 16), (8, 32), (16, 16)),
+    (128, 16): ((8, 16), (8, 32), (16, 16), (14, 16)),
 }
+# (Cin, Cout, rows, columns) of the tiles that direct.cu runs with conv3x3_direct2_kernel: two
+# blocks an SM (registers capped, taps not unrolled: 96 registers), for the 8 warps an SM at
+# 255 registers that Nsight Compute found holding 128 → 16 back; one block per tile 111 KB of
+# shared memory (the tuner's persistent schedule of it keeps one block an SM).
+TWO_BLOCKS: frozenset[tuple[int, int, int, int]] = frozenset({(128, 16, 14, 16)})
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
