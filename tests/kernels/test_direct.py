@@ -17,10 +17,10 @@ from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
     INPUT_KERNELS,
-    TWO_BLOCKS,
     KERNEL_SOURCE,
     KERNELS,
     PAIRS,
+    TWO_BLOCKS,
     build_library,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -110,6 +110,23 @@ def test_two_blocks_an_sm_fit_in_registers_and_shared_memory() -> None:
         assert 2 * one_block <= 228 * 1024
 
 
+def test_only_the_input_kernel_is_offered_with_its_halo_staged(model: BlurBall) -> None:
+    from ttball.kernels.executor import direct_configs
+    from ttball.kernels.plan import INPUT
+
+    for step in build_plan(model).steps:
+        if isinstance(step, Conv) and direct_applies(step):
+            stages = {c.num_stages for c in direct_configs(step, 288 * 512)}
+            assert stages == ({1, 2, 3} if step.terms[0].src == INPUT else {1, 2})
+
+
+def test_staging_needs_the_persistent_grid() -> None:
+    with pytest.raises(ValueError, match="staged needs pipelined"):
+        conv3x3_direct_input(torch.empty(1, 16, 16, 64, dtype=torch.float16),
+                             torch.zeros(1, 9, 16, 16), torch.zeros(144, 64), torch.zeros(64),
+                             (8, 16), relu=True, staged=True)
+
+
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
     assert "CUDA" in (direct_missing(torch.device("cpu")) or "")
 
@@ -130,7 +147,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     two = re.findall(r"Function properties for (\S*conv3x3_direct2_kernel\S*)", done.stderr)
     assert len(set(kernels)) + len(set(two)) == len(CASES) and len(set(two)) == len(TWO_BLOCKS)
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
-    assert len(set(inputs)) == len(INPUT_CASES)
+    assert len(set(inputs)) == 2 * len(INPUT_CASES)  # each with its halo staged or not
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
@@ -232,7 +249,8 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
 def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: int,
                                                                tile: tuple[int, int]) -> None:
     """The stem's first convolution read from the FP32 NCHW batch: odd sizes (partial tiles),
-    ReLU or not, one block per tile and a persistent grid of 3 blocks."""
+    ReLU or not, one block per tile, a persistent grid of 3 blocks, and that grid with the
+    halo staged by cp.async."""
     from ttball.kernels.conv import pack_weight
 
     if direct_missing(DEVICE):
@@ -241,10 +259,11 @@ def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: i
     x = torch.randn(2, cin, 19, 45, generator=g).to(DEVICE)
     weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
     bias = torch.randn(cout, generator=g).to(DEVICE)
-    for relu, pipelined in ((False, False), (True, False), (True, True)):
+    for relu, pipelined, staged in ((False, False, False), (True, False, False),
+                                    (True, True, False), (False, True, True)):
         out = torch.full((2, 19, 45, cout), float("nan"), dtype=torch.half, device=DEVICE)
         conv3x3_direct_input(out, x, pack_weight(weight.cpu(), DEVICE), bias, tile, relu,
-                             pipelined=pipelined, max_blocks=3)
+                             pipelined=pipelined, max_blocks=3, staged=staged)
         want, _ = _reference(x.half().permute(0, 2, 3, 1), weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
 

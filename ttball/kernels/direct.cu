@@ -97,6 +97,44 @@ __device__ __forceinline__ void load_halo_nchw(half* halo, const float* __restri
   }
 }
 
+// The same halo staged instead: tile t's SRC_C x (TH + 2) x (TW + 2) FP32 values copied by
+// 4-byte cp.async into `stage` (channel-major: consecutive threads read consecutive columns),
+// zeros outside the image; completes with the caller's wait_group. convert_stage then writes
+// it to the FP16 halo as load_halo_nchw does. So the next tile's loads can be in flight while
+// this one's MMAs run (Nsight Compute found the synchronous loads the kernel's main stall).
+template <int TH, int TW, int SRC_C>
+__device__ __forceinline__ void issue_stage(float* stage, const float* __restrict__ x, int t,
+                                            int tiles_w, int tiles_img, int H, int W) {
+  constexpr int HALO_W = TW + 2, HALO = (TH + 2) * HALO_W;
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const size_t plane = (size_t)H * W;
+  const float* xb = x + (size_t)b * SRC_C * plane;
+  for (int i = threadIdx.x; i < SRC_C * HALO; i += blockDim.x) {
+    const int c = i / HALO, p = i % HALO;
+    const int hh = h0 - 1 + p / HALO_W, ww = w0 - 1 + p % HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const float* src = inside ? xb + c * plane + (size_t)hh * W + ww : x;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(stage + i)), "l"(src), "r"(inside ? 4 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int CIN, int TH, int TW, int SRC_C>
+__device__ __forceinline__ void convert_stage(half* halo, const float* stage) {
+  constexpr int HALO = (TH + 2) * (TW + 2), CH = CIN / 8;
+  for (int p = threadIdx.x; p < HALO; p += blockDim.x) {
+    __align__(16) half v[CIN];
+#pragma unroll
+    for (int c = 0; c < CIN; ++c) v[c] = __float2half_rn(c < SRC_C ? stage[c * HALO + p] : 0.f);
+#pragma unroll
+    for (int k = 0; k < CH; ++k)
+      *reinterpret_cast<uint4*>(halo + p * CIN + (k ^ swizzle<CH>(p)) * 8) =
+          reinterpret_cast<const uint4*>(v)[k];
+  }
+}
+
 // Copies w ((9 * CIN, COUT) FP16, row tap * CIN + c) into shared memory, rows swizzled.
 template <int CIN, int COUT>
 __device__ __forceinline__ void load_weights(half* wsm, const half* __restrict__ w) {
@@ -276,7 +314,10 @@ struct Shape {
 // TAPS_UNROLLED false: the nine taps in a loop (the k steps of a tap still unrolled), for
 // fewer registers: 94 instead of 255 for 128 -> 16, where the unrolled body spills at the
 // two-blocks-an-SM cap of 128.
-template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TAPS_UNROLLED = true>
+// STAGED (SRC_C > 0): the input's halo staged by issue_stage, the next tile's while this one
+// computes (with `pipelined`), in two FP32 buffers after the FP16 halo.
+template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TAPS_UNROLLED = true,
+          bool STAGED = false>
 __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
                                             const half* __restrict__ w,
                                             const float* __restrict__ bias,
@@ -297,6 +338,10 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
   if constexpr (SRC_C == 0) issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
+  float* stages = reinterpret_cast<float*>(halos + S::HALO * CIN);  // STAGED: two buffers
+  if constexpr (STAGED && SRC_C > 0)
+    issue_stage<TH, TW, SRC_C>(stages, reinterpret_cast<const float*>(x), t, tiles_w, tiles_img,
+                               H, W);
   load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -323,6 +368,19 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     if constexpr (SRC_C == 0) {
       next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles,
                                 tiles_w, tiles_img, H, W);
+    } else if constexpr (STAGED) {
+      constexpr int STAGE = SRC_C * S::HALO;
+      if (next < ntiles) {
+        issue_stage<TH, TW, SRC_C>(stages + ((it + 1) & 1) * STAGE,
+                                   reinterpret_cast<const float*>(x), next, tiles_w, tiles_img,
+                                   H, W);
+        asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's stage, not the next one's
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+      }
+      __syncthreads();  // every thread's copies of this stage are visible
+      convert_stage<CIN, TH, TW, SRC_C>(halo, stages + (it & 1) * STAGE);
+      __syncthreads();
     } else {
       load_halo_nchw<CIN, TH, TW, SRC_C>(halo, reinterpret_cast<const float*>(x), t, tiles_w,
                                          tiles_img, H, W);
@@ -438,14 +496,17 @@ conv3x3_direct2_kernel(half* __restrict__ out, const half* __restrict__ x,
 
 // The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
 // (registers capped to fit) hide one block's loads behind another's MMAs.
-template <int CIN, int COUT, int TH, int TW, int SRC_C>
+// STAGED: the halo staged by cp.async (direct_conv's STAGED; fourteenth session, built after
+// the last device call, not measured yet).
+template <int CIN, int COUT, int TH, int TW, int SRC_C, bool STAGED = false>
 __global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32,
                                   Shape<CIN, COUT, TH, TW>::WARPS <= 4 ? 3 : 2)
 conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
                      const half* __restrict__ w, const float* __restrict__ bias, int B, int H,
                      int W, int relu, int pipelined, int skip_mma) {
-  direct_conv<CIN, COUT, TH, TW, SRC_C>(out, reinterpret_cast<const half*>(x), w, bias,
-                                        nullptr, B, H, W, relu, 0, pipelined, skip_mma);
+  direct_conv<CIN, COUT, TH, TW, SRC_C, true, STAGED>(out, reinterpret_cast<const half*>(x), w,
+                                                      bias, nullptr, B, H, W, relu, 0,
+                                                      pipelined, skip_mma);
 }
 
 // A residual block's two convolutions in one kernel: mid = relu(conv3x3(x, w1) + b1) is
@@ -634,16 +695,18 @@ cudaError_t launch2(half* out, const half* x, const half* w, const float* bias, 
                               relu, has_sum, pipelined, skip_mma);
 }
 
-// The input's kernel: one halo buffer in either schedule.
-template <int COUT, int TH, int TW, int SRC_C>
+// The input's kernel: one halo buffer in either schedule; STAGED adds two FP32 stages.
+template <int COUT, int TH, int TW, int SRC_C, bool STAGED = false>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
                          int H, int W, int relu, int pipelined, int skip_mma, int max_blocks,
                          cudaStream_t stream) {
   using S = Shape<16, COUT, TH, TW>;
+  constexpr int SMEM = S::SMEM1 + (STAGED ? 2 * SRC_C * S::HALO * 4 : 0);
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(conv3x3_input_kernel<16, COUT, TH, TW, SRC_C>, S::WARPS * 32,
-                              S::SMEM1, S::SMEM1, resident, B, H, W, pipelined, max_blocks,
-                              stream, out, x, w, bias, B, H, W, relu, pipelined, skip_mma);
+  return launch_tiles<TH, TW>(conv3x3_input_kernel<16, COUT, TH, TW, SRC_C, STAGED>,
+                              S::WARPS * 32, SMEM, SMEM, resident, B, H, W, pipelined,
+                              max_blocks, stream, out, x, w, bias, B, H, W, relu, pipelined,
+                              skip_mma);
 }
 
 template <int C, int TH, int TW>
@@ -688,7 +751,12 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   return -1;
 }
 
+// pipelined 2: the persistent grid with the halo staged by cp.async (STAGED)
 #define TTBALL_INPUT_TILE(SRC_C, COUT, TH, TW)                                            \
+  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW && pipelined == 2)             \
+    return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C, true>(                     \
+        (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
+        skip_mma, max_blocks, stream);                                                      \
   if (src_c == SRC_C && cout == COUT && th == TH && tw == TW)                               \
     return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C>(                           \
         (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \

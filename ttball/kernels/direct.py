@@ -302,13 +302,19 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
 
 def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
                          tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                         skip_mma: bool = False, max_blocks: int = 0) -> None:
+                         skip_mma: bool = False, max_blocks: int = 0,
+                         staged: bool = False) -> None:
     """The stem's first convolution from the network's input, on the current CUDA stream:
     ``out = relu?(conv3x3(x, w) + bias)`` with ``x`` the contiguous FP32 NCHW batch (its
     channels one of :data:`INPUT_KERNELS`, converted to FP16 and padded to 16 on chip) and
     ``out`` contiguous NHWC FP16. ``w``: :func:`ttball.kernels.conv.pack_weight` of the
     weight (16 rows per tap); the rest as for :func:`conv3x3_direct` (``pipelined``: a
-    persistent grid, each block loading its weights once; the halo loads are not overlapped)."""
+    persistent grid, each block loading its weights once; the halo loads are not overlapped).
+    ``staged`` (with ``pipelined``): each tile's FP32 halo is copied by ``cp.async`` into
+    shared memory while the previous tile computes, then converted there (fourteenth
+    session: built, not yet measured on a GPU)."""
+    if staged and not pipelined:
+        raise ValueError("conv3x3_direct_input: staged needs pipelined")
     if x.dim() != 4 or out.dim() != 4 or (out.shape[0], out.shape[1], out.shape[2]) != (
             x.shape[0], x.shape[2], x.shape[3]):
         raise ValueError(f"x {tuple(x.shape)} (NCHW) and out {tuple(out.shape)} (NHWC): the "
@@ -320,5 +326,6 @@ def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
     stream = torch.cuda.current_stream(x.device).cuda_stream
     rc = direct_library(x.device).ttball_conv3x3_direct_input(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(), batch, height, width,
-        channels, cout, rows, cols, relu, pipelined, skip_mma, max_blocks, stream)
+        channels, cout, rows, cols, relu, 2 if staged else int(pipelined), skip_mma, max_blocks,
+        stream)
     _result(rc, f"conv3x3_direct_input for {channels} -> {cout} channels, tile {rows}x{cols}")

@@ -73,7 +73,9 @@ class Config:
     ``block_m`` columns × ``rows`` output rows per program (other steps ignore it).
     ``direct`` > 0 runs a step :func:`~ttball.kernels.direct.direct_applies` to with the CUDA
     kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns,
-    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1.
+    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1; for the stem's
+    first convolution (the input kernel), ``num_stages`` 3 also stages the next tile's FP32
+    halo by ``cp.async``.
     ``programs`` > 0 (the conv kernel, not ``rows`` or ``direct``): a grid of that many
     programs, each looping over tiles, so the step leaves the rest of the GPU to the steps
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
@@ -193,7 +195,8 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     if not direct_applies(step):
         return []
     tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
-    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
+    schedules = (3, 2, 1) if step.terms[0].src == INPUT else (2, 1)
+    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in schedules]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -339,7 +342,8 @@ class _ConvLaunch:
             src, tile = bufs[step.terms[0].src], (cfg.direct, cfg.block_m)
             if step.terms[0].src == INPUT:  # the NHWC view of the FP32 NCHW batch
                 conv3x3_direct_input(bufs[step.out], src.permute(0, 3, 1, 2), self.weights[0],
-                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1)
+                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1,
+                                     staged=cfg.num_stages > 2)
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
