@@ -2,7 +2,9 @@
 one fused kernel per step of :func:`ttball.kernels.build_plan` (67 steps + 1 memset per call).
 
 ``triton-fp16`` captures the whole plan into one CUDA graph per input shape, after a first call
-that compiles and tunes each step (:mod:`ttball.kernels.executor`); ``triton-fp16-nograph``
+that compiles and tunes each step (:mod:`ttball.kernels.executor`); a caller that passes the
+same input buffer again gets graphs that read it in place instead of copying it in
+(:class:`~ttball.backends.cudagraph.GraphCache`'s ``by_address``); ``triton-fp16-nograph``
 launches the kernels one by one (for profiling; Python launch overhead dominates at batch 1);
 ``triton-fp16-pdl`` is ``triton-fp16`` with programmatic dependent launch between its kernels
 (Hopper and later, :mod:`ttball.kernels.gdc`); ``triton-fp16-tma`` lets the tuner also try
