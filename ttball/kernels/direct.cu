@@ -670,26 +670,21 @@ cudaError_t launch_tiles(Kernel kernel, int threads, int smem_max, int smem, int
   return cudaGetLastError();
 }
 
-template <int CIN, int COUT, int TH, int TW>
+// The single convolution's kernel for a tile: conv3x3_direct_kernel, or with TWO_BLOCKS the
+// two-blocks-an-SM conv3x3_direct2_kernel (only the one chosen is instantiated).
+template <int CIN, int COUT, int TH, int TW, bool TWO_BLOCKS>
+constexpr auto direct_kernel() {
+  if constexpr (TWO_BLOCKS) return conv3x3_direct2_kernel<CIN, COUT, TH, TW>;
+  else return conv3x3_direct_kernel<CIN, COUT, TH, TW>;
+}
+
+template <int CIN, int COUT, int TH, int TW, bool TWO_BLOCKS = false>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(conv3x3_direct_kernel<CIN, COUT, TH, TW>, S::WARPS * 32,
-                              S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
-                              pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
-                              relu, has_sum, pipelined, skip_mma);
-}
-
-// The two-blocks-an-SM kernel (conv3x3_direct2_kernel), launched like `launch`.
-template <int CIN, int COUT, int TH, int TW>
-cudaError_t launch2(half* out, const half* x, const half* w, const float* bias, float* se_sum,
-                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
-                    int max_blocks, cudaStream_t stream) {
-  using S = Shape<CIN, COUT, TH, TW>;
-  static int resident[64] = {};
-  return launch_tiles<TH, TW>(conv3x3_direct2_kernel<CIN, COUT, TH, TW>, S::WARPS * 32,
+  return launch_tiles<TH, TW>(direct_kernel<CIN, COUT, TH, TW, TWO_BLOCKS>(), S::WARPS * 32,
                               S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
                               pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
                               relu, has_sum, pipelined, skip_mma);
@@ -724,17 +719,14 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 
 }  // namespace ttball_direct
 
-#define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
+#define TTBALL_TILE_OF(CIN, COUT, TH, TW, TWO_BLOCKS)                                      \
   if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
-    return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
+    return (int)ttball_direct::launch<CIN, COUT, TH, TW, TWO_BLOCKS>(                       \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
+#define TTBALL_TILE(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, false)
 // a tile of the two-blocks-an-SM kernel
-#define TTBALL_TILE_2BLOCKS(CIN, COUT, TH, TW)                                             \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
-    return (int)ttball_direct::launch2<CIN, COUT, TH, TW>(                                  \
-        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
-        pipelined, skip_mma, max_blocks, stream);
+#define TTBALL_TILE_2BLOCKS(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, true)
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
@@ -753,12 +745,9 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
 
 // pipelined 2: the persistent grid with the halo staged by cp.async (STAGED)
 #define TTBALL_INPUT_TILE(SRC_C, COUT, TH, TW)                                            \
-  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW && pipelined == 2)             \
-    return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C, true>(                     \
-        (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
-        skip_mma, max_blocks, stream);                                                      \
   if (src_c == SRC_C && cout == COUT && th == TH && tw == TW)                               \
-    return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C>(                           \
+    return (int)(pipelined == 2 ? ttball_direct::launch_input<COUT, TH, TW, SRC_C, true>    \
+                                : ttball_direct::launch_input<COUT, TH, TW, SRC_C, false>)( \
         (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
         skip_mma, max_blocks, stream);
 
