@@ -1,6 +1,7 @@
-# Shared by gpu_serve_loadtest.sh, gpu_ray_loadtest.sh, gpu_direct.sh and gpu_refine.sh
+# Shared by gpu_serve_loadtest.sh, gpu_ray_loadtest.sh, gpu_direct.sh, gpu_refine.sh,
+# gpu_profile_stem.sh and gpu_candidates.sh
 # (sourced from the repository root): install_wheels, start_budget, elapsed/say/left against T0
-# and BUDGET_S, fetch URL, and pick_clip DIR.
+# and BUDGET_S, gpu_tests LIMIT ARGS, fetch URL, and pick_clip DIR.
 
 # install_wheels: the carried wheels (built for the GPU machine's Python 3.12) into /tmp/site,
 # once per machine and folder (a marker file per folder: later calls, and scripts started
@@ -37,6 +38,18 @@ start_budget() {
 elapsed() { echo $(( $(date +%s) - T0 )); }
 say() { echo "== [$(elapsed)s] $*"; }
 left() { echo $(( BUDGET_S - $(elapsed) )); }
+
+# gpu_tests LIMIT_S PYTEST_ARGS...: the GPU-marked tests into $OUT/tests.log under a time limit,
+# the log's tail printed; returns pytest's status.
+gpu_tests() {
+  local limit="$1" rc
+  shift
+  timeout -k 10 "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" \
+    > "$OUT/tests.log" 2>&1
+  rc=$?
+  tail -n 15 "$OUT/tests.log"
+  return "$rc"
+}
 
 # fetch URL: the body on stdout; fails on a non-2xx answer (curl -f, or Python if curl is missing)
 if command -v curl > /dev/null; then

@@ -22,11 +22,7 @@ trap 'tar czf "$DEST/candidates.tgz" --exclude=images -C "$OUT" . 2>/dev/null;
       cp "$OUT/tests.log" "$OUT/candidates-ab.json" "$DEST/" 2>/dev/null' EXIT
 
 say "tests"
-timeout -k 10 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_direct.py \
-  > "$OUT/tests.log" 2>&1
-rc=$?
-tail -n 5 "$OUT/tests.log"
-[ "$rc" -eq 0 ] || { say "tests failed (rc=$rc): stop"; exit 1; }
+gpu_tests 200 tests/kernels/test_direct.py || { say "tests failed (rc=$?): stop"; exit 1; }
 
 say "network A/B (limit 200s)"
 timeout -k 10 200 python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \

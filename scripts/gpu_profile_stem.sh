@@ -13,12 +13,8 @@ source scripts/_loadtest.sh  # start_budget, say, left
 start_budget 560
 
 say "tests"
-timeout -k 10 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
-  tests/backends/test_graph_cache.py tests/backends/test_backends.py -k "graph_cache or parity_on_cuda" \
-  > "$OUT/tests.log" 2>&1
-rc=$?
-tail -n 15 "$OUT/tests.log"
-[ "$rc" -eq 0 ] || { say "tests failed (rc=$rc): stop"; exit 1; }
+gpu_tests 200 tests/backends/test_graph_cache.py tests/backends/test_backends.py \
+  -k "graph_cache or parity_on_cuda" || { say "tests failed (rc=$?): stop"; exit 1; }
 
 say "network A/B (limit 170s)"
 timeout -k 10 170 python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \
