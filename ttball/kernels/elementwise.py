@@ -25,6 +25,19 @@ from ttball.kernels.gdc import grid_launch_dependents, grid_wait
 
 
 @triton.jit
+def _map_1x1(v, w_ptr, bias_ptr, out_ptr, b, ho, wo, sob, soh, sow, soc, mask, rc,
+             HEAD_N: tl.constexpr, HEAD_PAD: tl.constexpr):
+    """``v (BLOCK_M, C) @ w (C, HEAD_PAD) + bias``, its first ``HEAD_N`` channels stored at
+    pixels ``(ho, wo)`` of image ``b`` of ``out`` with any strides: the head, or a projection."""
+    rn = tl.arange(0, HEAD_PAD)
+    w = tl.load(w_ptr + rc[:, None] * HEAD_PAD + rn[None, :])
+    y = tl.dot(v.to(tl.float16), w) + tl.load(bias_ptr + rn)[None, :]
+    out = out_ptr + b.to(tl.int64) * sob + ho[:, None] * soh + wo[:, None] * sow
+    out += rn[None, :] * soc
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask & (rn[None, :] < HEAD_N))
+
+
+@triton.jit
 def se_tail_kernel(
     y_ptr, res_ptr, sum_ptr, fc1_ptr, fc2_ptr, t_ptr,
     bias_ptr, x1_ptr, w1_ptr, x2_ptr, w2_ptr, x3_ptr, w3_ptr, f_ptr, hw_ptr, hb_ptr,
@@ -58,15 +71,12 @@ def se_tail_kernel(
     t = tl.maximum(y * gate[None, :] + r, 0.0)
     if STORE_T:
         tl.store(t_ptr + offs, t.to(t_ptr.dtype.element_ty), mask=mask)
+    ho = m // Wo
+    wo = m % Wo
     if PROJ:
-        rn = tl.arange(0, HEAD_PAD)
-        pw = tl.load(hw_ptr + rc[:, None] * HEAD_PAD + rn[None, :])
-        p = tl.dot(t.to(tl.float16), pw)
-        out = f_ptr + b.to(tl.int64) * sob + (m // Wo)[:, None] * soh + (m % Wo)[:, None] * sow
-        tl.store(out + rn[None, :] * soc, p.to(f_ptr.dtype.element_ty), mask=mask)
+        _map_1x1(t, hw_ptr, hb_ptr, f_ptr, b, ho, wo, sob, soh, sow, soc, mask, rc, HEAD_N,
+                 HEAD_PAD)
     if N_TERMS > 0:
-        ho = m // Wo
-        wo = m % Wo
         f = t + tl.load(bias_ptr + rc)[None, :]
         f = accumulate_nhwc(f, x1_ptr, w1_ptr, b, ho, wo, m_mask, Ho, Wo, C1, 1, 1, U1, BK1, C)
         if N_TERMS > 1:
@@ -77,11 +87,7 @@ def se_tail_kernel(
                                 BK3, C)
         f = tl.maximum(f, 0.0)
         if HEAD:
-            rn = tl.arange(0, HEAD_PAD)
-            hw = tl.load(hw_ptr + rc[:, None] * HEAD_PAD + rn[None, :])
-            logits = tl.dot(f.to(tl.float16), hw) + tl.load(hb_ptr + rn)[None, :]
-            out = f_ptr + b.to(tl.int64) * sob + ho[:, None] * soh + wo[:, None] * sow
-            out += rn[None, :] * soc
-            tl.store(out, logits.to(f_ptr.dtype.element_ty), mask=mask & (rn[None, :] < HEAD_N))
+            _map_1x1(f, hw_ptr, hb_ptr, f_ptr, b, ho, wo, sob, soh, sow, soc, mask, rc, HEAD_N,
+                     HEAD_PAD)
         else:
             tl.store(f_ptr + offs, f.to(f_ptr.dtype.element_ty), mask=mask)

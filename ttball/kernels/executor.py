@@ -440,6 +440,7 @@ class _TailLaunch:
             if step.terms or step.head is not None or head_n != head_pad:
                 raise ValueError(f"{step.y}: a projection needs a tail without terms or head, "
                                  "and 16, 32, ... output channels")
+            self.head_b = step.proj.bias.to(device, torch.float32)
         meta.update(HEAD=step.head is not None, HEAD_N=head_n, HEAD_PAD=head_pad,
                     PROJ=step.proj is not None)
         self.meta = meta
