@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 9: new tuner candidates of triton-fp16-direct on one H200, in one device call of under
-# 10 minutes (the fourteenth session built two without a GPU: transition1's 14 x 16 tile at two
-# blocks an SM, and the input kernel's halo staged by cp.async). Stops after the tests if they
-# fail: timing a wrong kernel tells nothing.
+# 10 minutes (first run in the fifteenth session, for two candidates the fourteenth built
+# without a GPU; then for the direct kernels with registers capped for three blocks an SM).
+# Stops after the tests if they fail: timing a wrong kernel tells nothing.
 #   1. the direct kernels' GPU tests (tests/kernels/test_direct.py);
 #   2. the network A/B at batch 1 and 64 (AB_BATCHES) with the tuner's three best candidates of
-#      SHOW_STEPS (default 0 and 5: the input kernel and transition1) printed per variant
-#      (AB_VARIANTS, any of gpu_branches_ab.py's);
+#      SHOW_STEPS (default 0 and 5: the input kernel and transition1; SHOW_TOP of them, default
+#      3) printed per variant (AB_VARIANTS, any of gpu_branches_ab.py's);
 #   3. `ttball bench` of -branches and -direct at batch 1, 8 and 64 (gpu_bench.sh direct);
 #   4. `ttball verify` of -direct on the synthetic clips and the real rally (carry .gpu).
 # Everything is written to a scratch folder and comes back as $OUT/candidates.tgz (the device
@@ -27,6 +27,7 @@ gpu_tests 200 tests/kernels/test_direct.py || { say "tests failed (rc=$?): stop"
 say "network A/B (limit 200s)"
 timeout -k 10 200 python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \
   --variants "${AB_VARIANTS:-branches+direct}" --show-steps "${SHOW_STEPS:-0,5}" \
+  --show-top "${SHOW_TOP:-3}" \
   --out "$OUT/candidates-ab.json" > "$OUT/candidates-ab.log" 2>&1
 say "A/B: rc=$?"
 grep -E "^b=" "$OUT/candidates-ab.log" | grep -v " pair "

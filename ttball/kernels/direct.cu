@@ -312,8 +312,8 @@ struct Shape {
 // that the input's kernel can have launch bounds of its own: a second __launch_bounds__
 // argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
 // TAPS_UNROLLED false: the nine taps in a loop (the k steps of a tap still unrolled), for
-// fewer registers: 94 instead of 255 for 128 -> 16, where the unrolled body spills at the
-// two-blocks-an-SM cap of 128.
+// fewer registers (conv3x3_capped_kernel); 16 -> 16 then reads its weights from shared memory
+// like the other shapes (an array indexed by the loop's tap would be in local memory).
 // STAGED (SRC_C > 0): the input's halo staged by issue_stage, the next tile's while this one
 // computes (with `pipelined`), in two FP32 buffers after the FP16 halo.
 template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TAPS_UNROLLED = true,
@@ -352,7 +352,7 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   float bias_r[S::NB][2], ssum[S::NB][2];
   load_bias<COUT>(bias_r, ssum, bias, lane);
   // 16 -> 16: the nine taps' weight fragments in registers (36 per lane)
-  constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16;
+  constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16 && TAPS_UNROLLED;
   uint32_t wreg[W_IN_REGISTERS ? 9 : 1][4];
   if constexpr (W_IN_REGISTERS) {
 #pragma unroll
@@ -477,21 +477,21 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
                                     skip_mma);
 }
 
-// Two blocks an SM (registers capped to fit): for 128 -> 16, whose single-block kernel runs 8
-// warps an SM at 255 registers and waits on its own MMAs and ldmatrix loads (Nsight Compute,
-// fourteenth session). With a 14 x 16 tile a block (7 warps) takes 111 KB of shared memory
-// without the second halo buffer, so two fit an SM and one's halo copy overlaps the other's
-// MMAs. Its taps are not unrolled (TAPS_UNROLLED), which keeps it at 94 registers without
-// spills (unrolled, it spilled 424 bytes at the cap). A kernel of its own: a second
+// Registers capped for MIN_BLOCKS resident blocks an SM (fifteenth session): the 16- and
+// 32-channel kernels run 16 warps an SM at 120-155 registers, and Nsight Compute found them
+// latency-bound (issue slots 46 % busy); capped at 80 registers, three 8-warp blocks fit (24
+// warps). TAPS_UNROLLED false puts the nine taps in a loop, which keeps the 32-channel
+// kernels from spilling at the cap (the unrolled ones spill 36-156 bytes); 16 -> 16 then
+// reads its weight fragments from shared memory. A kernel of its own: a second
 // __launch_bounds__ argument changes the register allocation (see direct_conv).
-template <int CIN, int COUT, int TH, int TW>
-__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32, 2)
-conv3x3_direct2_kernel(half* __restrict__ out, const half* __restrict__ x,
-                       const half* __restrict__ w, const float* __restrict__ bias,
-                       float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
-                       int pipelined, int skip_mma) {
-  direct_conv<CIN, COUT, TH, TW, 0, false>(out, x, w, bias, se_sum, B, H, W, relu, has_sum,
-                                           pipelined, skip_mma);
+template <int CIN, int COUT, int TH, int TW, int MIN_BLOCKS, bool TAPS_UNROLLED>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32, MIN_BLOCKS)
+conv3x3_capped_kernel(half* __restrict__ out, const half* __restrict__ x,
+                      const half* __restrict__ w, const float* __restrict__ bias,
+                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                      int pipelined, int skip_mma) {
+  direct_conv<CIN, COUT, TH, TW, 0, TAPS_UNROLLED>(out, x, w, bias, se_sum, B, H, W, relu,
+                                                   has_sum, pipelined, skip_mma);
 }
 
 // The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
@@ -670,21 +670,22 @@ cudaError_t launch_tiles(Kernel kernel, int threads, int smem_max, int smem, int
   return cudaGetLastError();
 }
 
-// The single convolution's kernel for a tile: conv3x3_direct_kernel, or with TWO_BLOCKS the
-// two-blocks-an-SM conv3x3_direct2_kernel (only the one chosen is instantiated).
-template <int CIN, int COUT, int TH, int TW, bool TWO_BLOCKS>
+// The single convolution's kernel for a tile: conv3x3_direct_kernel, or with CAPPED 1 or 2
+// conv3x3_capped_kernel at three blocks an SM, its taps unrolled (1) or in a loop (2); only the
+// one chosen is instantiated.
+template <int CIN, int COUT, int TH, int TW, int CAPPED>
 constexpr auto direct_kernel() {
-  if constexpr (TWO_BLOCKS) return conv3x3_direct2_kernel<CIN, COUT, TH, TW>;
-  else return conv3x3_direct_kernel<CIN, COUT, TH, TW>;
+  if constexpr (CAPPED == 0) return conv3x3_direct_kernel<CIN, COUT, TH, TW>;
+  else return conv3x3_capped_kernel<CIN, COUT, TH, TW, 3, CAPPED == 1>;
 }
 
-template <int CIN, int COUT, int TH, int TW, bool TWO_BLOCKS = false>
+template <int CIN, int COUT, int TH, int TW, int CAPPED = 0>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(direct_kernel<CIN, COUT, TH, TW, TWO_BLOCKS>(), S::WARPS * 32,
+  return launch_tiles<TH, TW>(direct_kernel<CIN, COUT, TH, TW, CAPPED>(), S::WARPS * 32,
                               S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
                               pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
                               relu, has_sum, pipelined, skip_mma);
@@ -719,27 +720,30 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 
 }  // namespace ttball_direct
 
-#define TTBALL_TILE_OF(CIN, COUT, TH, TW, TWO_BLOCKS)                                      \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
-    return (int)ttball_direct::launch<CIN, COUT, TH, TW, TWO_BLOCKS>(                       \
+#define TTBALL_TILE_OF(CIN, COUT, TH, TW, CAPPED)                                          \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && capped == CAPPED)               \
+    return (int)ttball_direct::launch<CIN, COUT, TH, TW, CAPPED>(                           \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
-#define TTBALL_TILE(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, false)
-// a tile of the two-blocks-an-SM kernel
-#define TTBALL_TILE_2BLOCKS(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, true)
+#define TTBALL_TILE(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, 0)
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
+// the 8-warp tiles at three blocks an SM, taps unrolled (1) and in a loop (2)
+#define TTBALL_CAPPED_TILE(CIN, COUT, TH, TW)                                              \
+  TTBALL_TILE_OF(CIN, COUT, TH, TW, 1) TTBALL_TILE_OF(CIN, COUT, TH, TW, 2)
+#define TTBALL_CAPPED(CIN, COUT)                                                           \
+  TTBALL_CAPPED_TILE(CIN, COUT, 8, 32) TTBALL_CAPPED_TILE(CIN, COUT, 16, 16)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int relu, int has_sum,
-                                     int pipelined, int skip_mma, int max_blocks,
+                                     int pipelined, int skip_mma, int max_blocks, int capped,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
+  TTBALL_CAPPED(16, 16) TTBALL_CAPPED(32, 32) TTBALL_CAPPED(16, 32) TTBALL_CAPPED(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
-  TTBALL_TILE_2BLOCKS(128, 16, 14, 16)
   return -1;
 }
 

@@ -71,18 +71,20 @@ from ttball.kernels.plan import INPUT, Conv
 _SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
-# 37 KB. Its 14 × 16 tile is :data:`TWO_BLOCKS`' (fourteenth session: built, not yet measured).
+# 37 KB. (A 14 × 16 tile at two blocks an SM, registers capped and taps in a loop, was measured
+# in the fifteenth session: 2.08 against 1.85 ms at batch 64, 40.2 against 37.7 µs at batch 1
+# for the best tile; removed.)
 # 64 → 64 was compiled in the eleventh session and measured in the twelfth: 1.3-2.1× slower
 # than Triton on all four of its shapes, so it is not built (triton-h200.md).
 KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
-    (128, 16): ((8, 16), (8, 32), (16, 16), (14, 16)),
+    (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
-# (Cin, Cout, rows, columns) of the tiles that direct.cu runs with conv3x3_direct2_kernel: two
-# blocks an SM (registers capped, taps not unrolled: 96 registers), for the 8 warps an SM at
-# 255 registers that Nsight Compute found holding 128 → 16 back; one block per tile 111 KB of
-# shared memory (the tuner's persistent schedule of it keeps one block an SM).
-TWO_BLOCKS: frozenset[tuple[int, int, int, int]] = frozenset({(128, 16, 14, 16)})
+# (Cin, Cout) → the 8-warp tiles also compiled with registers capped for three blocks an SM
+# (``capped`` 1: taps unrolled, 2: taps in a loop; fifteenth session): 24 warps an SM instead
+# of 16 for kernels Nsight Compute found latency-bound.
+CAPPED: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
+    shape: ((8, 32), (16, 16)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
@@ -199,7 +201,7 @@ def library_dir() -> Path:
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
-    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 13 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
     "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
@@ -244,7 +246,7 @@ def _result(rc: int, what: str) -> None:
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                   skip_mma: bool = False, max_blocks: int = 0) -> None:
+                   skip_mma: bool = False, max_blocks: int = 0, capped: int = 0) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -254,7 +256,9 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     loading its weights once and copying the next tile's halo while it computes this one
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
-    tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
+    tensor-core work (a wrong result: for timing the copies and the epilogue alone).
+    ``capped`` 1 or 2: the kernel with registers capped for three blocks an SM (a tile of
+    :data:`CAPPED`), its taps unrolled (1) or in a loop (2)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
@@ -268,8 +272,9 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
-    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}")
+        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, capped, stream)
+    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
+                + (f", capped {capped}" if capped else ""))
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

@@ -41,6 +41,7 @@ from ttball.kernels.conv import (
     padded,
 )
 from ttball.kernels.direct import (
+    CAPPED,
     PAIRS,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -81,7 +82,10 @@ class Config:
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
-    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing.
+    ``capped`` (``direct`` > 0, a tile of :data:`~ttball.kernels.direct.CAPPED`): the direct
+    kernel with registers capped for three blocks an SM, its taps unrolled (1) or in a loop
+    (2)."""
 
     block_m: int
     num_warps: int
@@ -94,17 +98,19 @@ class Config:
     direct: int = 0
     programs: int = 0
     pair: int = 0
+    capped: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the
-        pair kernel, ``=prev`` computed by it)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``c1`` its registers capped,
+        ``p32`` programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
+        text += f"c{self.capped}" if self.capped else ""
         text += f"p{self.programs}" if self.programs else ""
         return text + {0: "", 1: "+next", 2: "=prev"}[self.pair]
 
@@ -191,12 +197,17 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
-    during this one's work (2)."""
+    during this one's work (2); and the tiles of :data:`~ttball.kernels.direct.CAPPED` with
+    registers capped for three blocks an SM (``capped`` 1 and 2)."""
     if not direct_applies(step):
         return []
-    tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
+    shape = (step.terms[0].cin, step.cout)
+    tiles = direct_tiles(pixels, *shape)
     schedules = (3, 2, 1) if step.terms[0].src == INPUT else (2, 1)
-    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in schedules]
+    out = [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in schedules]
+    capped = [t for t in CAPPED.get(shape, ()) if t in tiles]
+    return out + [Config(cols, 8, stages, direct=rows, capped=c)
+                  for rows, cols in capped for c in (1, 2) for stages in (2, 1)]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -347,7 +358,7 @@ class _ConvLaunch:
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
-                           pipelined=cfg.num_stages > 1)
+                           pipelined=cfg.num_stages > 1, capped=cfg.capped)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
