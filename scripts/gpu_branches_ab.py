@@ -22,8 +22,6 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
   (``build_plan(project_terms="off")``: branch 0's last tails compute the upsampled 1×1 terms
   at full resolution); ``branches+direct+projconv``: projected by 1×1 Conv steps of their own
   (``"conv"``) instead of in the tails that produce their sources (``"tail"``, the default);
-- ``branches+direct-nocapped``: without the direct kernels whose registers are capped for
-  three blocks an SM (``Config.capped``; fifteenth session);
 - ``branches+direct+copy``: triton-fp16-direct as before the graphs that read a reused input
   buffer in place (``GraphCache``'s ``by_address`` off): every call copies the batch into the
   graph's static input.
@@ -67,7 +65,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                   "priority": (-2, 0, 0, 0)},
     "branches+refined": {"branches": True, "refine": True},
     "branches+direct+copy": {"branches": True, "direct": True, "copy": True},
-    "branches+direct-nocapped": {"branches": True, "direct": True, "nocapped": True},
     "branches+direct-noproject": {"branches": True, "direct": True, "project": "off"},
     "branches+direct+projconv": {"branches": True, "direct": True, "project": "conv"},
 }
@@ -107,7 +104,6 @@ def main() -> None:
             nopair = options.pop("nopair", False)
             noinput = options.pop("noinput", False)
             copy_in = options.pop("copy", False)
-            nocapped = options.pop("nocapped", False)
             backend = create("triton-fp16", model, dev, **options)
             if priority is not None:
                 backend.executor.lane_priority = priority  # type: ignore[attr-defined]
@@ -118,10 +114,6 @@ def main() -> None:
                 assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
                 first.configs = (lambda bufs, f=first.configs:
                                  [c for c in f(bufs) if not c.direct])
-            if nocapped:  # the direct kernels at their own registers only
-                for launch in backend.executor.launches:  # type: ignore[attr-defined]
-                    launch.configs = (lambda bufs, f=launch.configs:
-                                      [c for c in f(bufs) if not c.capped])
             if copy_in:  # no graphs reading the caller's buffer in place
                 backend._graphs.by_address = 0  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call

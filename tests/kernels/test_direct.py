@@ -16,7 +16,6 @@ from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.direct import (
-    CAPPED,
     INPUT_KERNELS,
     KERNEL_SOURCE,
     KERNELS,
@@ -34,7 +33,6 @@ from ttball.kernels.executor import Config, pair_steps, pair_waits
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
-CAPPED_CASES = [(cin, cout, tile) for (cin, cout), tiles in CAPPED.items() for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -92,59 +90,23 @@ def _compiled() -> set[tuple[int, int, int, int]]:
     return out | {tuple(int(v) for v in t) for t in single}
 
 
-def _compiled_capped() -> set[tuple[int, int, int, int]]:
-    """(Cin, Cout, TH, TW) of the kernels instantiated with capped registers (each twice)."""
-    macro = re.findall(r"TTBALL_CAPPED_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
-    shapes = re.findall(r"TTBALL_CAPPED\((\d+), (\d+)\)", KERNEL_SOURCE)
-    return {(int(c), int(o), int(h), int(w)) for c, o in shapes for h, w in macro}
-
-
 def test_the_tuner_offers_only_compiled_tiles() -> None:
     compiled = _compiled()
     assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
-    assert _compiled_capped() == {(cin, cout, *tile) for cin, cout, tile in CAPPED_CASES}
     for (cin, cout) in KERNELS:
         for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
 
 
-def test_capped_tiles_fit_three_blocks_an_sm_and_are_offered_both_ways(model: BlurBall) -> None:
-    """Three blocks' shared memory (two halo buffers, weights, SE sums and the 1 KB the driver
-    reserves) within an H200 SM's 228 KB; the tuner offers each capped tile it offers at all
-    with the taps unrolled and in a loop, one block per tile and pipelined."""
+def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
     from ttball.kernels.executor import direct_configs
-
-    for cin, cout, (rows, cols) in CAPPED_CASES:
-        assert (rows, cols) in KERNELS[cin, cout] and rows * cols // 32 == 8  # 8-warp tiles
-        halo = (rows + 2) * (cols + 2) * cin * 2
-        one_block = 2 * halo + 9 * cin * cout * 2 + (cout * 4 + 127) // 128 * 128 + 1024
-        assert 3 * one_block <= 228 * 1024
-    step = next(s for s in build_plan(model).steps
-                if isinstance(s, Conv) and direct_applies(s) and s.terms[0].cin == 32
-                and s.cout == 32)
-    configs = direct_configs(step, 64 * 144 * 256)
-    capped = {(c.direct, c.block_m, c.capped, c.num_stages) for c in configs if c.capped}
-    offered = {(c.direct, c.block_m) for c in configs if not c.capped}
-    assert capped == {(r, w, c, s) for r, w in CAPPED[32, 32] if (r, w) in offered
-                      for c in (1, 2) for s in (1, 2)}
-    assert Config(32, 8, 2, direct=8, capped=2).short() == "m32w8s2d8c2"
-
-
-def test_only_the_input_kernel_is_offered_with_its_halo_staged(model: BlurBall) -> None:
-    from ttball.kernels.executor import direct_configs
-    from ttball.kernels.plan import INPUT
 
     for step in build_plan(model).steps:
         if isinstance(step, Conv) and direct_applies(step):
-            stages = {c.num_stages for c in direct_configs(step, 288 * 512)}
-            assert stages == ({1, 2, 3} if step.terms[0].src == INPUT else {1, 2})
-
-
-def test_staging_needs_the_persistent_grid() -> None:
-    with pytest.raises(ValueError, match="staged needs pipelined"):
-        conv3x3_direct_input(torch.empty(1, 16, 16, 64, dtype=torch.float16),
-                             torch.zeros(1, 9, 16, 16), torch.zeros(144, 64), torch.zeros(64),
-                             (8, 16), relu=True, staged=True)
+            configs = direct_configs(step, 288 * 512)
+            tiles = direct_tiles(288 * 512, step.terms[0].cin, step.cout)
+            assert {(c.direct, c.block_m, c.num_stages) for c in configs} == {
+                (rows, cols, stages) for rows, cols in tiles for stages in (1, 2)}
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -165,24 +127,13 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
-    capped = re.findall(r"Function properties for (\S*conv3x3_capped_kernel\S*)", done.stderr)
-    assert len(set(capped)) == 2 * len(CAPPED_CASES)  # taps unrolled and in a loop
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
-    assert len(set(inputs)) == 2 * len(INPUT_CASES)  # each with its halo staged or not
+    assert len(set(inputs)) == len(INPUT_CASES)
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
     assert len(set(pairs)) == len(PAIR_CASES)
-    # per kernel: its spill stores and registers (ptxas reports a function's properties, then
-    # its registers); only the capped kernels with unrolled taps may spill (36-156 bytes)
-    found = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores.*?\n"
-                       r".*?Used (\d+) registers", done.stderr)
-    assert len(found) == len(set(kernels + capped + inputs + pairs))
-    for name, spilled, registers in found:
-        if "conv3x3_capped_kernel" in name:
-            assert int(registers) <= 80, name  # 3 blocks x 256 threads in 64 K registers
-            if name.endswith("Lb0EEEvP6__halfPKS1_S4_PKfPfiiiiiii"):  # taps in a loop
-                assert int(spilled) <= 48, (name, spilled)
-        else:
-            assert int(spilled) == 0, (name, spilled)
+    spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
+    assert len(spills) == len(CASES) + len(INPUT_CASES) + len(PAIR_CASES)
+    assert all(int(n) == 0 for n in spills)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
@@ -276,37 +227,11 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cin,cout,tile", CAPPED_CASES)
-@pytest.mark.parametrize("capped", [1, 2])
-def test_capped_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int],
-                                                   capped: int) -> None:
-    """The kernels with registers capped for three blocks an SM, as the plain ones above."""
-    from ttball.kernels.conv import pack_weight
-
-    if direct_missing(DEVICE):
-        pytest.skip(direct_missing(DEVICE))
-    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0] + capped)
-    x = torch.randn(2, 19, 45, cin, generator=g).half().to(DEVICE)
-    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
-    bias = torch.randn(cout, generator=g).to(DEVICE)
-    for relu, pipelined in ((False, False), (True, True)):
-        out = torch.full((2, 19, 45, cout), float("nan"), dtype=torch.half, device=DEVICE)
-        sums = torch.zeros(2, cout, device=DEVICE)
-        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3, capped=capped)
-        want, want_sums = _reference(x, weight.half().float(), bias, relu)
-        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
-        torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cin,cout,tile", INPUT_CASES)
 def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: int,
                                                                tile: tuple[int, int]) -> None:
     """The stem's first convolution read from the FP32 NCHW batch: odd sizes (partial tiles),
-    ReLU or not, one block per tile, a persistent grid of 3 blocks, and that grid with the
-    halo staged by cp.async."""
+    ReLU or not, one block per tile and a persistent grid of 3 blocks."""
     from ttball.kernels.conv import pack_weight
 
     if direct_missing(DEVICE):
@@ -315,11 +240,10 @@ def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: i
     x = torch.randn(2, cin, 19, 45, generator=g).to(DEVICE)
     weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
     bias = torch.randn(cout, generator=g).to(DEVICE)
-    for relu, pipelined, staged in ((False, False, False), (True, False, False),
-                                    (True, True, False), (False, True, True)):
+    for relu, pipelined in ((False, False), (True, False), (True, True), (False, True)):
         out = torch.full((2, 19, 45, cout), float("nan"), dtype=torch.half, device=DEVICE)
         conv3x3_direct_input(out, x, pack_weight(weight.cpu(), DEVICE), bias, tile, relu,
-                             pipelined=pipelined, max_blocks=3, staged=staged)
+                             pipelined=pipelined, max_blocks=3)
         want, _ = _reference(x.half().permute(0, 2, 3, 1), weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
 

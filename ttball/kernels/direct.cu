@@ -97,44 +97,6 @@ __device__ __forceinline__ void load_halo_nchw(half* halo, const float* __restri
   }
 }
 
-// The same halo staged instead: tile t's SRC_C x (TH + 2) x (TW + 2) FP32 values copied by
-// 4-byte cp.async into `stage` (channel-major: consecutive threads read consecutive columns),
-// zeros outside the image; completes with the caller's wait_group. convert_stage then writes
-// it to the FP16 halo as load_halo_nchw does. So the next tile's loads can be in flight while
-// this one's MMAs run (Nsight Compute found the synchronous loads the kernel's main stall).
-template <int TH, int TW, int SRC_C>
-__device__ __forceinline__ void issue_stage(float* stage, const float* __restrict__ x, int t,
-                                            int tiles_w, int tiles_img, int H, int W) {
-  constexpr int HALO_W = TW + 2, HALO = (TH + 2) * HALO_W;
-  const int b = t / tiles_img, rem = t % tiles_img;
-  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
-  const size_t plane = (size_t)H * W;
-  const float* xb = x + (size_t)b * SRC_C * plane;
-  for (int i = threadIdx.x; i < SRC_C * HALO; i += blockDim.x) {
-    const int c = i / HALO, p = i % HALO;
-    const int hh = h0 - 1 + p / HALO_W, ww = w0 - 1 + p % HALO_W;
-    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
-    const float* src = inside ? xb + c * plane + (size_t)hh * W + ww : x;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :: "r"(smem_addr(stage + i)), "l"(src), "r"(inside ? 4 : 0));
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int CIN, int TH, int TW, int SRC_C>
-__device__ __forceinline__ void convert_stage(half* halo, const float* stage) {
-  constexpr int HALO = (TH + 2) * (TW + 2), CH = CIN / 8;
-  for (int p = threadIdx.x; p < HALO; p += blockDim.x) {
-    __align__(16) half v[CIN];
-#pragma unroll
-    for (int c = 0; c < CIN; ++c) v[c] = __float2half_rn(c < SRC_C ? stage[c * HALO + p] : 0.f);
-#pragma unroll
-    for (int k = 0; k < CH; ++k)
-      *reinterpret_cast<uint4*>(halo + p * CIN + (k ^ swizzle<CH>(p)) * 8) =
-          reinterpret_cast<const uint4*>(v)[k];
-  }
-}
-
 // Copies w ((9 * CIN, COUT) FP16, row tap * CIN + c) into shared memory, rows swizzled.
 template <int CIN, int COUT>
 __device__ __forceinline__ void load_weights(half* wsm, const half* __restrict__ w) {
@@ -311,13 +273,7 @@ struct Shape {
 // persistent, so the weights are loaded once per block). The body is a device function so
 // that the input's kernel can have launch bounds of its own: a second __launch_bounds__
 // argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
-// TAPS_UNROLLED false: the nine taps in a loop (the k steps of a tap still unrolled), for
-// fewer registers (conv3x3_capped_kernel); 16 -> 16 then reads its weights from shared memory
-// like the other shapes (an array indexed by the loop's tap would be in local memory).
-// STAGED (SRC_C > 0): the input's halo staged by issue_stage, the next tile's while this one
-// computes (with `pipelined`), in two FP32 buffers after the FP16 halo.
-template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TAPS_UNROLLED = true,
-          bool STAGED = false>
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
 __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
                                             const half* __restrict__ w,
                                             const float* __restrict__ bias,
@@ -338,10 +294,6 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
   if constexpr (SRC_C == 0) issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
-  float* stages = reinterpret_cast<float*>(halos + S::HALO * CIN);  // STAGED: two buffers
-  if constexpr (STAGED && SRC_C > 0)
-    issue_stage<TH, TW, SRC_C>(stages, reinterpret_cast<const float*>(x), t, tiles_w, tiles_img,
-                               H, W);
   load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -352,7 +304,7 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   float bias_r[S::NB][2], ssum[S::NB][2];
   load_bias<COUT>(bias_r, ssum, bias, lane);
   // 16 -> 16: the nine taps' weight fragments in registers (36 per lane)
-  constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16 && TAPS_UNROLLED;
+  constexpr bool W_IN_REGISTERS = CIN == 16 && COUT == 16;
   uint32_t wreg[W_IN_REGISTERS ? 9 : 1][4];
   if constexpr (W_IN_REGISTERS) {
 #pragma unroll
@@ -368,19 +320,6 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     if constexpr (SRC_C == 0) {
       next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles,
                                 tiles_w, tiles_img, H, W);
-    } else if constexpr (STAGED) {
-      constexpr int STAGE = SRC_C * S::HALO;
-      if (next < ntiles) {
-        issue_stage<TH, TW, SRC_C>(stages + ((it + 1) & 1) * STAGE,
-                                   reinterpret_cast<const float*>(x), next, tiles_w, tiles_img,
-                                   H, W);
-        asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's stage, not the next one's
-      } else {
-        asm volatile("cp.async.wait_group 0;\n" ::);
-      }
-      __syncthreads();  // every thread's copies of this stage are visible
-      convert_stage<CIN, TH, TW, SRC_C>(halo, stages + (it & 1) * STAGE);
-      __syncthreads();
     } else {
       load_halo_nchw<CIN, TH, TW, SRC_C>(halo, reinterpret_cast<const float*>(x), t, tiles_w,
                                          tiles_img, H, W);
@@ -397,7 +336,7 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[p][n][e] = 0.f;
     if (!skip_mma) {
-#pragma unroll (TAPS_UNROLLED ? 9 : 1)
+#pragma unroll
       for (int tap = 0; tap < 9; ++tap) {
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
@@ -477,36 +416,18 @@ conv3x3_direct_kernel(half* __restrict__ out, const half* __restrict__ x,
                                     skip_mma);
 }
 
-// Registers capped for MIN_BLOCKS resident blocks an SM (fifteenth session): the 16- and
-// 32-channel kernels run 16 warps an SM at 120-155 registers, and Nsight Compute found them
-// latency-bound (issue slots 46 % busy); capped at 80 registers, three 8-warp blocks fit (24
-// warps). TAPS_UNROLLED false puts the nine taps in a loop, which keeps the 32-channel
-// kernels from spilling at the cap (the unrolled ones spill 36-156 bytes); 16 -> 16 then
-// reads its weight fragments from shared memory. A kernel of its own: a second
-// __launch_bounds__ argument changes the register allocation (see direct_conv).
-template <int CIN, int COUT, int TH, int TW, int MIN_BLOCKS, bool TAPS_UNROLLED>
-__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32, MIN_BLOCKS)
-conv3x3_capped_kernel(half* __restrict__ out, const half* __restrict__ x,
-                      const half* __restrict__ w, const float* __restrict__ bias,
-                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
-                      int pipelined, int skip_mma) {
-  direct_conv<CIN, COUT, TH, TW, 0, TAPS_UNROLLED>(out, x, w, bias, se_sum, B, H, W, relu,
-                                                   has_sum, pipelined, skip_mma);
-}
-
 // The input's kernel: its halo loads are not asynchronous, so two or three blocks per SM
-// (registers capped to fit) hide one block's loads behind another's MMAs.
-// STAGED: the halo staged by cp.async (direct_conv's STAGED; fourteenth session, built after
-// the last device call, not measured yet).
-template <int CIN, int COUT, int TH, int TW, int SRC_C, bool STAGED = false>
+// (registers capped to fit) hide one block's loads behind another's MMAs. (Staging them by
+// 4-byte cp.async instead, the next tile's during this one's MMAs, measured 14-20 % slower
+// in the fifteenth session: docs/benchmarks/triton-h200.md.)
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
 __global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32,
                                   Shape<CIN, COUT, TH, TW>::WARPS <= 4 ? 3 : 2)
 conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
                      const half* __restrict__ w, const float* __restrict__ bias, int B, int H,
                      int W, int relu, int pipelined, int skip_mma) {
-  direct_conv<CIN, COUT, TH, TW, SRC_C, true, STAGED>(out, reinterpret_cast<const half*>(x), w,
-                                                      bias, nullptr, B, H, W, relu, 0,
-                                                      pipelined, skip_mma);
+  direct_conv<CIN, COUT, TH, TW, SRC_C>(out, reinterpret_cast<const half*>(x), w, bias, nullptr,
+                                        B, H, W, relu, 0, pipelined, skip_mma);
 }
 
 // A residual block's two convolutions in one kernel: mid = relu(conv3x3(x, w1) + b1) is
@@ -670,39 +591,28 @@ cudaError_t launch_tiles(Kernel kernel, int threads, int smem_max, int smem, int
   return cudaGetLastError();
 }
 
-// The single convolution's kernel for a tile: conv3x3_direct_kernel, or with CAPPED 1 or 2
-// conv3x3_capped_kernel at three blocks an SM, its taps unrolled (1) or in a loop (2); only the
-// one chosen is instantiated.
-template <int CIN, int COUT, int TH, int TW, int CAPPED>
-constexpr auto direct_kernel() {
-  if constexpr (CAPPED == 0) return conv3x3_direct_kernel<CIN, COUT, TH, TW>;
-  else return conv3x3_capped_kernel<CIN, COUT, TH, TW, 3, CAPPED == 1>;
-}
-
-template <int CIN, int COUT, int TH, int TW, int CAPPED = 0>
+template <int CIN, int COUT, int TH, int TW>
 cudaError_t launch(half* out, const half* x, const half* w, const float* bias, float* se_sum,
                    int B, int H, int W, int relu, int has_sum, int pipelined, int skip_mma,
                    int max_blocks, cudaStream_t stream) {
   using S = Shape<CIN, COUT, TH, TW>;
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(direct_kernel<CIN, COUT, TH, TW, CAPPED>(), S::WARPS * 32,
-                              S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
-                              pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
-                              relu, has_sum, pipelined, skip_mma);
+  return launch_tiles<TH, TW>(conv3x3_direct_kernel<CIN, COUT, TH, TW>, S::WARPS * 32, S::SMEM2,
+                              pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
+                              max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
+                              has_sum, pipelined, skip_mma);
 }
 
-// The input's kernel: one halo buffer in either schedule; STAGED adds two FP32 stages.
-template <int COUT, int TH, int TW, int SRC_C, bool STAGED = false>
+// The input's kernel: one halo buffer in either schedule.
+template <int COUT, int TH, int TW, int SRC_C>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
                          int H, int W, int relu, int pipelined, int skip_mma, int max_blocks,
                          cudaStream_t stream) {
   using S = Shape<16, COUT, TH, TW>;
-  constexpr int SMEM = S::SMEM1 + (STAGED ? 2 * SRC_C * S::HALO * 4 : 0);
   static int resident[64] = {};
-  return launch_tiles<TH, TW>(conv3x3_input_kernel<16, COUT, TH, TW, SRC_C, STAGED>,
-                              S::WARPS * 32, SMEM, SMEM, resident, B, H, W, pipelined,
-                              max_blocks, stream, out, x, w, bias, B, H, W, relu, pipelined,
-                              skip_mma);
+  return launch_tiles<TH, TW>(conv3x3_input_kernel<16, COUT, TH, TW, SRC_C>, S::WARPS * 32,
+                              S::SMEM1, S::SMEM1, resident, B, H, W, pipelined, max_blocks,
+                              stream, out, x, w, bias, B, H, W, relu, pipelined, skip_mma);
 }
 
 template <int C, int TH, int TW>
@@ -720,38 +630,29 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 
 }  // namespace ttball_direct
 
-#define TTBALL_TILE_OF(CIN, COUT, TH, TW, CAPPED)                                          \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW && capped == CAPPED)               \
-    return (int)ttball_direct::launch<CIN, COUT, TH, TW, CAPPED>(                           \
+#define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
+    return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
-#define TTBALL_TILE(CIN, COUT, TH, TW) TTBALL_TILE_OF(CIN, COUT, TH, TW, 0)
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
-  TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
-// the 8-warp tiles at three blocks an SM, taps unrolled (1) and in a loop (2)
-#define TTBALL_CAPPED_TILE(CIN, COUT, TH, TW)                                              \
-  TTBALL_TILE_OF(CIN, COUT, TH, TW, 1) TTBALL_TILE_OF(CIN, COUT, TH, TW, 2)
-#define TTBALL_CAPPED(CIN, COUT)                                                           \
-  TTBALL_CAPPED_TILE(CIN, COUT, 8, 32) TTBALL_CAPPED_TILE(CIN, COUT, 16, 16)
+  TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16) TTBALL_TILE(CIN, COUT, 16, 32)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int relu, int has_sum,
-                                     int pipelined, int skip_mma, int max_blocks, int capped,
+                                     int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
-  TTBALL_CAPPED(16, 16) TTBALL_CAPPED(32, 32) TTBALL_CAPPED(16, 32) TTBALL_CAPPED(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
   return -1;
 }
 
-// pipelined 2: the persistent grid with the halo staged by cp.async (STAGED)
 #define TTBALL_INPUT_TILE(SRC_C, COUT, TH, TW)                                            \
   if (src_c == SRC_C && cout == COUT && th == TH && tw == TW)                               \
-    return (int)(pipelined == 2 ? ttball_direct::launch_input<COUT, TH, TW, SRC_C, true>    \
-                                : ttball_direct::launch_input<COUT, TH, TW, SRC_C, false>)( \
+    return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C>(                           \
         (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
         skip_mma, max_blocks, stream);
 

@@ -68,7 +68,10 @@ from torch import Tensor
 from ttball.cachedir import cache_dir
 from ttball.kernels.plan import INPUT, Conv
 
-_SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))  # (TH rows, TW columns) per block
+# (TH rows, TW columns) per block. The 16 × 32 tile gives each warp four 16-pixel segments
+# instead of two, so each weight fragment serves four (fifteenth session; 171-240 registers,
+# one block an SM).
+_SMALL = ((8, 32), (4, 32), (16, 16), (8, 16), (16, 32))
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
 # 37 KB. (A 14 × 16 tile at two blocks an SM, registers capped and taps in a loop, was measured
@@ -80,12 +83,6 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
-# (Cin, Cout) → the 8-warp tiles also compiled with registers capped for three blocks an SM
-# (``capped`` 1: taps unrolled, 2: taps in a loop; fifteenth session): 24 warps an SM instead
-# of 16 for kernels Nsight Compute found latency-bound.
-CAPPED: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
-    shape: ((8, 32), (16, 16)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
-
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
 # since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
@@ -131,7 +128,7 @@ def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
         return list(tiles)
     if pixels < 132 * 256 * 4:
         return [(4, 32), (8, 16)]
-    return [(8, 32), (16, 16), (4, 32)]
+    return [(8, 32), (16, 16), (4, 32), (16, 32)]
 
 
 def direct_missing(device: torch.device) -> str | None:
@@ -201,7 +198,7 @@ def library_dir() -> Path:
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
-    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 13 + [_P],
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
     "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
@@ -246,7 +243,7 @@ def _result(rc: int, what: str) -> None:
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                   skip_mma: bool = False, max_blocks: int = 0, capped: int = 0) -> None:
+                   skip_mma: bool = False, max_blocks: int = 0) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -256,9 +253,7 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     loading its weights once and copying the next tile's halo while it computes this one
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
-    tensor-core work (a wrong result: for timing the copies and the epilogue alone).
-    ``capped`` 1 or 2: the kernel with registers capped for three blocks an SM (a tile of
-    :data:`CAPPED`), its taps unrolled (1) or in a loop (2)."""
+    tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
@@ -272,9 +267,8 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, capped, stream)
-    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
-                + (f", capped {capped}" if capped else ""))
+        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
+    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}")
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,
@@ -307,19 +301,13 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
 
 def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
                          tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                         skip_mma: bool = False, max_blocks: int = 0,
-                         staged: bool = False) -> None:
+                         skip_mma: bool = False, max_blocks: int = 0) -> None:
     """The stem's first convolution from the network's input, on the current CUDA stream:
     ``out = relu?(conv3x3(x, w) + bias)`` with ``x`` the contiguous FP32 NCHW batch (its
     channels one of :data:`INPUT_KERNELS`, converted to FP16 and padded to 16 on chip) and
     ``out`` contiguous NHWC FP16. ``w``: :func:`ttball.kernels.conv.pack_weight` of the
     weight (16 rows per tap); the rest as for :func:`conv3x3_direct` (``pipelined``: a
-    persistent grid, each block loading its weights once; the halo loads are not overlapped).
-    ``staged`` (with ``pipelined``): each tile's FP32 halo is copied by ``cp.async`` into
-    shared memory while the previous tile computes, then converted there (fourteenth
-    session: built, not yet measured on a GPU)."""
-    if staged and not pipelined:
-        raise ValueError("conv3x3_direct_input: staged needs pipelined")
+    persistent grid, each block loading its weights once; the halo loads are not overlapped)."""
     if x.dim() != 4 or out.dim() != 4 or (out.shape[0], out.shape[1], out.shape[2]) != (
             x.shape[0], x.shape[2], x.shape[3]):
         raise ValueError(f"x {tuple(x.shape)} (NCHW) and out {tuple(out.shape)} (NHWC): the "
@@ -331,6 +319,5 @@ def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
     stream = torch.cuda.current_stream(x.device).cuda_stream
     rc = direct_library(x.device).ttball_conv3x3_direct_input(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(), batch, height, width,
-        channels, cout, rows, cols, relu, 2 if staged else int(pipelined), skip_mma, max_blocks,
-        stream)
+        channels, cout, rows, cols, relu, pipelined, skip_mma, max_blocks, stream)
     _result(rc, f"conv3x3_direct_input for {channels} -> {cout} channels, tile {rows}x{cols}")

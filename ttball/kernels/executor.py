@@ -41,7 +41,6 @@ from ttball.kernels.conv import (
     padded,
 )
 from ttball.kernels.direct import (
-    CAPPED,
     PAIRS,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -74,18 +73,13 @@ class Config:
     ``block_m`` columns × ``rows`` output rows per program (other steps ignore it).
     ``direct`` > 0 runs a step :func:`~ttball.kernels.direct.direct_applies` to with the CUDA
     kernel of :mod:`ttball.kernels.direct`: tiles of ``direct`` rows × ``block_m`` columns,
-    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1; for the stem's
-    first convolution (the input kernel), ``num_stages`` 3 also stages the next tile's FP32
-    halo by ``cp.async``.
+    pipelined (a persistent grid, two halo buffers) when ``num_stages`` > 1.
     ``programs`` > 0 (the conv kernel, not ``rows`` or ``direct``): a grid of that many
     programs, each looping over tiles, so the step leaves the rest of the GPU to the steps
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
-    × ``block_m`` columns); 2 marks the next one, which then launches nothing.
-    ``capped`` (``direct`` > 0, a tile of :data:`~ttball.kernels.direct.CAPPED`): the direct
-    kernel with registers capped for three blocks an SM, its taps unrolled (1) or in a loop
-    (2)."""
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
 
     block_m: int
     num_warps: int
@@ -98,19 +92,16 @@ class Config:
     direct: int = 0
     programs: int = 0
     pair: int = 0
-    capped: int = 0
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``c1`` its registers capped,
-        ``p32`` programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
+        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
-        text += f"c{self.capped}" if self.capped else ""
         text += f"p{self.programs}" if self.programs else ""
         return text + {0: "", 1: "+next", 2: "=prev"}[self.pair]
 
@@ -197,17 +188,11 @@ def direct_configs(step: Conv, pixels: int) -> list[Config]:
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
-    during this one's work (2); and the tiles of :data:`~ttball.kernels.direct.CAPPED` with
-    registers capped for three blocks an SM (``capped`` 1 and 2)."""
+    during this one's work (2)."""
     if not direct_applies(step):
         return []
-    shape = (step.terms[0].cin, step.cout)
-    tiles = direct_tiles(pixels, *shape)
-    schedules = (3, 2, 1) if step.terms[0].src == INPUT else (2, 1)
-    out = [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in schedules]
-    capped = [t for t in CAPPED.get(shape, ()) if t in tiles]
-    return out + [Config(cols, 8, stages, direct=rows, capped=c)
-                  for rows, cols in capped for c in (1, 2) for stages in (2, 1)]
+    tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
+    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -353,12 +338,11 @@ class _ConvLaunch:
             src, tile = bufs[step.terms[0].src], (cfg.direct, cfg.block_m)
             if step.terms[0].src == INPUT:  # the NHWC view of the FP32 NCHW batch
                 conv3x3_direct_input(bufs[step.out], src.permute(0, 3, 1, 2), self.weights[0],
-                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1,
-                                     staged=cfg.num_stages > 2)
+                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1)
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
-                           pipelined=cfg.num_stages > 1, capped=cfg.capped)
+                           pipelined=cfg.num_stages > 1)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
