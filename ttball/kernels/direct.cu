@@ -373,7 +373,15 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
       }
     }
     // epilogue from the accumulators: pixels g and g + 8 of each segment, channels
-    // n * 8 + 2q and + 1
+    // n * 8 + 2q and + 1. STAGE_OUT: into this tile's halo buffer (free once every warp's MMAs
+    // are done), 16-byte chunks swizzled per pixel so that each half2 store instruction is one
+    // shared-memory wavefront; then the block writes the tile out in 16-byte chunks, rows of
+    // TW * COUT * 2 contiguous bytes. Written directly instead, each store instruction covers
+    // 8 pixels x 16 bytes, half of each 32-byte sector (Nsight Compute: 30 % of the 32 -> 32
+    // kernel's global sectors excessive, L1 its busiest unit).
+    constexpr bool STAGE_OUT = SRC_C == 0 && TH * TW * COUT * 2 <= S::HALO_BYTES;
+    half* staged = halo;
+    if constexpr (STAGE_OUT) __syncthreads();
 #pragma unroll
     for (int p = 0; p < S::P; ++p) {
       const int task = warp * S::P + p, r = task / S::SEGS, seg = task % S::SEGS;
@@ -381,6 +389,7 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
 #pragma unroll
       for (int half8 = 0; half8 < 2; ++half8) {
         const int wo = w0 + seg * 16 + g + 8 * half8;
+        const int pix = r * TW + seg * 16 + g + 8 * half8;
         if (ho < H && wo < W) {
           half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
 #pragma unroll
@@ -393,9 +402,25 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
               v0 = fmaxf(v0, 0.f);
               v1 = fmaxf(v1, 0.f);
             }
-            *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
+            if constexpr (STAGE_OUT)
+              *reinterpret_cast<__half2*>(staged + pix * COUT +
+                                          (n ^ swizzle<S::WCH>(pix)) * 8 + 2 * q) =
+                  __floats2half2_rn(v0, v1);
+            else
+              *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
           }
         }
+      }
+    }
+    if constexpr (STAGE_OUT) {
+      __syncthreads();
+      for (int i = tid; i < TH * TW * S::WCH; i += blockDim.x) {
+        const int pix = i / S::WCH, c = i % S::WCH;
+        const int ho = h0 + pix / TW, wo = w0 + pix % TW;
+        if (ho < H && wo < W)
+          *reinterpret_cast<uint4*>(out + (((size_t)b * H + ho) * W + wo) * COUT + c * 8) =
+              *reinterpret_cast<const uint4*>(staged + pix * COUT +
+                                              (c ^ swizzle<S::WCH>(pix)) * 8);
       }
     }
     // the SE sums of one image, out when the next tile is another image's
@@ -637,7 +662,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
         pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_TILES(CIN, COUT)                                                            \
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
-  TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16) TTBALL_TILE(CIN, COUT, 16, 32)
+  TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,

@@ -68,10 +68,10 @@ from torch import Tensor
 from ttball.cachedir import cache_dir
 from ttball.kernels.plan import INPUT, Conv
 
-# (TH rows, TW columns) per block. The 16 × 32 tile gives each warp four 16-pixel segments
-# instead of two, so each weight fragment serves four (fifteenth session; 171-240 registers,
-# one block an SM).
-_SMALL = ((8, 32), (4, 32), (16, 16), (8, 16), (16, 32))
+# (TH rows, TW columns) per block. (A 16 × 32 tile, each warp four 16-pixel segments so that a
+# weight fragment serves four, at one block of 8 warps an SM, tied or lost on every step in
+# the fifteenth session; removed.)
+_SMALL = ((8, 32), (4, 32), (16, 16), (8, 16))
 # (Cin, Cout) → the tiles compiled for it. 128 → 16 (transition1, the stem's slowest step)
 # gets tiles of 8 and 16 pixel segments: its halo takes 46-87 KB of shared memory, its weights
 # 37 KB. (A 14 × 16 tile at two blocks an SM, registers capped and taps in a loop, was measured
@@ -128,7 +128,7 @@ def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
         return list(tiles)
     if pixels < 132 * 256 * 4:
         return [(4, 32), (8, 16)]
-    return [(8, 32), (16, 16), (4, 32), (16, 32)]
+    return [(8, 32), (16, 16), (4, 32)]
 
 
 def direct_missing(device: torch.device) -> str | None:
