@@ -378,8 +378,10 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     // shared-memory wavefront; then the block writes the tile out in 16-byte chunks, rows of
     // TW * COUT * 2 contiguous bytes. Written directly instead, each store instruction covers
     // 8 pixels x 16 bytes, half of each 32-byte sector (Nsight Compute: 30 % of the 32 -> 32
-    // kernel's global sectors excessive, L1 its busiest unit).
-    constexpr bool STAGE_OUT = SRC_C == 0 && TH * TW * COUT * 2 <= S::HALO_BYTES;
+    // kernel's global sectors excessive, L1 its busiest unit). Measured on an H200 (fifteenth
+    // session): transition1's 128 -> 16 2 % faster, the 16- and 32-channel kernels 3-11 %
+    // slower (the two barriers and a store phase that no MMA overlaps), so only 128 -> 16.
+    constexpr bool STAGE_OUT = SRC_C == 0 && CIN >= 64 && TH * TW * COUT * 2 <= S::HALO_BYTES;
     half* staged = halo;
     if constexpr (STAGE_OUT) __syncthreads();
 #pragma unroll
