@@ -14,9 +14,10 @@
 //
 // 1. Correctness: out[m][n] = sum_{s<3} sum_{c<32} x[m + s][c] * w[s][c][n] for m < 64 (a
 //    1 x 3 convolution along a row, the shifted operand of a 3 x 3 one), as 6 wgmma
-//    m64n32k16 (3 shifts x 2 K steps), for both readings of the descriptor's two byte
-//    offsets (K direction in "leading", M/N in "stride", and the other way round); the
-//    maximum error against the host's float sum is printed for each.
+//    m64n32k16 (3 shifts x 2 K steps), with the K direction's core-matrix offset in the
+//    descriptor's "leading" field and the M/N direction's in "stride" (with any argument,
+//    also the other way round, which faults); the maximum error against the host's float
+//    sum is printed.
 // 2. Throughput of the tensor-core side alone: blocks of one or two warpgroups, each
 //    repeating a 3 x 3 tap loop (18 wgmma m64n32k16 per 64 output pixels) over a halo in
 //    shared memory, the accumulators waited for once per 64 pixels; ns per 64 pixels per SM,
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(256) throughput_kernel(float* sink, int groups
   if (total == 12345.f) sink[threadIdx.x] = total;
 }
 
-int main() {
+int main(int argc, char**) {
   std::vector<half> x(HP * C), w(3 * C * N);
   std::vector<float> xf(HP * C), wf(3 * C * N);
   for (int i = 0; i < HP * C; ++i) {
@@ -174,7 +175,10 @@ int main() {
   CHECK(cudaMalloc(&sink, 1024 * 4));
   CHECK(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
-  for (int swap = 0; swap < 2; ++swap) {
+  // the other reading of the offsets (K direction in "stride") is tried only with an
+  // argument: it reads outside shared memory (an illegal address that ends the process, as
+  // on an H200 in the fifteenth session), so the correct one comes first
+  for (int swap = 0; swap < (argc > 1 ? 2 : 1); ++swap) {
     CHECK(cudaMemset(dout, 0, 64 * N * 4));
     probe_kernel<<<1, 128>>>(dx, dw, dout, swap);
     CHECK(cudaGetLastError());
