@@ -20,6 +20,7 @@ from ttball.kernels.direct import (
     KERNEL_SOURCE,
     KERNELS,
     PAIRS,
+    WGMMA,
     build_library,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -33,6 +34,7 @@ from ttball.kernels.executor import Config, pair_steps, pair_waits
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
+WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -90,23 +92,40 @@ def _compiled() -> set[tuple[int, int, int, int]]:
     return out | {tuple(int(v) for v in t) for t in single}
 
 
+def _compiled_wgmma() -> set[tuple[int, int, int, int]]:
+    """(Cin, Cout, TH, 64) of the wgmma kernels the dispatch instantiates."""
+    rows = re.findall(r"TTBALL_WGMMA_TILE\(CIN, COUT, (\d+)\)", KERNEL_SOURCE)
+    shapes = re.findall(r"TTBALL_WGMMA\((\d+), (\d+)\)", KERNEL_SOURCE)
+    return {(int(c), int(o), int(h), 64) for c, o in shapes for h in rows}
+
+
 def test_the_tuner_offers_only_compiled_tiles() -> None:
     compiled = _compiled()
     assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
+    assert _compiled_wgmma() == {(cin, cout, *tile) for cin, cout, tile in WGMMA_CASES}
     for (cin, cout) in KERNELS:
         for pixels in (144 * 256, 288 * 512, 64 * 288 * 512):
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
+    """And the wgmma kernel's tiles only when asked (on an H100 or H200), for its shapes."""
     from ttball.kernels.executor import direct_configs
+    from ttball.kernels.plan import INPUT
 
     for step in build_plan(model).steps:
         if isinstance(step, Conv) and direct_applies(step):
+            shape = (step.terms[0].cin, step.cout)
+            tiles = direct_tiles(288 * 512, *shape)
             configs = direct_configs(step, 288 * 512)
-            tiles = direct_tiles(288 * 512, step.terms[0].cin, step.cout)
             assert {(c.direct, c.block_m, c.num_stages) for c in configs} == {
                 (rows, cols, stages) for rows, cols in tiles for stages in (1, 2)}
+            wgmma = direct_configs(step, 288 * 512, wgmma=True)
+            extra = [] if step.terms[0].src == INPUT else list(WGMMA.get(shape, ()))
+            assert {(c.direct, c.block_m, c.num_stages) for c in wgmma} == {
+                (rows, cols, stages) for rows, cols in tiles + extra for stages in (1, 2)}
+            assert all(c.num_warps == 4 for c in wgmma if c.block_m == 64)
+            assert bool(extra) == (shape in ((16, 16), (32, 32)))
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -120,11 +139,15 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     src = tmp_path / "direct.cu"
     src.write_text(KERNEL_SOURCE)
     done = subprocess.run(
-        ["nvcc", "-c", "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90",
+        ["nvcc", "-c", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a",
          "-Xptxas", "-v", str(src), "-o", str(tmp_path / "direct.o")],
         check=False, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    # the wgmma kernels, each with its wgmma instructions not serialized by ptxas
+    wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_kernel\S*)", done.stderr)
+    assert len(set(wgmma)) == len(WGMMA_CASES)
+    assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
@@ -132,7 +155,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
-    assert len(spills) == len(CASES) + len(INPUT_CASES) + len(PAIR_CASES)
+    assert len(spills) == len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
     assert all(int(n) == 0 for n in spills)
 
 
@@ -223,6 +246,32 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout,tile", WGMMA_CASES)
+def test_wgmma_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
+    """The wgmma kernel (H100/H200 only): odd sizes (partial tiles at the right and bottom,
+    three tiles a row), ReLU and SE sums, one block per tile and a persistent grid of 3
+    blocks, each computing several tiles of both images."""
+    from ttball.kernels.conv import pack_weight
+    from ttball.kernels.direct import wgmma_available
+
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
+    x = torch.randn(2, 19, 150, cin, generator=g).half().to(DEVICE)
+    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
+    bias = torch.randn(cout, generator=g).to(DEVICE)
+    for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
+        out = torch.full((2, 19, 150, cout), float("nan"), dtype=torch.half, device=DEVICE)
+        sums = torch.zeros(2, cout, device=DEVICE)
+        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
+                       pipelined=pipelined, max_blocks=3)
+        want, want_sums = _reference(x, weight.half().float(), bias, relu)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(sums, want_sums, atol=1.0, rtol=1e-3)
 
 
 @pytest.mark.gpu
@@ -318,3 +367,30 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
         assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"
         chosen = direct.executor.chosen(tuple(x.shape))
         assert sum(1 for _, cfg in chosen if cfg == forced) == 27
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) -> None:
+    """triton-fp16-direct with every step the wgmma kernel takes forced onto it (both
+    schedules), through graph capture and replay, against triton-fp16."""
+    from ttball.backends import create
+    from ttball.kernels.direct import wgmma_available
+
+    require_triton()
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    plain = create("triton-fp16", model, DEVICE, tune=False)
+    for forced in (Config(64, 4, 1, direct=4), Config(64, 4, 2, direct=2)):
+        direct = create("triton-fp16-direct", model, DEVICE, tune=False)
+        taken = 0
+        for launch in direct.executor.launches:
+            step = launch.step
+            if (isinstance(step, Conv) and direct_applies(step)
+                    and (step.terms[0].cin, step.cout) in WGMMA and step.terms[0].src != "input"):
+                launch.configs = lambda bufs, cfg=forced: [cfg]
+                taken += 1
+        assert taken == 25  # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
+        rel = graph_replay_rel(direct, plain, x)
+        assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"

@@ -457,6 +457,206 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
                                         B, H, W, relu, 0, pipelined, skip_mma);
 }
 
+// The wgmma kernel (fifteenth session; built after scripts/probe_wgmma.cu showed on an H200
+// that wgmma reads a tap's operand from this halo layout correctly, and runs the tensor side
+// of 32 -> 32 at 250-335 ns per 64 pixels per SM against the mma.sync kernel's 606 ns all in).
+// Hopper's warpgroup MMA reads A and B from shared memory through descriptors, so there are
+// no ldmatrix -> mma.sync chains. Its core matrices are 8 rows x 16 bytes, rows 16 bytes
+// apart (no swizzle), so the halo is stored channel-group-major: for each 8 channels a plane
+// of every halo pixel's 16 bytes. 8 consecutive pixels x 8 channels are then one contiguous
+// core matrix, and a tap's one-pixel shift is a 16-byte offset of the descriptor's start
+// address. The weights: per tap and 8 input channels, COUT rows of 16 bytes. A block is one
+// warpgroup (128 threads); its tile is TH rows x 64 pixels, one wgmma M = 64 row at a time:
+// 9 taps x CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync
+// kernel's: bias, SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the
+// next tile's halo copied by cp.async while this one computes). Only for sm_90a (wgmma is
+// architecture-specific): built for another target the kernel is empty and the Python side
+// never offers it.
+template <int CIN, int COUT, int TH>
+struct WgmmaShape {
+  static constexpr int TW = 64, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
+  // bytes of one 8-channel plane: 16 past a multiple of 128, so that the cp.async copies of
+  // one pixel's consecutive chunks fall on different banks
+  static constexpr int PLANE = (HALO * 16 + 127) / 128 * 128 + 16;
+  static constexpr int HALO_BYTES = CH * PLANE;
+  static constexpr int NB = COUT / 8;
+  static constexpr int W_BYTES = 9 * CIN * COUT * 2;
+  static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;
+  static constexpr int SMEM1 = W_BYTES + SUM_BYTES + HALO_BYTES;
+  static constexpr int SMEM2 = SMEM1 + HALO_BYTES;
+  static_assert(CIN % 16 == 0 && (COUT == 16 || COUT == 32), "wgmma n16 or n32");
+};
+
+// A shared-memory matrix descriptor without swizzle: the start address, the K direction's
+// core-matrix byte offset ("leading") and the M or N direction's ("stride"), each >> 4.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t leading,
+                                                     uint32_t stride) {
+  const uint32_t addr = smem_addr(p);
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading & 0x3FFFF) >> 4) << 16) |
+         ((uint64_t)((stride & 0x3FFFF) >> 4) << 32);
+}
+
+// d (64 x COUT per warpgroup; this thread's COUT / 2 floats) = or += a * b
+template <int COUT>
+__device__ __forceinline__ void wgmma_64(float (&d)[COUT / 2], uint64_t a, uint64_t b,
+                                         int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (COUT == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// this thread's completed shared-memory writes (stores, cp.async) visible to wgmma's reads
+__device__ __forceinline__ void fence_async_shared() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Tile t's halo into channel-group-major planes by 16-byte cp.async (zeros outside the
+// image); consecutive threads read one pixel's consecutive chunks. Completes with the
+// caller's wait_group.
+template <int CIN, int COUT, int TH>
+__device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const half* __restrict__ x,
+                                                  int t, int tiles_w, int tiles_img, int H,
+                                                  int W) {
+  using S = WgmmaShape<CIN, COUT, TH>;
+  const int b = t / tiles_img, rem = t % tiles_img;
+  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
+  const half* xb = x + (size_t)b * H * W * CIN;
+  for (int i = threadIdx.x; i < S::HALO * S::CH; i += blockDim.x) {
+    const int p = i / S::CH, v = i % S::CH;
+    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
+    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(halo + v * S::PLANE + p * 16)), "l"(src),
+                    "r"(inside ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int CIN, int COUT, int TH>
+__global__ void __launch_bounds__(128)
+conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
+                     const half* __restrict__ w, const float* __restrict__ bias,
+                     float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                     int pipelined, int skip_mma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = WgmmaShape<CIN, COUT, TH>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  half* wsm = reinterpret_cast<half*>(smem);
+  float* sums = reinterpret_cast<float*>(smem + S::W_BYTES);
+  unsigned char* halos = smem + S::W_BYTES + S::SUM_BYTES;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo_planes<CIN, COUT, TH>(halos, x, t, tiles_w, tiles_img, H, W);
+  // weights: row tap * CIN + c, column n -> [tap][c / 8][n][c % 8]
+  for (int i = tid; i < 9 * CIN * COUT; i += blockDim.x) {
+    const int row = i / COUT, n = i % COUT, tap = row / CIN, c = row % CIN;
+    wsm[((tap * S::CH + c / 8) * COUT + n) * 8 + c % 8] = w[i];
+  }
+  if (has_sum)
+    for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
+  float bias_r[S::NB][2], ssum[S::NB][2];
+  load_bias<COUT>(bias_r, ssum, bias, lane);
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
+    if (next < ntiles) {
+      issue_halo_planes<CIN, COUT, TH>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next, tiles_w,
+                                       tiles_img, H, W);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    fence_async_shared();  // this thread's copies (and, first time, weight stores) for wgmma
+    __syncthreads();
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
+#pragma unroll 1
+    for (int r = 0; r < TH; ++r) {
+      float d[COUT / 2];
+#pragma unroll
+      for (int i = 0; i < COUT / 2; ++i) d[i] = 0.f;
+      if (!skip_mma) {
+        wgmma_fence();
+#pragma unroll
+        for (int tap = 0; tap < 9; ++tap) {
+          const int dh = tap / 3, dw = tap % 3;
+#pragma unroll
+          for (int k = 0; k < CIN / 16; ++k) {
+            const uint64_t a = wgmma_descriptor(
+                halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
+            const uint64_t bd =
+                wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
+            wgmma_64<COUT>(d, a, bd, tap + k > 0);
+          }
+        }
+        wgmma_commit_and_wait();
+      }
+      // row r's epilogue: warp w holds pixels 16w + g and + 8, channels n * 8 + 2q and + 1
+      const int ho = h0 + r;
+#pragma unroll
+      for (int half8 = 0; half8 < 2; ++half8) {
+        const int wo = w0 + 16 * warp + g + 8 * half8;
+        if (ho < H && wo < W) {
+          half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
+#pragma unroll
+          for (int n = 0; n < S::NB; ++n) {
+            float v0 = d[4 * n + 2 * half8] + bias_r[n][0];
+            float v1 = d[4 * n + 2 * half8 + 1] + bias_r[n][1];
+            ssum[n][0] += v0;
+            ssum[n][1] += v1;
+            if (relu) {
+              v0 = fmaxf(v0, 0.f);
+              v1 = fmaxf(v1, 0.f);
+            }
+            *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
+          }
+        }
+      }
+    }
+    if (has_sum && (next >= ntiles || next / tiles_img != b))
+      flush_sums<COUT>(ssum, sums, se_sum, b, lane);
+    __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
+    t = next;
+  }
+#endif
+}
+
 // A residual block's two convolutions in one kernel: mid = relu(conv3x3(x, w1) + b1) is
 // computed for the tile and its one-pixel border into shared memory (FP16, zero outside the
 // image: conv2's padding), then out = conv3x3(mid, w2) + b2 with optional SE sums and ReLU,
@@ -630,6 +830,18 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
                               has_sum, pipelined, skip_mma);
 }
 
+template <int CIN, int COUT, int TH>
+cudaError_t launch_wgmma(half* out, const half* x, const half* w, const float* bias,
+                         float* se_sum, int B, int H, int W, int relu, int has_sum, int pipelined,
+                         int skip_mma, int max_blocks, cudaStream_t stream) {
+  using S = WgmmaShape<CIN, COUT, TH>;
+  static int resident[64] = {};
+  return launch_tiles<TH, S::TW>(conv3x3_wgmma_kernel<CIN, COUT, TH>, 128, S::SMEM2,
+                                 pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
+                                 max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
+                                 has_sum, pipelined, skip_mma);
+}
+
 // The input's kernel: one halo buffer in either schedule.
 template <int COUT, int TH, int TW, int SRC_C>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
@@ -666,6 +878,14 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
 
+// the wgmma kernel's tiles (TH rows x 64 pixels; built for sm_90a only, see above)
+#define TTBALL_WGMMA_TILE(CIN, COUT, TH)                                                   \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64)                                   \
+    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH>(                                 \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, skip_mma, max_blocks, stream);
+#define TTBALL_WGMMA(CIN, COUT) TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4)
+
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
@@ -674,6 +894,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
+  TTBALL_WGMMA(16, 16) TTBALL_WGMMA(32, 32) TTBALL_WGMMA(16, 32) TTBALL_WGMMA(32, 16)
   return -1;
 }
 

@@ -83,6 +83,13 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
+# (Cin, Cout) → the tiles (rows × 64 pixels) of the wgmma kernel (``conv3x3_wgmma_kernel``:
+# one warpgroup a block, A and B read by the tensor cores from a channel-group-major halo in
+# shared memory; fifteenth session). Hopper only: the library is built for sm_90a there, and
+# :func:`wgmma_available` says where the tuner may offer them.
+WGMMA: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
+    shape: ((4, 64), (2, 64)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
+
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
 # since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
@@ -131,6 +138,14 @@ def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
     return [(8, 32), (16, 16), (4, 32)]
 
 
+def wgmma_available(device: torch.device) -> bool:
+    """Whether the wgmma kernel's tiles (:data:`WGMMA`) run on ``device``: compute capability
+    9.0 exactly, for which :func:`build_library` targets sm_90a (wgmma's architecture-specific
+    target)."""
+    return (device.type == "cuda" and torch.cuda.is_available()
+            and torch.cuda.get_device_capability(device) == (9, 0))
+
+
 def direct_missing(device: torch.device) -> str | None:
     """Why the direct kernel can't be built or run on ``device`` (None: it can)."""
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -152,8 +167,8 @@ def nvcc_path() -> str | None:
 
 
 def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
-    """:data:`KERNEL_SOURCE` compiled for ``sm_<arch>`` (e.g. ``"90"``) into a shared library
-    in ``directory``, named by a digest of the source, the architecture and the compiler; an
+    """:data:`KERNEL_SOURCE` compiled for ``sm_<arch>`` (e.g. ``"90"``; ``sm_90a`` for it, which
+    the wgmma kernel needs) into a shared library in ``directory``, named by a digest of the source, the architecture and the compiler; an
     existing one is reused. ``nvcc`` alone builds it (no PyTorch headers, which took about
     two minutes of a 2-core machine's compile in the ``load_inline`` build this replaces, the
     kernels 8 s), its device code optimised on every core (``--split-compile=0``); another
@@ -162,6 +177,7 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RuntimeError("needs nvcc (CUDA's compiler) to build the kernel")
+    target = "90a" if arch == "90" else arch  # the wgmma kernel needs sm_90a's instructions
     real = Path(nvcc).resolve()
     key = f"{KERNEL_SOURCE}|{arch}|{real}|{real.stat().st_mtime_ns if real.exists() else 0}"
     lib = directory / f"ttball_direct_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
@@ -172,7 +188,7 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     # the CUDA runtime as a shared library: the one PyTorch loaded (same soname) if it has,
     # else the toolkit's, found through the rpath
     cmd = [nvcc, "-shared", "-std=c++17", "-O3", "--split-compile=0",
-           f"-gencode=arch=compute_{arch},code=sm_{arch}", "-Xcompiler", "-fPIC",
+           f"-gencode=arch=compute_{target},code=sm_{target}", "-Xcompiler", "-fPIC",
            "-cudart", "shared", "-Xlinker", f"-rpath={real.parent.parent / 'lib64'}",
            str(Path(__file__).with_name("direct.cu")), "-o", str(tmp)]
     try:

@@ -42,6 +42,7 @@ from ttball.kernels.conv import (
 )
 from ttball.kernels.direct import (
     PAIRS,
+    WGMMA,
     conv3x3_direct,
     conv3x3_direct_input,
     conv3x3_pair,
@@ -49,6 +50,7 @@ from ttball.kernels.direct import (
     direct_library,
     direct_tiles,
     pair_applies,
+    wgmma_available,
 )
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
@@ -183,16 +185,20 @@ def rows_configs(step: Conv, pixels: int) -> list[Config]:
     return [Config(64, 4, 1, rows=16), Config(128, 4, 1, rows=16), Config(64, 4, 1, rows=32)]
 
 
-def direct_configs(step: Conv, pixels: int) -> list[Config]:
+def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]:
     """Candidates of the CUDA direct kernel (:mod:`ttball.kernels.direct`) for a step it
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
-    during this one's work (2)."""
+    during this one's work (2). With ``wgmma``, also the wgmma kernel's tiles for the step's
+    channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, one warpgroup a block)."""
     if not direct_applies(step):
         return []
-    tiles = direct_tiles(pixels, step.terms[0].cin, step.cout)
-    return [Config(cols, 8, stages, direct=rows) for rows, cols in tiles for stages in (2, 1)]
+    shape = (step.terms[0].cin, step.cout)
+    tiles = direct_tiles(pixels, *shape)
+    tiles += list(WGMMA.get(shape, ())) if wgmma and step.terms[0].src != INPUT else []
+    return [Config(cols, 8 if cols < 64 else 4, stages, direct=rows)
+            for rows, cols in tiles for stages in (2, 1)]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -243,6 +249,7 @@ class _ConvLaunch:
         self.step = step
         # offer tma_configs / rows_configs / direct_configs to the tuner
         self.tma, self.rows, self.direct = tma, rows, direct
+        self.wgmma = direct and wgmma_available(device)  # the wgmma kernel's tiles too
         self._descs: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Any] = {}
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
         t0 = step.terms[0]
@@ -304,7 +311,7 @@ class _ConvLaunch:
         pixels = self.out_pixels(bufs)
         extra = tma_configs(self.step, pixels) if self.tma else []
         extra += rows_configs(self.step, pixels) if self.rows else []
-        extra += direct_configs(self.step, pixels) if self.direct else []
+        extra += direct_configs(self.step, pixels, self.wgmma) if self.direct else []
         return conv_configs(self.step, pixels) + extra
 
     def descriptor(self, x: Tensor, box: tuple[int, ...]) -> Any:
