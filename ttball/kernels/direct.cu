@@ -469,13 +469,7 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // warpgroup (128 threads); its tile is TH rows x 64 pixels, one wgmma M = 64 row at a time:
 // 9 taps x CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync
 // kernel's: bias, SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the
-// next tile's halo copied by cp.async while this one computes). No skip_mma (the Python side
-// refuses it): a branch around the wgmma made ptxas serialize them. Measured in the fifteenth
-// session with each row's wgmma waited for before its epilogue: 32 -> 32 at full resolution
-// 7 % faster than the mma.sync kernel at batch 64, about its sum of tensor time (the probe's
-// 250 ns per 64 pixels per SM) and memory time (about 330 ns for 4-row tiles), so they did not
-// overlap. Since (built after the session's last measurement): row r + 1's wgmma run during
-// row r's epilogue (two accumulator sets), and 8-row tiles (a 1.25x halo instead of 1.5x). Only for sm_90a (wgmma is
+// next tile's halo copied by cp.async while this one computes). Only for sm_90a (wgmma is
 // architecture-specific): built for another target the kernel is empty and the Python side
 // never offers it.
 template <int CIN, int COUT, int TH>
@@ -534,24 +528,11 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit() {
+__device__ __forceinline__ void wgmma_commit_and_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
-}
-// waits until at most N of this warpgroup's committed wgmma groups are pending
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-#endif
-}
-// Ties the accumulators to this point of the program: the compiler may not move their reads
-// or writes across it (they are written asynchronously between a wgmma and its wait).
-template <int R>
-__device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 // this thread's completed shared-memory writes (stores, cp.async) visible to wgmma's reads
 __device__ __forceinline__ void fence_async_shared() {
@@ -625,37 +606,27 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
-    // row r's wgmma into accumulator set r % 2; row r + 1's are issued before row r's
-    // epilogue, so the tensor cores work while this warpgroup stores
-    float d[2][COUT / 2];
-    auto issue_row = [&](int r, float (&acc)[COUT / 2]) {
-      wgmma_fence_operands(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int tap = 0; tap < 9; ++tap) {
-        const int dh = tap / 3, dw = tap % 3;
-#pragma unroll
-        for (int k = 0; k < CIN / 16; ++k) {
-          const uint64_t a = wgmma_descriptor(
-              halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
-          const uint64_t bd =
-              wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
-          wgmma_64<COUT>(acc, a, bd, tap + k > 0);
-        }
-      }
-      wgmma_commit();  // (no operand fence here: ptxas would serialize the wgmma)
-    };
-    issue_row(0, d[0]);
-#pragma unroll
+#pragma unroll 1
     for (int r = 0; r < TH; ++r) {
-      float (&acc)[COUT / 2] = d[r % 2];
-      if (r + 1 < TH) {
-        issue_row(r + 1, d[(r + 1) % 2]);
-        wgmma_wait<1>();  // row r's group; row r + 1's may still run
-      } else {
-        wgmma_wait<0>();
+      float d[COUT / 2];
+#pragma unroll
+      for (int i = 0; i < COUT / 2; ++i) d[i] = 0.f;
+      if (!skip_mma) {
+        wgmma_fence();
+#pragma unroll
+        for (int tap = 0; tap < 9; ++tap) {
+          const int dh = tap / 3, dw = tap % 3;
+#pragma unroll
+          for (int k = 0; k < CIN / 16; ++k) {
+            const uint64_t a = wgmma_descriptor(
+                halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
+            const uint64_t bd =
+                wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
+            wgmma_64<COUT>(d, a, bd, tap + k > 0);
+          }
+        }
+        wgmma_commit_and_wait();
       }
-      wgmma_fence_operands(acc);
       // row r's epilogue: warp w holds pixels 16w + g and + 8, channels n * 8 + 2q and + 1
       const int ho = h0 + r;
 #pragma unroll
@@ -665,8 +636,8 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
           half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
 #pragma unroll
           for (int n = 0; n < S::NB; ++n) {
-            float v0 = acc[4 * n + 2 * half8] + bias_r[n][0];
-            float v1 = acc[4 * n + 2 * half8 + 1] + bias_r[n][1];
+            float v0 = d[4 * n + 2 * half8] + bias_r[n][0];
+            float v1 = d[4 * n + 2 * half8 + 1] + bias_r[n][1];
             ssum[n][0] += v0;
             ssum[n][1] += v1;
             if (relu) {
@@ -913,8 +884,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
     return (int)ttball_direct::launch_wgmma<CIN, COUT, TH>(                                 \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
-#define TTBALL_WGMMA(CIN, COUT)                                                            \
-  TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4) TTBALL_WGMMA_TILE(CIN, COUT, 8)
+#define TTBALL_WGMMA(CIN, COUT) TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
