@@ -534,6 +534,13 @@ __device__ __forceinline__ void wgmma_commit_and_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
+// Ties the accumulators to this point of the program: the compiler may not move their reads
+// across it (wgmma writes them asynchronously until its wait).
+template <int R>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 // this thread's completed shared-memory writes (stores, cp.async) visible to wgmma's reads
 __device__ __forceinline__ void fence_async_shared() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -626,6 +633,7 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
           }
         }
         wgmma_commit_and_wait();
+        wgmma_fence_operands(d);
       }
       // row r's epilogue: warp w holds pixels 16w + g and + 8, channels n * 8 + 2q and + 1
       const int ho = h0 + r;
