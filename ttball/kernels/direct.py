@@ -37,6 +37,15 @@ shapes at batch 64 and takes the network from 22.8 to 19.7 ms there (3,253 windo
 - each warp computes two 16-pixel segments at once, so every weight fragment it loads serves
   both, and a block has as many warps as that gives (4 or 8).
 
+Fourth version, beside the third (fifteenth session): ``conv3x3_wgmma_kernel`` for the 16- and
+32-channel shapes on compute capability 9.0 (tiles of :data:`WGMMA`). Hopper's warpgroup MMA
+reads A and B from shared memory through descriptors, so the halo is stored
+channel-group-major (per 8 channels, a plane of every halo pixel's 16 bytes): 8 consecutive
+pixels × 8 channels are one contiguous core matrix, and a tap's one-pixel shift is a 16-byte
+offset of the descriptor's start address (``scripts/probe_wgmma.cu`` checked this on an
+H200). Measured: 7 % faster than the third version on the full-resolution 32 → 32 step at
+batch 64, slower at half resolution and at batch 1; the tuner chooses per step.
+
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
 measures faster than the two steps (16 channels at batch 8 and 64 on an H200, by at least the
