@@ -109,23 +109,30 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
-    """And the wgmma kernel's tiles only when asked (on an H100 or H200), for its shapes."""
+    """And the wgmma kernel's tiles only when asked (on an H100 or H200), for its shapes, on
+    steps of at least WGMMA_MIN_PIXELS output pixels (full resolution at batch 64, not 1)."""
+    from ttball.kernels.direct import WGMMA_MIN_PIXELS
     from ttball.kernels.executor import direct_configs
     from ttball.kernels.plan import INPUT
 
+    big, small = 64 * 288 * 512, 288 * 512
+    assert small < WGMMA_MIN_PIXELS <= big
     for step in build_plan(model).steps:
         if isinstance(step, Conv) and direct_applies(step):
             shape = (step.terms[0].cin, step.cout)
-            tiles = direct_tiles(288 * 512, *shape)
-            configs = direct_configs(step, 288 * 512)
-            assert {(c.direct, c.block_m, c.num_stages) for c in configs} == {
-                (rows, cols, stages) for rows, cols in tiles for stages in (1, 2)}
-            wgmma = direct_configs(step, 288 * 512, wgmma=True)
-            extra = [] if step.terms[0].src == INPUT else list(WGMMA.get(shape, ()))
-            assert {(c.direct, c.block_m, c.num_stages) for c in wgmma} == {
-                (rows, cols, stages) for rows, cols in tiles + extra for stages in (1, 2)}
-            assert all(c.num_warps == 4 for c in wgmma if c.block_m == 64)
-            assert bool(extra) == (shape in ((16, 16), (32, 32)))
+            for pixels in (small, big):
+                tiles = direct_tiles(pixels, *shape)
+                configs = direct_configs(step, pixels)
+                assert {(c.direct, c.block_m, c.num_stages) for c in configs} == {
+                    (rows, cols, stages) for rows, cols in tiles for stages in (1, 2)}
+                wgmma = direct_configs(step, pixels, wgmma=True)
+                extra = ([] if step.terms[0].src == INPUT or pixels == small
+                         else list(WGMMA.get(shape, ())))
+                assert {(c.direct, c.block_m, c.num_stages) for c in wgmma} == {
+                    (rows, cols, stages) for rows, cols in tiles + extra for stages in (1, 2)}
+                assert all(c.num_warps == 4 for c in wgmma if c.block_m == 64)
+                if pixels == big:
+                    assert bool(extra) == (shape in ((16, 16), (32, 32)))
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:

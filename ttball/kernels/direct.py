@@ -98,6 +98,10 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
 # :func:`wgmma_available` says where the tuner may offer them.
 WGMMA: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     shape: ((4, 64), (2, 64)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
+# Offered only from this many output pixels a step: measured in the fifteenth session, they won
+# or tied at full resolution at batch 64 (9.4 M pixels) and lost at half resolution there
+# (2.4 M) and at batch 1 (0.15 M), so smaller steps are not worth the tuner's time.
+WGMMA_MIN_PIXELS = 1 << 22
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,

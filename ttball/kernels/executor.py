@@ -43,6 +43,7 @@ from ttball.kernels.conv import (
 from ttball.kernels.direct import (
     PAIRS,
     WGMMA,
+    WGMMA_MIN_PIXELS,
     conv3x3_direct,
     conv3x3_direct_input,
     conv3x3_pair,
@@ -191,12 +192,14 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
     during this one's work (2). With ``wgmma``, also the wgmma kernel's tiles for the step's
-    channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, one warpgroup a block)."""
+    channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, one warpgroup a block) from
+    :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
     tiles = direct_tiles(pixels, *shape)
-    tiles += list(WGMMA.get(shape, ())) if wgmma and step.terms[0].src != INPUT else []
+    if wgmma and step.terms[0].src != INPUT and pixels >= WGMMA_MIN_PIXELS:
+        tiles += list(WGMMA.get(shape, ()))
     return [Config(cols, 8 if cols < 64 else 4, stages, direct=rows)
             for rows, cols in tiles for stages in (2, 1)]
 
