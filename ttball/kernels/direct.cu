@@ -496,9 +496,10 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t lea
          ((uint64_t)((stride & 0x3FFFF) >> 4) << 32);
 }
 
-// d (64 x COUT per warpgroup; this thread's COUT / 2 floats) = or += a * b
+// d (64 x COUT per warpgroup) = or += a * b; this thread's part of d in mma.sync's m16n8
+// accumulator layout, n block by n block: rows 16 * warp + g and + 8, columns n * 8 + 2q, + 1
 template <int COUT>
-__device__ __forceinline__ void wgmma_64(float (&d)[COUT / 2], uint64_t a, uint64_t b,
+__device__ __forceinline__ void wgmma_64(float (&d)[COUT / 8][4], uint64_t a, uint64_t b,
                                          int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (COUT == 32) {
@@ -507,17 +508,18 @@ __device__ __forceinline__ void wgmma_64(float (&d)[COUT / 2], uint64_t a, uint6
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "%16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3])
         : "l"(a), "l"(b), "r"(accumulate));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7])
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
         : "l"(a), "l"(b), "r"(accumulate));
   }
 #endif
@@ -536,10 +538,12 @@ __device__ __forceinline__ void wgmma_commit_and_wait() {
 }
 // Ties the accumulators to this point of the program: the compiler may not move their reads
 // across it (wgmma writes them asynchronously until its wait).
-template <int R>
-__device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
+template <int NB>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[NB][4]) {
 #pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int n = 0; n < NB; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
 }
 // this thread's completed shared-memory writes (stores, cp.async) visible to wgmma's reads
 __device__ __forceinline__ void fence_async_shared() {
@@ -584,7 +588,7 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   float* sums = reinterpret_cast<float*>(smem + S::W_BYTES);
   unsigned char* halos = smem + S::W_BYTES + S::SUM_BYTES;
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
@@ -615,9 +619,7 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
 #pragma unroll 1
     for (int r = 0; r < TH; ++r) {
-      float d[COUT / 2];
-#pragma unroll
-      for (int i = 0; i < COUT / 2; ++i) d[i] = 0.f;
+      float d[S::NB][4] = {};
       if (!skip_mma) {
         wgmma_fence();
 #pragma unroll
@@ -635,27 +637,8 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
         wgmma_commit_and_wait();
         wgmma_fence_operands(d);
       }
-      // row r's epilogue: warp w holds pixels 16w + g and + 8, channels n * 8 + 2q and + 1
-      const int ho = h0 + r;
-#pragma unroll
-      for (int half8 = 0; half8 < 2; ++half8) {
-        const int wo = w0 + 16 * warp + g + 8 * half8;
-        if (ho < H && wo < W) {
-          half* dst = out + (((size_t)b * H + ho) * W + wo) * COUT + 2 * q;
-#pragma unroll
-          for (int n = 0; n < S::NB; ++n) {
-            float v0 = d[4 * n + 2 * half8] + bias_r[n][0];
-            float v1 = d[4 * n + 2 * half8 + 1] + bias_r[n][1];
-            ssum[n][0] += v0;
-            ssum[n][1] += v1;
-            if (relu) {
-              v0 = fmaxf(v0, 0.f);
-              v1 = fmaxf(v1, 0.f);
-            }
-            *reinterpret_cast<__half2*>(dst + n * 8) = __floats2half2_rn(v0, v1);
-          }
-        }
-      }
+      // row r's epilogue: warp w holds its pixels 16w to 16w + 15
+      store_segment<COUT>(out, d, bias_r, ssum, b, h0 + r, w0 + 16 * warp, H, W, relu, lane);
     }
     if (has_sum && (next >= ntiles || next / tiles_img != b))
       flush_sums<COUT>(ssum, sums, se_sum, b, lane);
