@@ -34,6 +34,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "../ttball/kernels/direct.cu"
+
 #define CHECK(call)                                                             \
   do {                                                                          \
     cudaError_t e = (call);                                                     \
@@ -47,39 +49,13 @@
 constexpr int C = 32, N = 32, HP = 80;  // channels in and out; halo pixels of the probe row
 constexpr int PLANE = HP * 16;           // bytes of one 8-channel group's plane
 
-// A shared-memory matrix descriptor without swizzle: start address, then the two byte
-// offsets (each >> 4) in bits 16-29 ("leading") and 32-45 ("stride").
-__device__ __forceinline__ uint64_t descriptor(const void* p, uint32_t leading,
-                                               uint32_t stride) {
-  const uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading & 0x3FFFF) >> 4) << 16) |
-         ((uint64_t)((stride & 0x3FFFF) >> 4) << 32);
-}
-
-__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t a, uint64_t b,
-                                                int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-        "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::);
-}
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// threads' shared-memory stores visible to the async proxy that wgmma reads through
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
+// the kernel library's wgmma helpers, so that the probe checks the descriptors and
+// instructions the kernel uses (the run recorded in docs/benchmarks/h200-2026-12-01g/probe/
+// was of afab1d1, whose probe had its own copies of them)
+using ttball_direct::fence_async_shared;
+using ttball_direct::wgmma_commit_and_wait;
+using ttball_direct::wgmma_descriptor;
+using ttball_direct::wgmma_fence;
 
 // x: HP x C (pixel-major, as NHWC); w: 3 x C x N; out: 64 x N. One warpgroup.
 // swap: the K-direction offset in the descriptor's "stride" field instead of "leading".
@@ -96,27 +72,24 @@ __global__ void probe_kernel(const half* x, const half* w, float* out, int swap)
   }
   fence_async_shared();
   __syncthreads();
-  float d[16];
-  for (int i = 0; i < 16; ++i) d[i] = 0.f;
+  float d[N / 8][4] = {};
   wgmma_fence();
   for (int s = 0; s < 3; ++s)
     for (int k = 0; k < C / 16; ++k) {
       // A: 64 pixels from halo pixel s, channels 16k..16k+15: K-direction core matrices one
       // plane apart, M-direction ones 128 bytes apart. B: n rows of 16-byte k chunks, the
       // K-direction ones N * 16 bytes apart, N-direction ones 128.
-      const uint64_t a = swap ? descriptor(&xs[2 * k][s][0], 128, PLANE)
-                              : descriptor(&xs[2 * k][s][0], PLANE, 128);
-      const uint64_t b = swap ? descriptor(&ws[s][2 * k][0][0], 128, N * 16)
-                              : descriptor(&ws[s][2 * k][0][0], N * 16, 128);
-      wgmma_m64n32k16(d, a, b, s + k > 0);
+      const uint64_t a = swap ? wgmma_descriptor(&xs[2 * k][s][0], 128, PLANE)
+                              : wgmma_descriptor(&xs[2 * k][s][0], PLANE, 128);
+      const uint64_t b = swap ? wgmma_descriptor(&ws[s][2 * k][0][0], 128, N * 16)
+                              : wgmma_descriptor(&ws[s][2 * k][0][0], N * 16, 128);
+      ttball_direct::wgmma_64<N>(d, a, b, s + k > 0);
     }
-  wgmma_commit();
-  wgmma_wait();
+  wgmma_commit_and_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  for (int i = 0; i < 16; ++i) {
-    const int row = warp * 16 + g + 8 * ((i % 4) >= 2), col = (i / 4) * 8 + 2 * q + (i % 2);
-    out[row * N + col] = d[i];
-  }
+  for (int n = 0; n < N / 8; ++n)
+    for (int e = 0; e < 4; ++e)
+      out[(warp * 16 + g + 8 * (e / 2)) * N + n * 8 + 2 * q + e % 2] = d[n][e];
 }
 
 // The tensor-core side of a 3 x 3 convolution, 32 -> 32: each warpgroup of the block repeats
@@ -132,7 +105,7 @@ __global__ void __launch_bounds__(256) throughput_kernel(float* sink, int groups
     (&ws[0][0][0][0])[i] = __float2half(0.01f * (i % 5));
   fence_async_shared();
   __syncthreads();
-  float d[16] = {};
+  float d[N / 8][4] = {};
   float total = 0.f;
   for (int it = 0; it < groups; ++it) {
     wgmma_fence();
@@ -141,12 +114,12 @@ __global__ void __launch_bounds__(256) throughput_kernel(float* sink, int groups
 #pragma unroll
       for (int k = 0; k < C / 16; ++k) {
         const int start = (tap / 3) * HALO_W + tap % 3;
-        wgmma_m64n32k16(d, descriptor(&xs[2 * k][start][0], TPLANE, 128),
-                        descriptor(&ws[tap][2 * k][0][0], N * 16, 128), tap + k > 0);
+        ttball_direct::wgmma_64<N>(d, wgmma_descriptor(&xs[2 * k][start][0], TPLANE, 128),
+                                   wgmma_descriptor(&ws[tap][2 * k][0][0], N * 16, 128),
+                                   tap + k > 0);
       }
-    wgmma_commit();
-    wgmma_wait();
-    total += d[0];
+    wgmma_commit_and_wait();
+    total += d[0][0];
   }
   if (total == 12345.f) sink[threadIdx.x] = total;
 }
@@ -166,7 +139,8 @@ int main(int argc, char**) {
   for (int m = 0; m < 64; ++m)
     for (int n = 0; n < N; ++n)
       for (int s = 0; s < 3; ++s)
-        for (int c = 0; c < C; ++c) want[m * N + n] += xf[(m + s) * C + c] * wf[(s * C + c) * N + n];
+        for (int c = 0; c < C; ++c)
+          want[m * N + n] += xf[(m + s) * C + c] * wf[(s * C + c) * N + n];
   half *dx, *dw;
   float *dout, *sink;
   CHECK(cudaMalloc(&dx, x.size() * 2));
