@@ -30,6 +30,7 @@ from ttball.kernels.direct import (
     direct_tiles,
 )
 from ttball.kernels.executor import Config, pair_steps, pair_waits
+from ttball.kernels.plan import INPUT
 
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
@@ -113,7 +114,6 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
     steps of at least WGMMA_MIN_PIXELS output pixels (full resolution at batch 64, not 1)."""
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
     from ttball.kernels.executor import direct_configs
-    from ttball.kernels.plan import INPUT
 
     big, small = 64 * 288 * 512, 288 * 512
     assert small < WGMMA_MIN_PIXELS <= big
@@ -228,57 +228,49 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
     return y.permute(0, 2, 3, 1), sums
 
 
+def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
+                       sums_atol: float) -> None:
+    """conv3x3_direct with ``tile`` on a (2, height, width, cin) batch against the float32
+    convolution: ReLU or not, SE sums, one block per tile and a persistent grid of 3 blocks
+    (each computing several tiles of both images while it copies the next one's halo)."""
+    from ttball.kernels.conv import pack_weight
+
+    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
+    x = torch.randn(2, height, width, cin, generator=g).half().to(DEVICE)
+    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
+    bias = torch.randn(cout, generator=g).to(DEVICE)
+    for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
+        out = torch.full((2, height, width, cout), float("nan"), dtype=torch.half, device=DEVICE)
+        sums = torch.zeros(2, cout, device=DEVICE)
+        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
+                       pipelined=pipelined, max_blocks=3)
+        want, want_sums = _reference(x, weight.half().float(), bias, relu)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cin,cout,tile", CASES)
 def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
     """Odd sizes (partial tiles at the right and bottom edges), ReLU and SE sums, one block
     per tile and pipelined."""
-    from ttball.kernels.conv import pack_weight
-    from ttball.kernels.direct import conv3x3_direct
-
     if direct_missing(DEVICE):
         pytest.skip(direct_missing(DEVICE))
-    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
-    x = torch.randn(2, 18, 40, cin, generator=g).half().to(DEVICE)
-    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
-    bias = torch.randn(cout, generator=g).to(DEVICE)
-    # one block per tile; pipelined with 3 blocks, so that each computes several tiles of both
-    # images while it copies the next one's halo
-    for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
-        out = torch.full((2, 18, 40, cout), float("nan"), dtype=torch.half, device=DEVICE)
-        sums = torch.zeros(2, cout, device=DEVICE)
-        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3)
-        want, want_sums = _reference(x, weight.half().float(), bias, relu)
-        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
-        torch.testing.assert_close(sums, want_sums, atol=0.5, rtol=1e-3)
+    _check_direct_conv(cin, cout, tile, 18, 40, sums_atol=0.5)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cin,cout,tile", WGMMA_CASES)
 def test_wgmma_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
-    """The wgmma kernel (H100/H200 only): odd sizes (partial tiles at the right and bottom,
-    three tiles a row), ReLU and SE sums, one block per tile and a persistent grid of 3
-    blocks, each computing several tiles of both images."""
-    from ttball.kernels.conv import pack_weight
+    """The wgmma kernel (H100/H200 only), as above: odd sizes (partial tiles at the right and
+    bottom, three tiles a row of 64 pixels)."""
     from ttball.kernels.direct import wgmma_available
 
     if direct_missing(DEVICE) or not wgmma_available(DEVICE):
         pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
-    g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
-    x = torch.randn(2, 19, 150, cin, generator=g).half().to(DEVICE)
-    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
-    bias = torch.randn(cout, generator=g).to(DEVICE)
-    for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
-        out = torch.full((2, 19, 150, cout), float("nan"), dtype=torch.half, device=DEVICE)
-        sums = torch.zeros(2, cout, device=DEVICE)
-        conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3)
-        want, want_sums = _reference(x, weight.half().float(), bias, relu)
-        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
-        torch.testing.assert_close(sums, want_sums, atol=1.0, rtol=1e-3)
+    _check_direct_conv(cin, cout, tile, 19, 150, sums_atol=1.0)
 
 
 @pytest.mark.gpu
@@ -395,7 +387,7 @@ def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) ->
         for launch in direct.executor.launches:
             step = launch.step
             if (isinstance(step, Conv) and direct_applies(step)
-                    and (step.terms[0].cin, step.cout) in WGMMA and step.terms[0].src != "input"):
+                    and (step.terms[0].cin, step.cout) in WGMMA and step.terms[0].src != INPUT):
                 launch.configs = lambda bufs, cfg=forced: [cfg]
                 taken += 1
         assert taken == 25  # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
