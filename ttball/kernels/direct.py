@@ -181,12 +181,12 @@ def nvcc_path() -> str | None:
 
 def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     """:data:`KERNEL_SOURCE` compiled for ``sm_<arch>`` (e.g. ``"90"``; ``sm_90a`` for it, which
-    the wgmma kernel needs) into a shared library in ``directory``, named by a digest of the source, the architecture and the compiler; an
-    existing one is reused. ``nvcc`` alone builds it (no PyTorch headers, which took about
-    two minutes of a 2-core machine's compile in the ``load_inline`` build this replaces, the
-    kernels 8 s), its device code optimised on every core (``--split-compile=0``); another
-    process building the same library at once only costs time (each writes its own temporary
-    file, then renames it)."""
+    the wgmma kernel needs) into a shared library in ``directory``, named by a digest of the
+    source, the architecture and the compiler; an existing one is reused. ``nvcc`` alone builds
+    it (no PyTorch headers, which took about two minutes of a 2-core machine's compile in the
+    ``load_inline`` build this replaces, the kernels 8 s), its device code optimised on every
+    core (``--split-compile=0``); another process building the same library at once only costs
+    time (each writes its own temporary file, then renames it)."""
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RuntimeError("needs nvcc (CUDA's compiler) to build the kernel")
