@@ -215,6 +215,8 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
     with pytest.raises(ValueError, match="same batch, height and width"):
         conv3x3_direct_input(torch.empty(1, 16, 16, 64, dtype=torch.float16),
                              torch.zeros(1, 9, 16, 32), w, bias, (8, 16), relu=True)
+    with pytest.raises(ValueError, match="not for the wgmma kernel"):
+        conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, skip_mma=True)
     with pytest.raises(ValueError, match="one shape"):
         conv3x3_pair(torch.empty(1, 4, 16, 32, dtype=torch.float16), x, w, bias, w, bias, None,
                      (8, 32), relu=True)

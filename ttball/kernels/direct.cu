@@ -469,7 +469,13 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // warpgroup (128 threads); its tile is TH rows x 64 pixels, one wgmma M = 64 row at a time:
 // 9 taps x CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync
 // kernel's: bias, SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the
-// next tile's halo copied by cp.async while this one computes). Only for sm_90a (wgmma is
+// next tile's halo copied by cp.async while this one computes). Row r + 1's wgmma run during
+// row r's epilogue (two accumulator sets), and tiles have up to 8 rows (a 1.25x halo): built
+// after the fifteenth session's last device call, not GPU-tested yet. No skip_mma (the Python
+// side refuses it for these tiles): a branch around the wgmma made ptxas serialize them. (The
+// version measured in that session waited for each row's wgmma before its epilogue: 7 %
+// faster than the mma.sync kernel on the full-resolution 32 -> 32 step at batch 64, about
+// its sum of tensor time and memory time.) Only for sm_90a (wgmma is
 // architecture-specific): built for another target the kernel is empty and the Python side
 // never offers it.
 template <int CIN, int COUT, int TH>
@@ -530,11 +536,21 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
+}
+// waits until at most N of this warpgroup's committed wgmma groups are pending
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+  wgmma_commit();
+  wgmma_wait<0>();
 }
 // Ties the accumulators to this point of the program: the compiler may not move their reads
 // across it (wgmma writes them asynchronously until its wait).
@@ -617,28 +633,39 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
-#pragma unroll 1
-    for (int r = 0; r < TH; ++r) {
-      float d[S::NB][4] = {};
-      if (!skip_mma) {
-        wgmma_fence();
+    // row r's wgmma into accumulator set r % 2; row r + 1's are issued before row r's
+    // epilogue, so the tensor cores work while this warpgroup stores
+    float d[2][S::NB][4];
+    auto issue_row = [&](int r, float (&acc)[S::NB][4]) {
+      wgmma_fence_operands(acc);
+      wgmma_fence();
 #pragma unroll
-        for (int tap = 0; tap < 9; ++tap) {
-          const int dh = tap / 3, dw = tap % 3;
+      for (int tap = 0; tap < 9; ++tap) {
+        const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
-          for (int k = 0; k < CIN / 16; ++k) {
-            const uint64_t a = wgmma_descriptor(
-                halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
-            const uint64_t bd =
-                wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
-            wgmma_64<COUT>(d, a, bd, tap + k > 0);
-          }
+        for (int k = 0; k < CIN / 16; ++k) {
+          const uint64_t a = wgmma_descriptor(
+              halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
+          const uint64_t bd =
+              wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
+          wgmma_64<COUT>(acc, a, bd, tap + k > 0);
         }
-        wgmma_commit_and_wait();
-        wgmma_fence_operands(d);
       }
+      wgmma_commit();  // (no operand fence here: ptxas would serialize the wgmma)
+    };
+    issue_row(0, d[0]);
+#pragma unroll
+    for (int r = 0; r < TH; ++r) {
+      if (r + 1 < TH) {
+        issue_row(r + 1, d[(r + 1) % 2]);
+        wgmma_wait<1>();  // row r's group; row r + 1's may still run
+      } else {
+        wgmma_wait<0>();
+      }
+      wgmma_fence_operands(d[r % 2]);
       // row r's epilogue: warp w holds its pixels 16w to 16w + 15
-      store_segment<COUT>(out, d, bias_r, ssum, b, h0 + r, w0 + 16 * warp, H, W, relu, lane);
+      store_segment<COUT>(out, d[r % 2], bias_r, ssum, b, h0 + r, w0 + 16 * warp, H, W, relu,
+                          lane);
     }
     if (has_sum && (next >= ntiles || next / tiles_img != b))
       flush_sums<COUT>(ssum, sums, se_sum, b, lane);
@@ -875,7 +902,8 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
     return (int)ttball_direct::launch_wgmma<CIN, COUT, TH>(                                 \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
-#define TTBALL_WGMMA(CIN, COUT) TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4)
+#define TTBALL_WGMMA(CIN, COUT)                                                            \
+  TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4) TTBALL_WGMMA_TILE(CIN, COUT, 8)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,

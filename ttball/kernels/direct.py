@@ -97,7 +97,7 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
 # shared memory; fifteenth session). Hopper only: the library is built for sm_90a there, and
 # :func:`wgmma_available` says where the tuner may offer them.
 WGMMA: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
-    shape: ((4, 64), (2, 64)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
+    shape: ((4, 64), (2, 64), (8, 64)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
 # Offered only from this many output pixels a step: measured in the fifteenth session, they won
 # or tied at full resolution at batch 64 (9.4 M pixels) and lost at half resolution there
 # (2.4 M) and at batch 1 (0.15 M), so smaller steps are not worth the tuner's time.
@@ -282,10 +282,13 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     loading its weights once and copying the next tile's halo while it computes this one
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
-    tensor-core work (a wrong result: for timing the copies and the epilogue alone)."""
+    tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
+    the wgmma kernel's tiles, :data:`WGMMA`)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
+    if skip_mma and tile[1] == 64:
+        raise ValueError("skip_mma: not for the wgmma kernel's tiles (64 columns)")
     for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
         _check(name, t, dtype, x.device)
