@@ -36,6 +36,7 @@ CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
 WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
+WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}" for cin, cout, (rows, cols, groups) in WGMMA_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -93,11 +94,11 @@ def _compiled() -> set[tuple[int, int, int, int]]:
     return out | {tuple(int(v) for v in t) for t in single}
 
 
-def _compiled_wgmma() -> set[tuple[int, int, int, int]]:
-    """(Cin, Cout, TH, 64) of the wgmma kernels the dispatch instantiates."""
-    rows = re.findall(r"TTBALL_WGMMA_TILE\(CIN, COUT, (\d+)\)", KERNEL_SOURCE)
+def _compiled_wgmma() -> set[tuple[int, int, int, int, int]]:
+    """(Cin, Cout, TH, 64, WG) of the wgmma kernels the dispatch instantiates."""
+    tiles = re.findall(r"TTBALL_WGMMA_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
     shapes = re.findall(r"TTBALL_WGMMA\((\d+), (\d+)\)", KERNEL_SOURCE)
-    return {(int(c), int(o), int(h), 64) for c, o in shapes for h in rows}
+    return {(int(c), int(o), int(h), 64, int(g)) for c, o in shapes for h, g in tiles}
 
 
 def test_the_tuner_offers_only_compiled_tiles() -> None:
@@ -127,10 +128,12 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                     (rows, cols, stages) for rows, cols in tiles for stages in (1, 2)}
                 wgmma = direct_configs(step, pixels, wgmma=True)
                 extra = ([] if step.terms[0].src == INPUT or pixels == small
-                         else list(WGMMA.get(shape, ())))
-                assert {(c.direct, c.block_m, c.num_stages) for c in wgmma} == {
-                    (rows, cols, stages) for rows, cols in tiles + extra for stages in (1, 2)}
-                assert all(c.num_warps == 4 for c in wgmma if c.block_m == 64)
+                         else [(rows, cols, 4 * groups)
+                               for rows, cols, groups in WGMMA.get(shape, ())])
+                assert {(c.direct, c.block_m, c.num_warps, c.num_stages) for c in wgmma} == {
+                    (rows, cols, warps, stages)
+                    for rows, cols, warps in [(r, c, 8) for r, c in tiles] + extra
+                    for stages in (1, 2)}
                 if pixels == big:
                     assert bool(extra) == (shape in ((16, 16), (32, 32)))
 
@@ -217,6 +220,10 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
                              torch.zeros(1, 9, 16, 32), w, bias, (8, 16), relu=True)
     with pytest.raises(ValueError, match="not for the wgmma kernel"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, skip_mma=True)
+    with pytest.raises(ValueError, match="warpgroups=2: 1, or 2 for the wgmma kernel"):
+        conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, warpgroups=2)
+    with pytest.raises(ValueError, match="warpgroups=3"):
+        conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, warpgroups=3)
     with pytest.raises(ValueError, match="one shape"):
         conv3x3_pair(torch.empty(1, 4, 16, 32, dtype=torch.float16), x, w, bias, w, bias, None,
                      (8, 32), relu=True)
@@ -231,7 +238,7 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 
 
 def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
-                       sums_atol: float) -> None:
+                       sums_atol: float, warpgroups: int = 1) -> None:
     """conv3x3_direct with ``tile`` on a (2, height, width, cin) batch against the float32
     convolution: ReLU or not, SE sums, one block per tile and a persistent grid of 3 blocks
     (each computing several tiles of both images while it copies the next one's halo)."""
@@ -245,7 +252,7 @@ def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, 
         out = torch.full((2, height, width, cout), float("nan"), dtype=torch.half, device=DEVICE)
         sums = torch.zeros(2, cout, device=DEVICE)
         conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3)
+                       pipelined=pipelined, max_blocks=3, warpgroups=warpgroups)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
@@ -264,15 +271,17 @@ def test_direct_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cin,cout,tile", WGMMA_CASES)
-def test_wgmma_conv_equals_the_convolution(cin: int, cout: int, tile: tuple[int, int]) -> None:
+@pytest.mark.parametrize("cin,cout,tile", WGMMA_CASES, ids=WGMMA_IDS)
+def test_wgmma_conv_equals_the_convolution(cin: int, cout: int,
+                                           tile: tuple[int, int, int]) -> None:
     """The wgmma kernel (H100/H200 only), as above: odd sizes (partial tiles at the right and
-    bottom, three tiles a row of 64 pixels)."""
+    bottom, three tiles a row of 64 pixels), one or two warpgroups a block."""
     from ttball.kernels.direct import wgmma_available
 
     if direct_missing(DEVICE) or not wgmma_available(DEVICE):
         pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
-    _check_direct_conv(cin, cout, tile, 19, 150, sums_atol=1.0)
+    rows, cols, groups = tile
+    _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups)
 
 
 @pytest.mark.gpu

@@ -470,14 +470,15 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // 9 taps x CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync
 // kernel's: bias, SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the
 // next tile's halo copied by cp.async while this one computes). Row r + 1's wgmma run during
-// row r's epilogue (two accumulator sets), and tiles have up to 8 rows (a 1.25x halo): built
-// after the fifteenth session's last device call, not GPU-tested yet. No skip_mma (the Python
-// side refuses it for these tiles): a branch around the wgmma made ptxas serialize them. (The
-// version measured in that session waited for each row's wgmma before its epilogue: 7 %
-// faster than the mma.sync kernel on the full-resolution 32 -> 32 step at batch 64, about
-// its sum of tensor time and memory time.) Only for sm_90a (wgmma is
-// architecture-specific): built for another target the kernel is empty and the Python side
-// never offers it.
+// row r's epilogue (two accumulator sets; sixteenth session: -8 % on the full-resolution
+// 16 -> 16 steps, nothing on 32 -> 32). WG warpgroups share a block's halo and weights, each
+// taking every WG-th row of the tile (WG = 2: twice the warps an SM for the same shared
+// memory; Nsight Compute showed the one-warpgroup kernel latency-bound, 8 warps an SM with
+// 37 % of issue slots used and no unit over 64 % busy). The descriptors are a per-tile base
+// plus compile-time offsets, so issuing a wgmma costs an add, not an address computation.
+// No skip_mma (the Python side refuses it for these tiles): a branch around the wgmma made
+// ptxas serialize them. Only for sm_90a (wgmma is architecture-specific): built for another
+// target the kernel is empty and the Python side never offers it.
 template <int CIN, int COUT, int TH>
 struct WgmmaShape {
   static constexpr int TW = 64, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
@@ -591,20 +592,22 @@ __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const hal
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-template <int CIN, int COUT, int TH>
-__global__ void __launch_bounds__(128)
+template <int CIN, int COUT, int TH, int WG>
+__global__ void __launch_bounds__(128 * WG)
 conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
                      const half* __restrict__ w, const float* __restrict__ bias,
                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
                      int pipelined, int skip_mma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = WgmmaShape<CIN, COUT, TH>;
+  static_assert(TH % WG == 0, "every warpgroup takes TH / WG rows");
+  constexpr int ROWS = TH / WG;
   extern __shared__ __align__(128) unsigned char smem[];
   half* wsm = reinterpret_cast<half*>(smem);
   float* sums = reinterpret_cast<float*>(smem + S::W_BYTES);
   unsigned char* halos = smem + S::W_BYTES + S::SUM_BYTES;
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
   const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
@@ -618,6 +621,9 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
   float bias_r[S::NB][2], ssum[S::NB][2];
   load_bias<COUT>(bias_r, ssum, bias, lane);
+  // B's descriptor for tap 0, channels 0-15; the others are fixed offsets from it. (Offsets
+  // are added to the start-address field: no carry out of it, shared memory being < 256 KB.)
+  const uint64_t b0 = wgmma_descriptor(wsm, COUT * 16, 128);
 
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
@@ -632,11 +638,13 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     fence_async_shared();  // this thread's copies (and, first time, weight stores) for wgmma
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
-    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
-    // row r's wgmma into accumulator set r % 2; row r + 1's are issued before row r's
-    // epilogue, so the tensor cores work while this warpgroup stores
+    const int h0 = (rem / tiles_w) * TH + wg, w0 = (rem % tiles_w) * S::TW;
+    // A's descriptor for this warpgroup's first row, tap 0, channels 0-15
+    const uint64_t a0 = wgmma_descriptor(halo + wg * S::HALO_W * 16, S::PLANE, 128);
+    // this warpgroup's row i (tile row wg + WG * i) into accumulator set i % 2; row i + 1's
+    // are issued before row i's epilogue, so the tensor cores work while this warpgroup stores
     float d[2][S::NB][4];
-    auto issue_row = [&](int r, float (&acc)[S::NB][4]) {
+    auto issue_row = [&](int i, float (&acc)[S::NB][4]) {
       wgmma_fence_operands(acc);
       wgmma_fence();
 #pragma unroll
@@ -644,28 +652,26 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
         const int dh = tap / 3, dw = tap % 3;
 #pragma unroll
         for (int k = 0; k < CIN / 16; ++k) {
-          const uint64_t a = wgmma_descriptor(
-              halo + 2 * k * S::PLANE + ((r + dh) * S::HALO_W + dw) * 16, S::PLANE, 128);
-          const uint64_t bd =
-              wgmma_descriptor(wsm + (tap * S::CH + 2 * k) * COUT * 8, COUT * 16, 128);
-          wgmma_64<COUT>(acc, a, bd, tap + k > 0);
+          const int a_off = 2 * k * S::PLANE + ((WG * i + dh) * S::HALO_W + dw) * 16;
+          const int b_off = (tap * S::CH + 2 * k) * COUT * 16;
+          wgmma_64<COUT>(acc, a0 + (a_off >> 4), b0 + (b_off >> 4), tap + k > 0);
         }
       }
       wgmma_commit();  // (no operand fence here: ptxas would serialize the wgmma)
     };
     issue_row(0, d[0]);
 #pragma unroll
-    for (int r = 0; r < TH; ++r) {
-      if (r + 1 < TH) {
-        issue_row(r + 1, d[(r + 1) % 2]);
-        wgmma_wait<1>();  // row r's group; row r + 1's may still run
+    for (int i = 0; i < ROWS; ++i) {
+      if (i + 1 < ROWS) {
+        issue_row(i + 1, d[(i + 1) % 2]);
+        wgmma_wait<1>();  // row i's group; row i + 1's may still run
       } else {
         wgmma_wait<0>();
       }
-      wgmma_fence_operands(d[r % 2]);
-      // row r's epilogue: warp w holds its pixels 16w to 16w + 15
-      store_segment<COUT>(out, d[r % 2], bias_r, ssum, b, h0 + r, w0 + 16 * warp, H, W, relu,
-                          lane);
+      wgmma_fence_operands(d[i % 2]);
+      // row i's epilogue: warp w holds its pixels 16w to 16w + 15
+      store_segment<COUT>(out, d[i % 2], bias_r, ssum, b, h0 + WG * i, w0 + 16 * warp, H, W,
+                          relu, lane);
     }
     if (has_sum && (next >= ntiles || next / tiles_img != b))
       flush_sums<COUT>(ssum, sums, se_sum, b, lane);
@@ -848,13 +854,13 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
                               has_sum, pipelined, skip_mma);
 }
 
-template <int CIN, int COUT, int TH>
+template <int CIN, int COUT, int TH, int WG>
 cudaError_t launch_wgmma(half* out, const half* x, const half* w, const float* bias,
                          float* se_sum, int B, int H, int W, int relu, int has_sum, int pipelined,
                          int skip_mma, int max_blocks, cudaStream_t stream) {
   using S = WgmmaShape<CIN, COUT, TH>;
   static int resident[64] = {};
-  return launch_tiles<TH, S::TW>(conv3x3_wgmma_kernel<CIN, COUT, TH>, 128, S::SMEM2,
+  return launch_tiles<TH, S::TW>(conv3x3_wgmma_kernel<CIN, COUT, TH, WG>, 128 * WG, S::SMEM2,
                                  pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
                                  max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
                                  has_sum, pipelined, skip_mma);
@@ -888,7 +894,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 }  // namespace ttball_direct
 
 #define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW)                                   \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == 1)                        \
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
@@ -896,19 +902,23 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
   TTBALL_TILE(CIN, COUT, 8, 32) TTBALL_TILE(CIN, COUT, 4, 32)                               \
   TTBALL_TILE(CIN, COUT, 16, 16) TTBALL_TILE(CIN, COUT, 8, 16)
 
-// the wgmma kernel's tiles (TH rows x 64 pixels; built for sm_90a only, see above)
-#define TTBALL_WGMMA_TILE(CIN, COUT, TH)                                                   \
-  if (cin == CIN && cout == COUT && th == TH && tw == 64)                                   \
-    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH>(                                 \
+// the wgmma kernel's tiles (TH rows x 64 pixels, WG warpgroups; built for sm_90a only, see
+// above)
+#define TTBALL_WGMMA_TILE(CIN, COUT, TH, WG)                                               \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG)                       \
+    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG>(                             \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_WGMMA(CIN, COUT)                                                            \
-  TTBALL_WGMMA_TILE(CIN, COUT, 2) TTBALL_WGMMA_TILE(CIN, COUT, 4) TTBALL_WGMMA_TILE(CIN, COUT, 8)
+  TTBALL_WGMMA_TILE(CIN, COUT, 2, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 1)                     \
+  TTBALL_WGMMA_TILE(CIN, COUT, 8, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 2)                     \
+  TTBALL_WGMMA_TILE(CIN, COUT, 8, 2)
 
-// 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in.
+// 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in. wg: the
+// wgmma kernel's warpgroups a block (1 for the other tiles).
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
-                                     int th, int tw, int relu, int has_sum,
+                                     int th, int tw, int wg, int relu, int has_sum,
                                      int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)

@@ -92,12 +92,15 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
     (16, 16): _SMALL, (32, 32): _SMALL, (16, 32): _SMALL, (32, 16): _SMALL,
     (128, 16): ((8, 16), (8, 32), (16, 16)),
 }
-# (Cin, Cout) → the tiles (rows × 64 pixels) of the wgmma kernel (``conv3x3_wgmma_kernel``:
-# one warpgroup a block, A and B read by the tensor cores from a channel-group-major halo in
-# shared memory; fifteenth session). Hopper only: the library is built for sm_90a there, and
-# :func:`wgmma_available` says where the tuner may offer them.
-WGMMA: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
-    shape: ((4, 64), (2, 64), (8, 64)) for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
+# (Cin, Cout) → the tiles of the wgmma kernel (``conv3x3_wgmma_kernel``: A and B read by the
+# tensor cores from a channel-group-major halo in shared memory; fifteenth session), as (rows,
+# 64 pixels, warpgroups a block): with two warpgroups (sixteenth session) each takes every
+# other row of the tile, twice the warps an SM for the same shared memory. Hopper only: the
+# library is built for sm_90a there, and :func:`wgmma_available` says where the tuner may
+# offer them.
+WGMMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
+    shape: ((4, 64, 1), (2, 64, 1), (8, 64, 1), (4, 64, 2), (8, 64, 2))
+    for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
 # Offered only from this many output pixels a step: measured in the fifteenth session, they won
 # or tied at full resolution at batch 64 (9.4 M pixels) and lost at half resolution there
 # (2.4 M) and at batch 1 (0.15 M), so smaller steps are not worth the tuner's time.
@@ -227,7 +230,7 @@ def library_dir() -> Path:
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
-    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 12 + [_P],
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 13 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
     "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
@@ -272,7 +275,7 @@ def _result(rc: int, what: str) -> None:
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                   skip_mma: bool = False, max_blocks: int = 0) -> None:
+                   skip_mma: bool = False, max_blocks: int = 0, warpgroups: int = 1) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -283,12 +286,16 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     (``cp.async``, two halo buffers); else one block per tile. ``max_blocks`` > 0 caps the
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
     tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
-    the wgmma kernel's tiles, :data:`WGMMA`)."""
+    the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
+    block (1 or 2; 1 for the other tiles)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
     if skip_mma and tile[1] == 64:
         raise ValueError("skip_mma: not for the wgmma kernel's tiles (64 columns)")
+    if warpgroups not in (1, 2) or (warpgroups == 2 and tile[1] != 64):
+        raise ValueError(f"warpgroups={warpgroups}: 1, or 2 for the wgmma kernel's tiles "
+                         "(64 columns)")
     for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
         _check(name, t, dtype, x.device)
@@ -299,8 +306,10 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, relu, se_sum is not None, pipelined, skip_mma, max_blocks, stream)
-    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}")
+        rows, cols, warpgroups, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
+        stream)
+    _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
+            + (f", {warpgroups} warpgroups" if warpgroups > 1 else ""))
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

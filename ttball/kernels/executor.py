@@ -193,16 +193,16 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     nominal: the kernel has one warp per two 16-pixel segments of its tile, at most 8); one
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
     during this one's work (2). With ``wgmma``, also the wgmma kernel's tiles for the step's
-    channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, one warpgroup a block) from
-    :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels."""
+    channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, ``num_warps`` 4 a warpgroup)
+    from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
-    tiles = direct_tiles(pixels, *shape)
+    tiles = [(rows, cols, 8) for rows, cols in direct_tiles(pixels, *shape)]
     if wgmma and step.terms[0].src != INPUT and pixels >= WGMMA_MIN_PIXELS:
-        tiles += list(WGMMA.get(shape, ()))
-    return [Config(cols, 8 if cols < 64 else 4, stages, direct=rows)
-            for rows, cols in tiles for stages in (2, 1)]
+        tiles += [(rows, cols, 4 * groups) for rows, cols, groups in WGMMA.get(shape, ())]
+    return [Config(cols, warps, stages, direct=rows)
+            for rows, cols, warps in tiles for stages in (2, 1)]
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -353,7 +353,8 @@ class _ConvLaunch:
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
-                           pipelined=cfg.num_stages > 1)
+                           pipelined=cfg.num_stages > 1,
+                           warpgroups=cfg.num_warps // 4 if cfg.block_m == 64 else 1)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
