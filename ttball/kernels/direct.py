@@ -101,10 +101,12 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
 WGMMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     shape: ((4, 64, 1), (2, 64, 1), (8, 64, 1), (4, 64, 2), (8, 64, 2))
     for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
-# Offered only from this many output pixels a step: measured in the fifteenth session, they won
-# or tied at full resolution at batch 64 (9.4 M pixels) and lost at half resolution there
-# (2.4 M) and at batch 1 (0.15 M), so smaller steps are not worth the tuner's time.
-WGMMA_MIN_PIXELS = 1 << 22
+# Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
+# rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
+# at half resolution there (2.4 M) and at batch 1 (0.15 M); the sixteenth offers them from half
+# resolution at batch 64 again, with pipelined rows and two warpgroups, and not below
+# (batch 8 at full resolution is 1.2 M), so the batch-1 tuning is unchanged.
+WGMMA_MIN_PIXELS = 1 << 21
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
