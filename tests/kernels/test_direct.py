@@ -98,7 +98,9 @@ def _compiled_wgmma() -> set[tuple[int, int, int, int, int]]:
     """(Cin, Cout, TH, 64, WG) of the wgmma kernels the dispatch instantiates."""
     tiles = re.findall(r"TTBALL_WGMMA_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
     shapes = re.findall(r"TTBALL_WGMMA\((\d+), (\d+)\)", KERNEL_SOURCE)
-    return {(int(c), int(o), int(h), 64, int(g)) for c, o in shapes for h, g in tiles}
+    single = re.findall(r"TTBALL_WGMMA_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    return ({(int(c), int(o), int(h), 64, int(g)) for c, o in shapes for h, g in tiles}
+            | {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in single})
 
 
 def test_the_tuner_offers_only_compiled_tiles() -> None:

@@ -924,6 +924,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
   TTBALL_WGMMA(16, 16) TTBALL_WGMMA(32, 32) TTBALL_WGMMA(16, 32) TTBALL_WGMMA(32, 16)
+  TTBALL_WGMMA_TILE(16, 16, 16, 2)  // a 1.125x halo at 81 KB of shared memory: 2 blocks an SM
   return -1;
 }
 

@@ -101,6 +101,9 @@ KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
 WGMMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     shape: ((4, 64, 1), (2, 64, 1), (8, 64, 1), (4, 64, 2), (8, 64, 2))
     for shape in ((16, 16), (32, 32), (16, 32), (32, 16))}
+# and for 16 -> 16 (the twelve full-resolution BasicBlock convolutions) 16-row tiles: a 1.125x
+# halo instead of 1.25x, two blocks an SM of 81 KB
+WGMMA[16, 16] += ((16, 64, 2),)
 # Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
 # rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
 # at half resolution there (2.4 M) and at batch 1 (0.15 M); the sixteenth offers them from half
