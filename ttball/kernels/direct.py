@@ -44,7 +44,11 @@ channel-group-major (per 8 channels, a plane of every halo pixel's 16 bytes): 8 
 pixels × 8 channels are one contiguous core matrix, and a tap's one-pixel shift is a 16-byte
 offset of the descriptor's start address (``scripts/probe_wgmma.cu`` checked this on an
 H200). Measured: 7 % faster than the third version on the full-resolution 32 → 32 step at
-batch 64, slower at half resolution and at batch 1; the tuner chooses per step.
+batch 64, slower at half resolution and at batch 1; the tuner chooses per step. Sixteenth
+session: each row's wgmma overlap the previous row's epilogue, a block may have two warpgroups
+(each every other row of the tile) and 16 → 16 has 16-row tiles; with them it also wins on
+two of the half-resolution 32 → 32 steps at batch 64. Nsight Compute found it latency-bound
+(issue slots 37–42 % busy, no unit above 68 %).
 
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
