@@ -465,18 +465,18 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // apart (no swizzle), so the halo is stored channel-group-major: for each 8 channels a plane
 // of every halo pixel's 16 bytes. 8 consecutive pixels x 8 channels are then one contiguous
 // core matrix, and a tap's one-pixel shift is a 16-byte offset of the descriptor's start
-// address. The weights: per tap and 8 input channels, COUT rows of 16 bytes. A block is one
-// warpgroup (128 threads); its tile is TH rows x 64 pixels, one wgmma M = 64 row at a time:
-// 9 taps x CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync
-// kernel's: bias, SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the
-// next tile's halo copied by cp.async while this one computes). Row r + 1's wgmma run during
-// row r's epilogue (two accumulator sets; sixteenth session: -8 % on the full-resolution
-// 16 -> 16 steps, nothing on 32 -> 32). WG warpgroups share a block's halo and weights, each
-// taking every WG-th row of the tile (WG = 2: twice the warps an SM for the same shared
-// memory; Nsight Compute showed the one-warpgroup kernel latency-bound, 8 warps an SM with
-// 37 % of issue slots used and no unit over 64 % busy). The descriptors are a per-tile base
-// plus compile-time offsets, so issuing a wgmma costs an add, not an address computation.
-// No skip_mma (the Python side refuses it for these tiles): a branch around the wgmma made
+// address. The weights: per tap and 8 input channels, COUT rows of 16 bytes. A block is WG
+// warpgroups (128 threads each) sharing the halo and weights; its tile is TH rows x 64
+// pixels, each warpgroup taking every WG-th row, one wgmma M = 64 row at a time: 9 taps x
+// CIN / 16 wgmma m64nCOUTk16, then the epilogue of that row (as the mma.sync kernel's: bias,
+// SE sums, ReLU, FP16 stores). Persistent and pipelined as direct_conv (the next tile's halo
+// copied by cp.async while this one computes). Sixteenth session, on an H200 at batch 64:
+// row r + 1's wgmma run during row r's epilogue (two accumulator sets): -8 % on the
+// full-resolution 16 -> 16 steps, nothing on 32 -> 32; WG = 2 (twice the warps an SM for the
+// same shared memory; Nsight Compute had the one-warpgroup kernel latency-bound, 37 % of
+// issue slots used, no unit over 64 % busy): -4 % on 32 -> 32; 16-row tiles for 16 -> 16:
+// -2 to -4 %. The descriptors are a per-tile base plus compile-time offsets (ptxas still
+// moves four registers into place for each wgmma). No skip_mma (the Python side refuses it for these tiles): a branch around the wgmma made
 // ptxas serialize them. Only for sm_90a (wgmma is architecture-specific): built for another
 // target the kernel is empty and the Python side never offers it.
 template <int CIN, int COUT, int TH>
