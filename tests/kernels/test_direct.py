@@ -36,7 +36,8 @@ CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
 WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
-WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}" for cin, cout, (rows, cols, groups) in WGMMA_CASES]
+WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}"
+             for cin, cout, (rows, cols, groups) in WGMMA_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 

@@ -476,9 +476,10 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // same shared memory; Nsight Compute had the one-warpgroup kernel latency-bound, 37 % of
 // issue slots used, no unit over 64 % busy): -4 % on 32 -> 32; 16-row tiles for 16 -> 16:
 // -2 to -4 %. The descriptors are a per-tile base plus compile-time offsets (ptxas still
-// moves four registers into place for each wgmma). No skip_mma (the Python side refuses it for these tiles): a branch around the wgmma made
-// ptxas serialize them. Only for sm_90a (wgmma is architecture-specific): built for another
-// target the kernel is empty and the Python side never offers it.
+// moves four registers into place for each wgmma). No skip_mma (the Python side refuses it
+// for these tiles): a branch around the wgmma made ptxas serialize them. Only for sm_90a
+// (wgmma is architecture-specific): built for another target the kernel is empty and the
+// Python side never offers it.
 template <int CIN, int COUT, int TH>
 struct WgmmaShape {
   static constexpr int TW = 64, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
