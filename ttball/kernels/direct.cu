@@ -46,24 +46,70 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 __device__ __forceinline__ int operand_row(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
 __device__ __forceinline__ int operand_half(int lane) { return lane >> 4; }
 
+// Calls f(p, row, col, v) for this thread's share of a halo of ROWS x HALO_W pixels of CH
+// 16-byte chunks: chunks i = tid, tid + T, ... of the pixel-major order, i.e. chunk v = tid % CH
+// (T, the block's threads, is a multiple of CH) of pixels p = tid / CH, + T / CH, ..., at
+// row p / HALO_W and column p % HALO_W. The row and column advance by constants, so a chunk
+// costs no division. (The flat loop it replaced divided i by CH and p by HALO_W, in signed
+// arithmetic, for every chunk: Nsight Compute counted about 48 instructions a chunk, a third
+// of the wgmma kernel's instructions and of its stall samples, sixteenth session.)
+template <int ROWS, int HALO_W, int CH, int T, typename F>
+__device__ __forceinline__ void halo_chunks(F&& f) {
+  static_assert(T % CH == 0, "every thread copies one chunk position of each pixel it takes");
+  constexpr int STEP = T / CH, DR = STEP / HALO_W, DC = STEP % HALO_W;
+  const int v = threadIdx.x % CH;
+  int p = threadIdx.x / CH, row = p / HALO_W, col = p % HALO_W;
+#pragma unroll 1
+  for (; p < ROWS * HALO_W; p += STEP) {
+    f(p, row, col, v);
+    row += DR;
+    col += DC;
+    if (col >= HALO_W) {
+      col -= HALO_W;
+      ++row;
+    }
+  }
+}
+
+// 16-byte cp.async from src of `bytes` bytes (0: 16 zeros) to shared-memory address dst.
+__device__ __forceinline__ void copy_chunk(unsigned dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src),
+               "r"(bytes));
+}
+
 // Copies the (TH + 2 PAD) x (TW + 2 PAD) pixels around tile t (rows and columns from -PAD)
 // into `halo` with cp.async: 16-byte chunks, swizzled per pixel; src-size 0 writes the zeros
 // of the convolution's padding outside the image. Completes with the caller's wait_group.
-template <int CIN, int TH, int TW, int PAD>
+// T > 0: the block's threads, walked by halo_chunks; T == 0: the flat loop over blockDim.x,
+// kept for the 16/32-channel direct kernels, for which halo_chunks raised ptxas's register
+// count for 32 -> 32 from 127 to 158 (one 8-warp block an SM instead of two).
+template <int CIN, int TH, int TW, int PAD, int T>
 __device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restrict__ x, int t,
-                                           int tiles_w, int tiles_img, int H, int W) {
+                                               int tiles_w, int tiles_img, int H, int W) {
   constexpr int HALO_W = TW + 2 * PAD, HALO = (TH + 2 * PAD) * HALO_W, CH = CIN / 8;
   const int b = t / tiles_img, rem = t % tiles_img;
-  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+  const int h0 = (rem / tiles_w) * TH - PAD, w0 = (rem % tiles_w) * TW - PAD;
   const half* xb = x + (size_t)b * H * W * CIN;
-  for (int i = threadIdx.x; i < HALO * CH; i += blockDim.x) {
-    const int p = i / CH, v = i % CH;
-    const int hh = h0 - PAD + p / HALO_W, ww = w0 - PAD + p % HALO_W;
-    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
-    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
-    const unsigned dst = smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+  if constexpr (T > 0) {
+    // byte offsets within the image in 32 bits (an image of the network is < 2 GB)
+    const char* xv = reinterpret_cast<const char*>(xb) + threadIdx.x % CH * 16;
+    halo_chunks<TH + 2 * PAD, HALO_W, CH, T>([&](int p, int row, int col, int v) {
+      const int hh = h0 + row, ww = w0 + col;
+      const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
+      const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : (const void*)x;
+      copy_chunk(smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8), src, inside ? 16 : 0);
+    });
+  } else {
+    auto chunk = [&](int p, int row, int col, int v) {
+      const int hh = h0 + row, ww = w0 + col;
+      const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+      const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
+      copy_chunk(smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8), src, inside ? 16 : 0);
+    };
+    for (int i = threadIdx.x; i < HALO * CH; i += blockDim.x) {
+      const int p = i / CH;
+      chunk(p, p / HALO_W, p % HALO_W, i % CH);
+    }
   }
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -220,11 +266,11 @@ __device__ __forceinline__ void load_bias(float (&bias_r)[COUT / 8][2], float (&
 }
 
 // Waits for tile `it`'s halo after issuing the next tile's (if any) into the other buffer.
-template <int CIN, int TH, int TW, int PAD>
+template <int CIN, int TH, int TW, int PAD, int T>
 __device__ __forceinline__ void next_halo(half* other, const half* __restrict__ x, int next,
                                           int ntiles, int tiles_w, int tiles_img, int H, int W) {
   if (next < ntiles) {
-    issue_halo_pad<CIN, TH, TW, PAD>(other, x, next, tiles_w, tiles_img, H, W);
+    issue_halo_pad<CIN, TH, TW, PAD, T>(other, x, next, tiles_w, tiles_img, H, W);
     asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
   } else {
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -244,6 +290,9 @@ struct Shape {
   static constexpr int KC = CIN / 16;                 // k steps of 16 channels per tap
   static constexpr int NB = COUT / 8;                 // n blocks of 8 output channels
   static constexpr int CH = CIN / 8, WCH = COUT / 8;  // 16-byte chunks: halo pixel, weight row
+  // issue_halo_pad's T: halo_chunks for 128 -> 16 (its copy loop was 48 % of its instructions,
+  // sixteenth session), the flat loop for the others (see there)
+  static constexpr int COPY_T = CIN == 128 ? WARPS * 32 : 0;
   static constexpr int HALO_BYTES = HALO * CIN * 2;   // a multiple of 32
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;  // a multiple of 128
   static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;  // keeps the halos aligned
@@ -293,7 +342,8 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  if constexpr (SRC_C == 0) issue_halo_pad<CIN, TH, TW, 1>(halos, x, t, tiles_w, tiles_img, H, W);
+  if constexpr (SRC_C == 0)
+    issue_halo_pad<CIN, TH, TW, 1, S::COPY_T>(halos, x, t, tiles_w, tiles_img, H, W);
   load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -318,8 +368,8 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     const int next = pipelined ? t + gridDim.x : ntiles;
     half* halo = halos + (SRC_C ? 0 : (it & 1) * S::HALO * CIN);
     if constexpr (SRC_C == 0) {
-      next_halo<CIN, TH, TW, 1>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next, ntiles,
-                                tiles_w, tiles_img, H, W);
+      next_halo<CIN, TH, TW, 1, S::COPY_T>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next,
+                                           ntiles, tiles_w, tiles_img, H, W);
     } else {
       load_halo_nchw<CIN, TH, TW, SRC_C>(halo, reinterpret_cast<const float*>(x), t, tiles_w,
                                          tiles_img, H, W);
@@ -571,25 +621,25 @@ __device__ __forceinline__ void fence_async_shared() {
 }
 
 // Tile t's halo into channel-group-major planes by 16-byte cp.async (zeros outside the
-// image); consecutive threads read one pixel's consecutive chunks. Completes with the
-// caller's wait_group.
-template <int CIN, int COUT, int TH>
+// image; T threads, halo_chunks' order: consecutive threads read one pixel's consecutive
+// chunks). Completes with the caller's wait_group.
+template <int CIN, int COUT, int TH, int T>
 __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const half* __restrict__ x,
                                                   int t, int tiles_w, int tiles_img, int H,
                                                   int W) {
   using S = WgmmaShape<CIN, COUT, TH>;
   const int b = t / tiles_img, rem = t % tiles_img;
-  const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * S::TW;
-  const half* xb = x + (size_t)b * H * W * CIN;
-  for (int i = threadIdx.x; i < S::HALO * S::CH; i += blockDim.x) {
-    const int p = i / S::CH, v = i % S::CH;
-    const int hh = h0 - 1 + p / S::HALO_W, ww = w0 - 1 + p % S::HALO_W;
-    const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
-    const half* src = inside ? xb + ((size_t)hh * W + ww) * CIN + v * 8 : x;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(halo + v * S::PLANE + p * 16)), "l"(src),
-                    "r"(inside ? 16 : 0));
-  }
+  const int h0 = (rem / tiles_w) * TH - 1, w0 = (rem % tiles_w) * S::TW - 1;
+  // this thread's chunk of every pixel; byte offsets within the image in 32 bits (< 2 GB)
+  const char* xv = reinterpret_cast<const char*>(x + (size_t)b * H * W * CIN) +
+                   threadIdx.x % S::CH * 16;
+  const unsigned dst = smem_addr(halo + threadIdx.x % S::CH * S::PLANE);
+  halo_chunks<TH + 2, S::HALO_W, S::CH, T>([&](int p, int row, int col, int) {
+    const int hh = h0 + row, ww = w0 + col;
+    const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
+    const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : (const void*)x;
+    copy_chunk(dst + p * 16, src, inside ? 16 : 0);
+  });
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
@@ -612,11 +662,16 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_planes<CIN, COUT, TH>(halos, x, t, tiles_w, tiles_img, H, W);
-  // weights: row tap * CIN + c, column n -> [tap][c / 8][n][c % 8]
-  for (int i = tid; i < 9 * CIN * COUT; i += blockDim.x) {
-    const int row = i / COUT, n = i % COUT, tap = row / CIN, c = row % CIN;
-    wsm[((tap * S::CH + c / 8) * COUT + n) * 8 + c % 8] = w[i];
+  issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos, x, t, tiles_w, tiles_img, H, W);
+  // weights: row tap * CIN + c, column n -> [tap][c / 8][n][c % 8]; read 8 columns at a time
+  // (one 16-byte load for 8 two-byte stores: a load per value, each store waiting for its
+  // load, had 4 % of the kernel's stall samples)
+  for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
+    const int row = i / (COUT / 8), n0 = i % (COUT / 8) * 8, tap = row / CIN, c = row % CIN;
+    const uint4 v = reinterpret_cast<const uint4*>(w)[i];
+    const half* h = reinterpret_cast<const half*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wsm[((tap * S::CH + c / 8) * COUT + n0 + j) * 8 + c % 8] = h[j];
   }
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -630,8 +685,8 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     const int next = pipelined ? t + gridDim.x : ntiles;
     unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
     if (next < ntiles) {
-      issue_halo_planes<CIN, COUT, TH>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next, tiles_w,
-                                       tiles_img, H, W);
+      issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
+                                                 tiles_w, tiles_img, H, W);
       asm volatile("cp.async.wait_group 1;\n" ::);
     } else {
       asm volatile("cp.async.wait_group 0;\n" ::);
@@ -725,7 +780,7 @@ conv3x3_pair_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_pad<C, TH, TW, 2>(halos, x, t, tiles_w, tiles_img, H, W);
+  issue_halo_pad<C, TH, TW, 2, S::WARPS * 32>(halos, x, t, tiles_w, tiles_img, H, W);
   load_weights<C, C>(wsm1, w1);
   load_weights<C, C>(wsm2, w2);
   if (has_sum)
@@ -738,8 +793,8 @@ conv3x3_pair_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     const half* halo = halos + (it & 1) * S::IN * C;
-    next_halo<C, TH, TW, 2>(halos + ((it + 1) & 1) * S::IN * C, x, next, ntiles, tiles_w,
-                            tiles_img, H, W);
+    next_halo<C, TH, TW, 2, S::WARPS * 32>(halos + ((it + 1) & 1) * S::IN * C, x, next, ntiles,
+                                           tiles_w, tiles_img, H, W);
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
     // conv1 into mid: task j is mid row j / SEGS1 from column min(16 (j % SEGS1), MID_W - 16);
