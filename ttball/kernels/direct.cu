@@ -554,6 +554,9 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t lea
          ((uint64_t)((stride & 0x3FFFF) >> 4) << 32);
 }
 
+// a descriptor's high 32 bits for a 128-byte stride (and no swizzle)
+constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
+
 // d (64 x COUT per warpgroup) = or += a * b; this thread's part of d in mma.sync's m16n8
 // accumulator layout, n block by n block: rows 16 * warp + g and + 8, columns n * 8 + 2q, + 1
 template <int COUT>
@@ -679,7 +682,9 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   load_bias<COUT>(bias_r, ssum, bias, lane);
   // B's descriptor for tap 0, channels 0-15; the others are fixed offsets from it. (Offsets
   // are added to the start-address field: no carry out of it, shared memory being < 256 KB.)
-  const uint64_t b0 = wgmma_descriptor(wsm, COUT * 16, 128);
+  // (as its low 32 bits: the high ones, the stride field, are the same constant in every
+  // descriptor here, which lets ptxas leave them in place between wgmma)
+  const uint32_t b0 = (uint32_t)wgmma_descriptor(wsm, COUT * 16, 128);
 
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
@@ -696,7 +701,7 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH + wg, w0 = (rem % tiles_w) * S::TW;
     // A's descriptor for this warpgroup's first row, tap 0, channels 0-15
-    const uint64_t a0 = wgmma_descriptor(halo + wg * S::HALO_W * 16, S::PLANE, 128);
+    const uint32_t a0 = (uint32_t)wgmma_descriptor(halo + wg * S::HALO_W * 16, S::PLANE, 128);
     // this warpgroup's row i (tile row wg + WG * i) into accumulator set i % 2; row i + 1's
     // are issued before row i's epilogue, so the tensor cores work while this warpgroup stores
     float d[2][S::NB][4];
@@ -710,7 +715,8 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
         for (int k = 0; k < CIN / 16; ++k) {
           const int a_off = 2 * k * S::PLANE + ((WG * i + dh) * S::HALO_W + dw) * 16;
           const int b_off = (tap * S::CH + 2 * k) * COUT * 16;
-          wgmma_64<COUT>(acc, a0 + (a_off >> 4), b0 + (b_off >> 4), tap + k > 0);
+          wgmma_64<COUT>(acc, STRIDE_128 | (a0 + (a_off >> 4)), STRIDE_128 | (b0 + (b_off >> 4)),
+                         tap + k > 0);
         }
       }
       wgmma_commit();  // (no operand fence here: ptxas would serialize the wgmma)
