@@ -145,6 +145,57 @@ def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
     assert "CUDA" in (direct_missing(torch.device("cpu")) or "")
 
 
+_WALK_MAIN = r"""
+#include <cstdio>
+#include <vector>
+#define __host__
+#define __device__
+#define __forceinline__ inline
+%s
+// every (pixel, chunk) of a ROWS x HALO_W halo exactly once, at row p / HALO_W, column
+// p %% HALO_W, chunk tid %% CH
+template <int ROWS, int HALO_W, int CH, int T>
+int check() {
+  std::vector<int> seen(ROWS * HALO_W * CH, 0);
+  int bad = 0;
+  for (int tid = 0; tid < T; ++tid)
+    halo_chunks<ROWS, HALO_W, CH, T>(tid, [&](int p, int row, int col, int v) {
+      if (p < 0 || p >= ROWS * HALO_W || row != p / HALO_W || col != p %% HALO_W || v != tid %% CH)
+        ++bad;
+      else
+        ++seen[p * CH + v];
+    });
+  for (int c : seen) bad += c != 1;
+  return bad;
+}
+int main() {
+  // the kernels' halos: wgmma 8 and 16 rows at 32 and 16 channels, one or two warpgroups;
+  // 128 -> 16 (16 x 16 and 8 x 32 tiles); the pair kernel (2-pixel border); odd small ones
+  int bad = check<10, 66, 4, 256>() + check<10, 66, 4, 128>() + check<18, 66, 2, 256>() +
+            check<6, 66, 2, 128>() + check<18, 18, 16, 256>() + check<10, 34, 16, 256>() +
+            check<12, 36, 2, 256>() + check<12, 68, 4, 256>() + check<3, 5, 8, 8>() +
+            check<1, 1, 2, 256>();
+  printf("%%d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
+def test_halo_chunks_walks_every_chunk_of_the_halo_once(tmp_path) -> None:
+    """The halo copies' index walk (``halo_chunks`` in direct.cu, host and device code), taken
+    out of the kernel source and run on the host for each halo shape the kernels copy."""
+    walk = re.search(r"template <int ROWS, int HALO_W, int CH, int T, typename F>\n.*?\n}\n",
+                     KERNEL_SOURCE, re.DOTALL)
+    assert walk is not None
+    (tmp_path / "walk.cpp").write_text(_WALK_MAIN % walk.group(0))
+    subprocess.run(["g++", "-std=c++17", "-O1", str(tmp_path / "walk.cpp"), "-o",
+                    str(tmp_path / "walk")], check=True, capture_output=True, timeout=120)
+    done = subprocess.run([str(tmp_path / "walk")], check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stdout
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
 def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     """What can be checked without a GPU: the CUDA source compiles for the H200 (sm_90), every

@@ -53,12 +53,13 @@ __device__ __forceinline__ int operand_half(int lane) { return lane >> 4; }
 // costs no division. (The flat loop it replaced divided i by CH and p by HALO_W, in signed
 // arithmetic, for every chunk: Nsight Compute counted about 48 instructions a chunk, a third
 // of the wgmma kernel's instructions and of its stall samples, sixteenth session.)
+// (Host and device: tests/kernels/test_direct.py checks the walk on the host.)
 template <int ROWS, int HALO_W, int CH, int T, typename F>
-__device__ __forceinline__ void halo_chunks(F&& f) {
+__host__ __device__ __forceinline__ void halo_chunks(int tid, F&& f) {
   static_assert(T % CH == 0, "every thread copies one chunk position of each pixel it takes");
   constexpr int STEP = T / CH, DR = STEP / HALO_W, DC = STEP % HALO_W;
-  const int v = threadIdx.x % CH;
-  int p = threadIdx.x / CH, row = p / HALO_W, col = p % HALO_W;
+  const int v = tid % CH;
+  int p = tid / CH, row = p / HALO_W, col = p % HALO_W;
 #pragma unroll 1
   for (; p < ROWS * HALO_W; p += STEP) {
     f(p, row, col, v);
@@ -93,12 +94,14 @@ __device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restric
   if constexpr (T > 0) {
     // byte offsets within the image in 32 bits (an image of the network is < 2 GB)
     const char* xv = reinterpret_cast<const char*>(xb) + threadIdx.x % CH * 16;
-    halo_chunks<TH + 2 * PAD, HALO_W, CH, T>([&](int p, int row, int col, int v) {
+    const char* xz = reinterpret_cast<const char*>(x);  // a valid address for src-size 0
+    auto chunk = [&](int p, int row, int col, int v) {
       const int hh = h0 + row, ww = w0 + col;
       const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
-      const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : (const void*)x;
+      const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : xz;
       copy_chunk(smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8), src, inside ? 16 : 0);
-    });
+    };
+    halo_chunks<TH + 2 * PAD, HALO_W, CH, T>(threadIdx.x, chunk);
   } else {
     auto chunk = [&](int p, int row, int col, int v) {
       const int hh = h0 + row, ww = w0 + col;
@@ -636,13 +639,15 @@ __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const hal
   // this thread's chunk of every pixel; byte offsets within the image in 32 bits (< 2 GB)
   const char* xv = reinterpret_cast<const char*>(x + (size_t)b * H * W * CIN) +
                    threadIdx.x % S::CH * 16;
+  const char* xz = reinterpret_cast<const char*>(x);  // a valid address for src-size 0
   const unsigned dst = smem_addr(halo + threadIdx.x % S::CH * S::PLANE);
-  halo_chunks<TH + 2, S::HALO_W, S::CH, T>([&](int p, int row, int col, int) {
+  auto chunk = [&](int p, int row, int col, int) {
     const int hh = h0 + row, ww = w0 + col;
     const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
-    const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : (const void*)x;
+    const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : xz;
     copy_chunk(dst + p * 16, src, inside ? 16 : 0);
-  });
+  };
+  halo_chunks<TH + 2, S::HALO_W, S::CH, T>(threadIdx.x, chunk);
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
