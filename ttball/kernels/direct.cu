@@ -557,9 +557,6 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t lea
          ((uint64_t)((stride & 0x3FFFF) >> 4) << 32);
 }
 
-// a descriptor's high 32 bits for a 128-byte stride (and no swizzle)
-constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
-
 // d (64 x COUT per warpgroup) = or += a * b; this thread's part of d in mma.sync's m16n8
 // accumulator layout, n block by n block: rows 16 * warp + g and + 8, columns n * 8 + 2q, + 1
 template <int COUT>
@@ -690,6 +687,7 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   // (as its low 32 bits: the high ones, the stride field, are the same constant in every
   // descriptor here, which lets ptxas leave them in place between wgmma)
   const uint32_t b0 = (uint32_t)wgmma_descriptor(wsm, COUT * 16, 128);
+  constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;  // those high bits
 
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
