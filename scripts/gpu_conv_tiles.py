@@ -1,0 +1,80 @@
+"""One 3×3 convolution of the CUDA direct kernels (``ttball.kernels.direct``) alone, at the
+network's full resolution, in each of the given tiles (issue 9): times each (10 launches after
+3), then launches each once between ``cudaProfilerStart`` and ``Stop`` for Nsight Compute.
+
+    ncu --profile-from-start off --clock-control none --set full --export tiles \
+        python3 scripts/gpu_conv_tiles.py --channels 128,16 --tiles 16x16,3x64x3,2x64x2
+
+A tile is ``ROWSxCOLS`` (the mma.sync kernel) or ``ROWSx64xWARPGROUPS`` (the wgmma kernel, one
+of ``WGMMA``); every tile runs on a persistent grid (``pipelined``). Each tile's output is
+compared with the first tile's, so a wrong kernel is not timed unnoticed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ttball.kernels.conv import pack_weight
+from ttball.kernels.direct import conv3x3_direct, direct_missing
+
+
+def parse_tile(text: str) -> tuple[tuple[int, int], int]:
+    """``"16x16"`` → ((16, 16), 1); ``"3x64x3"`` → ((3, 64), 3)."""
+    parts = [int(p) for p in text.split("x")]
+    if len(parts) not in (2, 3):
+        raise ValueError(f"tile {text!r}: ROWSxCOLS or ROWSx64xWARPGROUPS")
+    return (parts[0], parts[1]), parts[2] if len(parts) == 3 else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--channels", default="128,16", help="CIN,COUT")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--height", type=int, default=288)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--tiles", default="16x16,3x64x3,2x64x2")
+    args = parser.parse_args()
+    dev = torch.device("cuda")
+    if direct_missing(dev):
+        sys.exit(f"gpu_conv_tiles.py: {direct_missing(dev)}")
+    cin, cout = (int(c) for c in args.channels.split(","))
+    tiles = [parse_tile(t) for t in args.tiles.split(",")]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(args.batch, args.height, args.width, cin, generator=g).half().to(dev)
+    w = pack_weight(torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5), dev)
+    bias = torch.randn(cout, generator=g).to(dev)
+    outs = [torch.empty(*x.shape[:3], cout, dtype=torch.half, device=dev) for _ in tiles]
+
+    def run(k: int) -> None:
+        tile, groups = tiles[k]
+        conv3x3_direct(outs[k], x, w, bias, None, tile, relu=True, pipelined=True,
+                       warpgroups=groups)
+
+    for k, text in enumerate(args.tiles.split(",")):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(3):
+            run(k)
+        start.record()
+        for _ in range(10):
+            run(k)
+        end.record()
+        torch.cuda.synchronize()
+        diff = (outs[k].float() - outs[0].float()).abs().max().item()
+        print(f"{cin}->{cout} tile {text}: {1e3 * start.elapsed_time(end) / 10:.1f} us, "
+              f"max |out - first tile's| {diff:.3g}", file=sys.stderr, flush=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for k in range(len(tiles)):
+        run(k)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()

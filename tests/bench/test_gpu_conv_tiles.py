@@ -1,0 +1,22 @@
+"""scripts/gpu_conv_tiles.py's tile argument (the script itself needs a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("gpu_conv_tiles", ROOT / "scripts" / "gpu_conv_tiles.py")
+gpu_conv_tiles = sys.modules["gpu_conv_tiles"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_conv_tiles)
+
+
+def test_tiles_are_rows_by_columns_with_optional_warpgroups() -> None:
+    assert gpu_conv_tiles.parse_tile("16x16") == ((16, 16), 1)
+    assert gpu_conv_tiles.parse_tile("3x64x3") == ((3, 64), 3)
+    for bad in ("16", "1x2x3x4"):
+        with pytest.raises(ValueError, match="ROWSxCOLS"):
+            gpu_conv_tiles.parse_tile(bad)
