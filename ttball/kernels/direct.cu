@@ -80,7 +80,7 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const void* src, int by
 // The same through L1 (cp.async.ca), for the wgmma kernels' channel-group-major halos: with
 // .cg each 16-byte chunk there went to L2 as a request of its own for a whole 32-byte sector,
 // so every sector was read twice (one request a sector, Nsight Compute, seventeenth session);
-// through L1 the chunk beside it is a hit. L2 sectors read halved, requests 4-6x fewer, the
+// through L1 the chunk beside it is a hit. L2 sectors read halved, requests 6-8x fewer, the
 // kernels 7-12 % faster alone at batch 64.
 __device__ __forceinline__ void copy_chunk_l1(unsigned dst, const void* src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src),

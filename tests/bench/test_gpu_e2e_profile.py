@@ -1,0 +1,38 @@
+"""scripts/gpu_e2e.py's per-stage profile (the script itself needs a GPU for its numbers)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from torch.autograd import DeviceType
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))  # the script's own helpers (_stages)
+spec = importlib.util.spec_from_file_location("gpu_e2e", ROOT / "scripts" / "gpu_e2e.py")
+gpu_e2e = sys.modules["gpu_e2e"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_e2e)
+
+
+def _event(name: str, start: int, end: int, device: DeviceType = DeviceType.CPU,
+           thread: int = 1) -> SimpleNamespace:
+    span = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
+    return SimpleNamespace(name=name, device_type=device, time_range=span, thread=thread)
+
+
+def test_stage_rows_count_host_ranges_and_the_waits_inside_them_only() -> None:
+    events = [
+        _event("stage:decode", 0, 4000),
+        _event("cudaStreamSynchronize", 1000, 1500),
+        _event("cudaStreamSynchronize", 2000, 2100, thread=2),  # another thread's wait
+        _event("stage:decode", 0, 9000, device=DeviceType.CUDA),  # the range's device side
+        _event("stage:network", 5000, 6000),
+        _event("cudaEventSynchronize", 7000, 8000),  # between stages
+    ]
+    rows, waits = gpu_e2e.stage_rows(events, pushes=2)
+    assert rows["decode"] == pytest.approx({"host_ms": 2.0, "wait_ms": 0.25, "waits": 0.5})
+    assert rows["network"] == pytest.approx({"host_ms": 0.5, "wait_ms": 0.0, "waits": 0})
+    assert len(waits) == 3
