@@ -342,8 +342,8 @@ def stage_rows(events: list[Any], pushes: int) -> tuple[dict[str, dict[str, floa
     """Per stage (``stage:NAME`` ranges on the host), its host time and the time and number of
     the device waits (:data:`WAITS`) inside it, per push; and every wait. The profiler also
     reports each range as a device-side annotation (``device_type`` CUDA) spanning the stage's
-    kernels: those are left out (counted in, they doubled the host times of the fifteenth and
-    seventeenth sessions' profiles)."""
+    kernels: those are left out (counted in, they about doubled the host times of the
+    seventeenth session's profile)."""
     from torch.autograd import DeviceType
 
     host = [e for e in events if e.device_type == DeviceType.CPU]

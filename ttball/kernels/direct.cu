@@ -77,6 +77,7 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const void* src, int by
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src),
                "r"(bytes));
 }
+
 // The same through L1 (cp.async.ca), for the wgmma kernels' channel-group-major halos: with
 // .cg each 16-byte chunk there went to L2 as a request of its own for a whole 32-byte sector,
 // so every sector was read twice (one request a sector, Nsight Compute, seventeenth session);
