@@ -20,9 +20,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ttball.kernels.conv import pack_weight
-from ttball.kernels.direct import conv3x3_direct, direct_missing
-
 
 def parse_tile(text: str) -> tuple[tuple[int, int], int]:
     """``"16x16"`` → ((16, 16), 1); ``"3x64x3"`` → ((3, 64), 3)."""
@@ -40,6 +37,11 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--tiles", default="16x16,3x64x3,2x64x2")
     args = parser.parse_args()
+    # (imported here: the kernels' modules import triton, which a test of parse_tile must not,
+    # or the kernel tests collected after it find triton compiled instead of interpreted)
+    from ttball.kernels.conv import pack_weight
+    from ttball.kernels.direct import conv3x3_direct, direct_missing
+
     dev = torch.device("cuda")
     if direct_missing(dev):
         sys.exit(f"gpu_conv_tiles.py: {direct_missing(dev)}")

@@ -17,6 +17,12 @@ from ttball.model.config import WeightsConfig
 
 # Exports and compile caches of the tests go to a throwaway folder, never to ~/.cache.
 os.environ.setdefault("TTBALL_CACHE_DIR", tempfile.mkdtemp(prefix="ttball-test-cache-"))
+# Without a GPU the Triton kernels run in Triton's interpreter, which must be chosen before
+# anything imports triton (tests/kernels/kernel_env.py); set here, before any test module is
+# collected, so that a module collected earlier that imports triton cannot make the kernel
+# tests skip (it did once: 37 of them, silently, through a script's test in tests/bench).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SMALL = (72, 128)  # (height, width): the network is fully convolutional; 16x fewer FLOPs
 
