@@ -1,15 +1,15 @@
 """Where the kernel tests run their Triton kernels: compiled on a CUDA GPU, else in Triton's
-interpreter on CPU. Import this module before anything imports triton.
+interpreter on CPU.
 
 Triton decides compiled vs interpreted when a function is decorated (its own ``tl.zeros`` /
-``tl.sum`` included), from ``TRITON_INTERPRET``: so it is set here, at collection time, before
-any test runs (``torch.compile`` imports triton when it runs). If triton was imported compiled
-on a machine without a GPU anyway, the kernel tests skip and say so.
+``tl.sum`` included), from ``TRITON_INTERPRET``: so ``tests/conftest.py`` sets it without a
+GPU, before any test module is collected (``torch.compile`` imports triton when it runs). If
+triton was imported compiled on a machine without a GPU anyway, the kernel tests skip and say
+so.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -17,8 +17,6 @@ import torch
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def require_triton() -> None:
