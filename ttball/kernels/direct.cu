@@ -72,6 +72,17 @@ __host__ __device__ __forceinline__ void halo_chunks(int tid, F&& f) {
   }
 }
 
+// The source of a 16-byte halo chunk at image row hh, column ww (either may be outside):
+// xv, the image's first pixel plus the chunk's byte offset in a pixel (byte offsets within
+// the image in 32 bits: an image of the network is < 2 GB); outside the image xz, any valid
+// address, to be copied with src-size 0. `inside` says which.
+template <int CIN>
+__device__ __forceinline__ const void* chunk_source(const char* xv, const char* xz, int hh,
+                                                    int ww, int H, int W, bool& inside) {
+  inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
+  return inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : xz;
+}
+
 // 16-byte cp.async from src of `bytes` bytes (0: 16 zeros) to shared-memory address dst.
 __device__ __forceinline__ void copy_chunk(unsigned dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src),
@@ -102,13 +113,11 @@ __device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restric
   const int h0 = (rem / tiles_w) * TH - PAD, w0 = (rem % tiles_w) * TW - PAD;
   const half* xb = x + (size_t)b * H * W * CIN;
   if constexpr (T > 0) {
-    // byte offsets within the image in 32 bits (an image of the network is < 2 GB)
     const char* xv = reinterpret_cast<const char*>(xb) + threadIdx.x % CH * 16;
-    const char* xz = reinterpret_cast<const char*>(x);  // a valid address for src-size 0
+    const char* xz = reinterpret_cast<const char*>(x);
     auto chunk = [&](int p, int row, int col, int v) {
-      const int hh = h0 + row, ww = w0 + col;
-      const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
-      const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : xz;
+      bool inside;
+      const void* src = chunk_source<CIN>(xv, xz, h0 + row, w0 + col, H, W, inside);
       copy_chunk(smem_addr(halo + p * CIN + (v ^ swizzle<CH>(p)) * 8), src, inside ? 16 : 0);
     };
     halo_chunks<TH + 2 * PAD, HALO_W, CH, T>(threadIdx.x, chunk);
@@ -643,15 +652,14 @@ __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const hal
   using S = WgmmaShape<CIN, COUT, TH>;
   const int b = t / tiles_img, rem = t % tiles_img;
   const int h0 = (rem / tiles_w) * TH - 1, w0 = (rem % tiles_w) * S::TW - 1;
-  // this thread's chunk of every pixel; byte offsets within the image in 32 bits (< 2 GB)
+  // this thread's chunk of every pixel, into its plane
   const char* xv = reinterpret_cast<const char*>(x + (size_t)b * H * W * CIN) +
                    threadIdx.x % S::CH * 16;
-  const char* xz = reinterpret_cast<const char*>(x);  // a valid address for src-size 0
+  const char* xz = reinterpret_cast<const char*>(x);
   const unsigned dst = smem_addr(halo + threadIdx.x % S::CH * S::PLANE);
   auto chunk = [&](int p, int row, int col, int) {
-    const int hh = h0 + row, ww = w0 + col;
-    const bool inside = (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
-    const void* src = inside ? xv + (unsigned)(hh * W + ww) * (unsigned)(CIN * 2) : xz;
+    bool inside;
+    const void* src = chunk_source<CIN>(xv, xz, h0 + row, w0 + col, H, W, inside);
     copy_chunk_l1(dst + p * 16, src, inside ? 16 : 0);
   };
   halo_chunks<TH + 2, S::HALO_W, S::CH, T>(threadIdx.x, chunk);
