@@ -126,7 +126,7 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
     direct = [  # eighth step: the CUDA direct kernel, every compiled tile, a block per tile
         # (s1) or persistent and pipelined (s2)
         Config(cols, 8, stages, direct=rows)
-        for rows, cols in KERNELS[step.terms[0].cin, step.cout] for stages in (2, 1)
+        for rows, cols in KERNELS.get((step.terms[0].cin, step.cout), ()) for stages in (2, 1)
     ] if direct_applies(step) else []
     return tma + rows + direct + [
         Config(bm, 4, 3, l1=True),                            # L1 gathers alone

@@ -46,21 +46,24 @@ def model() -> BlurBall:
     return randomize_batchnorm(BlurBall(), seed=0).eval()
 
 
-def test_it_takes_the_small_channel_3x3_steps_and_transition1(model: BlurBall) -> None:
+def test_it_takes_the_small_channel_3x3_steps_transition1_and_64_channels(model: BlurBall) -> None:
     plan = build_plan(model)
     taken = [s for s in plan.steps if isinstance(s, Conv) and direct_applies(s)]
     # conv1 and conv2 of the 12 BasicBlocks at full (16 ch) and half resolution (32 ch),
-    # layer1's 32 -> 32, transition1's 128 -> 16, and the stem's first convolution from the
-    # input (9 -> 64); not 64 -> 64 (measured slower than Triton)
-    assert len(taken) == 27
-    assert {(s.terms[0].cin, s.cout) for s in taken} == {(16, 16), (32, 32), (128, 16), (9, 64)}
-    assert sum(1 for s in taken if s.se_sum) == 12 and sum(1 for s in taken if s.relu) == 15
+    # layer1's 32 -> 32, transition1's 128 -> 16, the stem's first convolution from the
+    # input (9 -> 64); and 64 -> 64 (the stem's second convolution, the third level's four
+    # BasicBlocks), which only the wgmma kernel takes
+    assert len(taken) == 27 + 9
+    assert {(s.terms[0].cin, s.cout) for s in taken} == {(16, 16), (32, 32), (128, 16), (9, 64),
+                                                         (64, 64)}
+    assert sum(1 for s in taken if s.se_sum) == 12 + 4
+    assert sum(1 for s in taken if s.relu) == 15 + 5
     assert [s.terms[0].src for s in taken if s.terms[0].cin == 9] == ["input"]
     for step in plan.steps:
         if isinstance(step, Conv) and step not in taken:
             t = step.terms[0]
             assert (len(step.terms) > 1 or step.addends or t.ksize != 3 or t.stride != 1
-                    or (t.cin, step.cout) not in KERNELS)
+                    or (t.cin, step.cout) not in KERNELS and (t.cin, step.cout) not in WGMMA)
 
 
 def test_it_pairs_the_two_convolutions_of_every_basic_block(model: BlurBall) -> None:
@@ -138,7 +141,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                     for rows, cols, warps in [(r, c, 8) for r, c in tiles] + extra
                     for stages in (1, 2)}
                 if pixels == big:
-                    assert bool(extra) == (shape in ((16, 16), (32, 32)))
+                    assert bool(extra) == (shape in ((16, 16), (32, 32), (64, 64)))
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -446,15 +449,20 @@ def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) ->
         pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(3)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE, tune=False)
-    for forced in (Config(64, 4, 1, direct=4), Config(64, 4, 2, direct=2)):
+    # each shape's first wgmma tile one block a tile, then its second one persistent
+    for pick, stages in ((0, 1), (1, 2)):
         direct = create("triton-fp16-direct", model, DEVICE, tune=False)
         taken = 0
         for launch in direct.executor.launches:
             step = launch.step
-            if (isinstance(step, Conv) and direct_applies(step)
-                    and (step.terms[0].cin, step.cout) in WGMMA and step.terms[0].src != INPUT):
+            shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
+            if shape in WGMMA and direct_applies(step) and step.terms[0].src != INPUT:
+                rows, cols, groups = WGMMA[shape][pick]
+                forced = Config(cols, 4 * groups, stages, direct=rows)
                 launch.configs = lambda bufs, cfg=forced: [cfg]
                 taken += 1
-        assert taken == 25  # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
+        # 12 BasicBlocks' two convolutions and layer1's 32 -> 32; 64 -> 64: the stem's second
+        # convolution and the third level's two BasicBlocks in each of two stages
+        assert taken == 25 + 9
         rel = graph_replay_rel(direct, plain, x)
-        assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"
+        assert rel < 1e-3, f"tile {pick}, stages {stages}: relative difference {rel:.1e}"

@@ -564,7 +564,9 @@ struct WgmmaShape {
   static constexpr int SUM_BYTES = (COUT * 4 + 127) / 128 * 128;
   static constexpr int SMEM1 = W_BYTES + SUM_BYTES + HALO_BYTES;
   static constexpr int SMEM2 = SMEM1 + HALO_BYTES;
-  static_assert(CIN % 16 == 0 && (COUT == 16 || COUT == 32), "wgmma n16 or n32");
+  static_assert(CIN % 16 == 0 && (COUT == 16 || COUT == 32 || COUT == 64),
+                "wgmma n16, n32 or n64");
+  static_assert(SMEM2 <= 227 * 1024, "two halos and the weights fit one block's shared memory");
 };
 
 // A shared-memory matrix descriptor without swizzle: the start address, the K direction's
@@ -582,7 +584,22 @@ template <int COUT>
 __device__ __forceinline__ void wgmma_64(float (&d)[COUT / 8][4], uint64_t a, uint64_t b,
                                          int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (COUT == 32) {
+  if constexpr (COUT == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else if constexpr (COUT == 32) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
@@ -1008,6 +1025,11 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_TILE(128, 16, 8, 16) TTBALL_TILE(128, 16, 8, 32) TTBALL_TILE(128, 16, 16, 16)
   TTBALL_WGMMA(16, 16) TTBALL_WGMMA(32, 32) TTBALL_WGMMA(16, 32) TTBALL_WGMMA(32, 16)
   TTBALL_WGMMA_TILE(16, 16, 16, 2)  // a 1.125x halo at 81 KB of shared memory: 2 blocks an SM
+  // 64 -> 64 (the stem's second convolution and the branches' third level): 74 KB of weights,
+  // 8 halo planes of 34-68 KB at 2-6 rows; one block an SM; wgmma n64, 4x n16's work for the
+  // same A operand read from shared memory
+  TTBALL_WGMMA_TILE(64, 64, 4, 1) TTBALL_WGMMA_TILE(64, 64, 2, 1)
+  TTBALL_WGMMA_TILE(64, 64, 4, 2) TTBALL_WGMMA_TILE(64, 64, 6, 3)
   return -1;
 }
 

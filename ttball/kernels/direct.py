@@ -12,8 +12,9 @@ halo at a pixel offset: in NHWC, 16 consecutive pixels × 16 channels are one ro
 Applies to a conv step with one 3×3 stride-1 term of an NHWC FP16 buffer and no addend, with
 16 or 32 channels in and out: conv1 (ReLU) and conv2 (SE sums) of HRNet's BasicBlocks at full
 and half resolution, and layer1's 32 → 32; to transition1's 128 → 16 (26 of the plan's 67
-steps, 49 % of the steps' time at batch 64). Not to 64 → 64: compiled for it, it was
-1.3-2.1× slower than Triton's TMA kernel on all four of its shapes (twelfth session).
+steps, 49 % of the steps' time at batch 64). To 64 → 64 only on the wgmma kernel (below): the
+mma.sync kernel, compiled for it, was 1.3-2.1× slower than Triton's TMA kernel on all four of
+its shapes (twelfth session).
 Epilogue as the Triton kernel's: bias, SE sums of the pre-activation by atomics, ReLU, FP16
 store.
 
@@ -48,7 +49,10 @@ batch 64, slower at half resolution and at batch 1; the tuner chooses per step. 
 session: each row's wgmma overlap the previous row's epilogue, a block may have two warpgroups
 (each every other row of the tile) and 16 → 16 has 16-row tiles; with them it also wins on
 two of the half-resolution 32 → 32 steps at batch 64. Nsight Compute found it latency-bound
-(issue slots 37–42 % busy, no unit above 68 %).
+(issue slots 37–42 % busy, no unit above 68 %). Seventeenth session: its halo is read
+through L1 (``cp.async.ca``), which halved its L2 traffic (with ``.cg`` each 32-byte sector
+was read twice, one L2 request a sector), and it takes 64 → 64 (wgmma n64), where the
+tensor cores do four times n16's work for each operand they read.
 
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
@@ -108,6 +112,13 @@ WGMMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # and for 16 -> 16 (the twelve full-resolution BasicBlock convolutions) 16-row tiles: a 1.125x
 # halo instead of 1.25x, two blocks an SM of 81 KB
 WGMMA[16, 16] += ((16, 64, 2),)
+# and 64 -> 64 (step 1, the stem's second convolution at full resolution, 1.70 ms at batch 64 on
+# Triton, 3x its bytes; and the branches' third level): wgmma only (the mma.sync kernel lost to
+# Triton on it, eleventh session). 74 KB of weights and 8 halo planes: one block an SM, 2 to 6
+# rows; at n64 the tensor cores do 4x the work of n16 for each A operand they read from shared
+# memory, so the count has it tensor-bound, not bound by shared memory or L2 (seventeenth
+# session; not yet measured on the GPU).
+WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
 # Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
 # rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
 # at half resolution there (2.4 M) and at batch 1 (0.15 M); the sixteenth offers them from half
@@ -136,7 +147,7 @@ def direct_applies(step: Conv) -> bool:
         return False
     if t.src == INPUT:  # conv3x3_direct_input
         return (t.cin, step.cout) in INPUT_KERNELS and step.se_sum is None
-    return (t.cin, step.cout) in KERNELS
+    return (t.cin, step.cout) in KERNELS or (t.cin, step.cout) in WGMMA
 
 
 def pair_applies(first: Conv, second: Conv) -> bool:
@@ -155,8 +166,8 @@ def direct_tiles(pixels: int, cin: int, cout: int) -> list[tuple[int, int]]:
     """Tile candidates for a step with ``pixels`` output pixels (the tuner picks): for the
     small channel counts, smaller tiles where the grid would not fill an H200's 132
     multiprocessors a few times over."""
-    tiles = KERNELS.get((cin, cout)) or INPUT_KERNELS[cin, cout]
-    if tiles is not _SMALL:
+    tiles = KERNELS.get((cin, cout)) or INPUT_KERNELS.get((cin, cout), ())
+    if tiles is not _SMALL:  # (none for a shape only the wgmma kernel takes, 64 -> 64)
         return list(tiles)
     if pixels < 132 * 256 * 4:
         return [(4, 32), (8, 16)]
