@@ -173,11 +173,13 @@ int check() {
 }
 int main() {
   // the kernels' halos: wgmma 8 and 16 rows at 32 and 16 channels, one or two warpgroups;
-  // 128 -> 16 (16 x 16 and 8 x 32 tiles); the pair kernel (2-pixel border); odd small ones
+  // 128 -> 16 (16 x 16 and 8 x 32 tiles); the pair kernel (2-pixel border); odd small ones;
+  // wgmma 64 -> 64 at 4 and 2 rows (one warpgroup), 4 (two) and 6 (three)
   int bad = check<10, 66, 4, 256>() + check<10, 66, 4, 128>() + check<18, 66, 2, 256>() +
             check<6, 66, 2, 128>() + check<18, 18, 16, 256>() + check<10, 34, 16, 256>() +
             check<12, 36, 2, 256>() + check<12, 68, 4, 256>() + check<3, 5, 8, 8>() +
-            check<1, 1, 2, 256>();
+            check<1, 1, 2, 256>() + check<6, 66, 8, 128>() + check<4, 66, 8, 128>() +
+            check<6, 66, 8, 256>() + check<8, 66, 8, 384>();
   printf("%%d\n", bad);
   return bad != 0;
 }
