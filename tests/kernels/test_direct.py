@@ -21,6 +21,7 @@ from ttball.kernels.direct import (
     KERNELS,
     PAIRS,
     WGMMA,
+    WGMMA_TMA,
     build_library,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -38,6 +39,8 @@ INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for
 WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
 WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}"
              for cin, cout, (rows, cols, groups) in WGMMA_CASES]
+TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TMA.items() for tile in tiles]
+TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-tma" for cin, cout, (rows, cols, groups) in TMA_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -107,7 +110,15 @@ def _compiled_wgmma() -> set[tuple[int, int, int, int, int]]:
             | {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in single})
 
 
+def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
+    """(Cin, Cout, TH, 64, WG) of the wgmma kernels instantiated with the TMA halo."""
+    found = re.findall(r"TTBALL_WGMMA_TMA_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    return {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
+
+
 def test_the_tuner_offers_only_compiled_tiles() -> None:
+    assert _compiled_tma() == {(cin, cout, *tile) for cin, cout, tile in TMA_CASES}
+    assert _compiled_tma() <= _compiled_wgmma()  # each also without TMA
     compiled = _compiled()
     assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
     assert _compiled_wgmma() == {(cin, cout, *tile) for cin, cout, tile in WGMMA_CASES}
@@ -142,6 +153,13 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                     for stages in (1, 2)}
                 if pixels == big:
                     assert bool(extra) == (shape in ((16, 16), (32, 32), (64, 64)))
+                # the TMA halo: only the tiles of WGMMA_TMA, where the wgmma tiles are offered
+                tma = ([] if not extra else [(rows, cols, 4 * groups)
+                                             for rows, cols, groups in WGMMA_TMA.get(shape, ())])
+                assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
+                        for c in wgmma if c.tma} == {
+                    (rows, cols, warps, stages) for rows, cols, warps in tma for stages in (1, 2)}
+                assert all(not c.tma for c in configs)
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -215,7 +233,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     # the wgmma kernels, each with its wgmma instructions not serialized by ptxas
     wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_kernel\S*)", done.stderr)
-    assert len(set(wgmma)) == len(WGMMA_CASES)
+    assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES)
     assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
@@ -224,7 +242,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
-    assert len(spills) == len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
+    assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
+                           + len(TMA_CASES))
     assert all(int(n) == 0 for n in spills)
 
 
@@ -277,6 +296,8 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
     with pytest.raises(ValueError, match="same batch, height and width"):
         conv3x3_direct_input(torch.empty(1, 16, 16, 64, dtype=torch.float16),
                              torch.zeros(1, 9, 16, 32), w, bias, (8, 16), relu=True)
+    with pytest.raises(ValueError, match="tma: only for the wgmma kernel's tiles"):
+        conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, tma=True)
     with pytest.raises(ValueError, match="not for the wgmma kernel"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, skip_mma=True)
     with pytest.raises(ValueError, match="warpgroups=2: 1, or 2 for the wgmma kernel"):
@@ -297,7 +318,7 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 
 
 def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
-                       sums_atol: float, warpgroups: int = 1) -> None:
+                       sums_atol: float, warpgroups: int = 1, tma: bool = False) -> None:
     """conv3x3_direct with ``tile`` on a (2, height, width, cin) batch against the float32
     convolution: ReLU or not, SE sums, one block per tile and a persistent grid of 3 blocks
     (each computing several tiles of both images while it copies the next one's halo)."""
@@ -311,7 +332,7 @@ def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, 
         out = torch.full((2, height, width, cout), float("nan"), dtype=torch.half, device=DEVICE)
         sums = torch.zeros(2, cout, device=DEVICE)
         conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3, warpgroups=warpgroups)
+                       pipelined=pipelined, max_blocks=3, warpgroups=warpgroups, tma=tma)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
@@ -341,6 +362,23 @@ def test_wgmma_conv_equals_the_convolution(cin: int, cout: int,
         pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout,tile", TMA_CASES, ids=TMA_IDS)
+def test_wgmma_conv_with_the_tma_halo_equals_the_convolution(
+        cin: int, cout: int, tile: tuple[int, int, int]) -> None:
+    """The same with the halo copied by TMA: the tensor map's zero fill is the padding at
+    all four edges (partial tiles right and bottom, negative box coordinates top and left),
+    the mbarrier phases alternate over many tiles a block (persistent grid of 3)."""
+    from ttball.kernels.direct import wgmma_available
+
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    rows, cols, groups = tile
+    _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
+                       tma=True)
 
 
 @pytest.mark.gpu

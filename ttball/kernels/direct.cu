@@ -1,4 +1,5 @@
 
+#include <cuda.h>  // CUtensorMap (the wgmma kernel's TMA halo; the driver is reached at run time)
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -552,12 +553,13 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // for these tiles): a branch around the wgmma made ptxas serialize them. Only for sm_90a
 // (wgmma is architecture-specific): built for another target the kernel is empty and the
 // Python side never offers it.
-template <int CIN, int COUT, int TH>
+template <int CIN, int COUT, int TH, bool TMA = false>
 struct WgmmaShape {
   static constexpr int TW = 64, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
   // bytes of one 8-channel plane: 16 past a multiple of 128, so that the cp.async copies of
-  // one pixel's consecutive chunks fall on different banks
-  static constexpr int PLANE = (HALO * 16 + 127) / 128 * 128 + 16;
+  // one pixel's consecutive chunks fall on different banks; with TMA a multiple of 128 (its
+  // destinations' alignment)
+  static constexpr int PLANE = (HALO * 16 + 127) / 128 * 128 + (TMA ? 0 : 16);
   static constexpr int HALO_BYTES = CH * PLANE;
   static constexpr int NB = COUT / 8;
   static constexpr int W_BYTES = 9 * CIN * COUT * 2;
@@ -659,6 +661,63 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// mbarrier and TMA (cp.async.bulk.tensor) for the wgmma kernel's TMA halo (sm_90a only)
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// this thread's arrival, and `bytes` more for the barrier's phase to wait for
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+// until the barrier's phase of this parity has completed
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@p bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}\n"
+      :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+#endif
+}
+// the box of `map` at coordinates (c0 innermost) into shared memory at dst, completing on bar
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map, uint64_t* bar,
+                                            int c0, int c1, int c2, int c3) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+         "r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Tile t's halo by TMA: one thread issues a box of 8 channels x (TH + 2) rows x 66 pixels per
+// plane (the tensor map's zero fill outside the image is the convolution's padding); it
+// completes on `bar` (every thread waits there). One instruction a plane instead of a
+// cp.async and its address arithmetic per 16 bytes (the copy loop was a third of the
+// kernel's instructions, sixteenth session).
+template <int CIN, int COUT, int TH>
+__device__ __forceinline__ void issue_halo_tma(unsigned char* halo, const CUtensorMap* map,
+                                               uint64_t* bar, int t, int tiles_w,
+                                               int tiles_img) {
+  using S = WgmmaShape<CIN, COUT, TH, true>;
+  if (threadIdx.x == 0) {
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH - 1, w0 = (rem % tiles_w) * S::TW - 1;
+    mbar_expect_tx(bar, S::CH * S::HALO * 16);
+#pragma unroll
+    for (int v = 0; v < S::CH; ++v)
+      tma_load_4d(smem_addr(halo + v * S::PLANE), map, bar, 8 * v, w0, h0, b);
+  }
+}
+
 // Tile t's halo into channel-group-major planes by 16-byte cp.async through L1 (zeros outside
 // the image; T threads, halo_chunks' order: consecutive threads read one pixel's consecutive
 // chunks). Completes with the caller's wait_group.
@@ -683,14 +742,15 @@ __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const hal
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-template <int CIN, int COUT, int TH, int WG>
+template <int CIN, int COUT, int TH, int WG, bool TMA>
 __global__ void __launch_bounds__(128 * WG)
 conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
                      const half* __restrict__ w, const float* __restrict__ bias,
                      float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
-                     int pipelined, int skip_mma) {
+                     int pipelined, int skip_mma, const __grid_constant__ CUtensorMap map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = WgmmaShape<CIN, COUT, TH>;
+  using S = WgmmaShape<CIN, COUT, TH, TMA>;
+  __shared__ __align__(8) uint64_t bars[TMA ? 2 : 1];  // the TMA halos' barriers
   static_assert(TH % WG == 0, "every warpgroup takes TH / WG rows");
   constexpr int ROWS = TH / WG;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -702,7 +762,16 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos, x, t, tiles_w, tiles_img, H, W);
+  if constexpr (TMA) {
+    if (tid == 0) {
+      mbar_init(&bars[0], 1);
+      mbar_init(&bars[1], 1);
+    }
+    __syncthreads();
+    issue_halo_tma<CIN, COUT, TH>(halos, &map, &bars[0], t, tiles_w, tiles_img);
+  } else {
+    issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos, x, t, tiles_w, tiles_img, H, W);
+  }
   // weights: row tap * CIN + c, column n -> [tap][c / 8][n][c % 8]; read 8 columns at a time
   // (one 16-byte load for 8 two-byte stores: a load per value, each store waiting for its
   // load, had 4 % of the kernel's stall samples)
@@ -727,7 +796,13 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
-    if (next < ntiles) {
+    if constexpr (TMA) {
+      // the other buffer was last read in the previous tile, before its closing barrier
+      if (next < ntiles)
+        issue_halo_tma<CIN, COUT, TH>(halos + ((it + 1) & 1) * S::HALO_BYTES, &map,
+                                      &bars[(it + 1) & 1], next, tiles_w, tiles_img);
+      mbar_wait(&bars[it & 1], (it >> 1) & 1);  // this buffer's (it / 2)-th fill
+    } else if (next < ntiles) {
       issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
                                                  tiles_w, tiles_img, H, W);
       asm volatile("cp.async.wait_group 1;\n" ::);
@@ -954,16 +1029,55 @@ cudaError_t launch(half* out, const half* x, const half* w, const float* bias, f
                               has_sum, pipelined, skip_mma);
 }
 
-template <int CIN, int COUT, int TH, int WG>
+// The driver's cuTensorMapEncodeTiled, reached through the runtime (no -lcuda); null if the
+// driver has none.
+typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                             cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? (EncodeTiled)p : nullptr;
+  }();
+  return fn;
+}
+
+// x (B, H, W, CIN) FP16 as a 4-D tensor map (channels innermost) whose box is one halo plane:
+// 8 channels x (TW + 2) pixels x (TH + 2) rows of one image; outside the tensor it reads zeros.
+template <int CIN, int TH, int TW>
+cudaError_t halo_map(CUtensorMap* map, const half* x, int B, int H, int W) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  if (reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorMisalignedAddress;
+  const cuuint64_t dims[4] = {CIN, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)B};
+  const cuuint64_t strides[3] = {CIN * 2, (cuuint64_t)W * CIN * 2, (cuuint64_t)H * W * CIN * 2};
+  const cuuint32_t box[4] = {8, TW + 2, TH + 2, 1}, unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<half*>(x), dims,
+                            strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <int CIN, int COUT, int TH, int WG, bool TMA>
 cudaError_t launch_wgmma(half* out, const half* x, const half* w, const float* bias,
                          float* se_sum, int B, int H, int W, int relu, int has_sum, int pipelined,
                          int skip_mma, int max_blocks, cudaStream_t stream) {
-  using S = WgmmaShape<CIN, COUT, TH>;
+  using S = WgmmaShape<CIN, COUT, TH, TMA>;
   static int resident[64] = {};
-  return launch_tiles<TH, S::TW>(conv3x3_wgmma_kernel<CIN, COUT, TH, WG>, 128 * WG, S::SMEM2,
-                                 pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
-                                 max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
-                                 has_sum, pipelined, skip_mma);
+  CUtensorMap map = {};  // (unused without TMA)
+  if constexpr (TMA) {
+    const cudaError_t err = halo_map<CIN, TH, S::TW>(&map, x, B, H, W);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_tiles<TH, S::TW>(conv3x3_wgmma_kernel<CIN, COUT, TH, WG, TMA>, 128 * WG,
+                                 S::SMEM2, pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W,
+                                 pipelined, max_blocks, stream, out, x, w, bias, se_sum, B, H, W,
+                                 relu, has_sum, pipelined, skip_mma, map);
 }
 
 // The input's kernel: one halo buffer in either schedule.
@@ -994,7 +1108,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 }  // namespace ttball_direct
 
 #define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == 1)                        \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == 1 && !tma)                \
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
@@ -1005,8 +1119,14 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 // the wgmma kernel's tiles (TH rows x 64 pixels, WG warpgroups; built for sm_90a only, see
 // above)
 #define TTBALL_WGMMA_TILE(CIN, COUT, TH, WG)                                               \
-  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG)                       \
-    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG>(                             \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && !tma)               \
+    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG, false>(                      \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, skip_mma, max_blocks, stream);
+// the same with the halo copied by TMA
+#define TTBALL_WGMMA_TMA_TILE(CIN, COUT, TH, WG)                                           \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && tma)                \
+    return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG, true>(                       \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
 #define TTBALL_WGMMA(CIN, COUT)                                                            \
@@ -1015,10 +1135,10 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
   TTBALL_WGMMA_TILE(CIN, COUT, 8, 2)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in. wg: the
-// wgmma kernel's warpgroups a block (1 for the other tiles).
+// wgmma kernel's warpgroups a block (1 for the other tiles); tma: its halo copied by TMA.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
-                                     int th, int tw, int wg, int relu, int has_sum,
+                                     int th, int tw, int wg, int tma, int relu, int has_sum,
                                      int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
@@ -1030,6 +1150,9 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   // same A operand read from shared memory
   TTBALL_WGMMA_TILE(64, 64, 4, 1) TTBALL_WGMMA_TILE(64, 64, 2, 1)
   TTBALL_WGMMA_TILE(64, 64, 4, 2) TTBALL_WGMMA_TILE(64, 64, 6, 3)
+  // the TMA halo for the tiles the tuner chose in the seventeenth session (not yet measured)
+  TTBALL_WGMMA_TMA_TILE(16, 16, 16, 2) TTBALL_WGMMA_TMA_TILE(16, 16, 8, 2)
+  TTBALL_WGMMA_TMA_TILE(32, 32, 8, 2) TTBALL_WGMMA_TMA_TILE(32, 32, 4, 2)
   return -1;
 }
 

@@ -125,6 +125,12 @@ WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
 # resolution at batch 64 again, with pipelined rows and two warpgroups, and not below
 # (batch 8 at full resolution is 1.2 M), so the batch-1 tuning is unchanged.
 WGMMA_MIN_PIXELS = 1 << 21
+# The wgmma tiles also compiled with the halo copied by TMA (one bulk-tensor copy a channel
+# plane, zero fill outside the image, an mbarrier per halo buffer) instead of a cp.async per
+# 16 bytes: the tiles the tuner chose for these shapes in the seventeenth session. Offered as
+# ``Config.tma`` beside them (built in the seventeenth session, not yet measured on the GPU).
+WGMMA_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
+    (16, 16): ((16, 64, 2), (8, 64, 2)), (32, 32): ((8, 64, 2), (4, 64, 2))}
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
@@ -250,7 +256,7 @@ def library_dir() -> Path:
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # the entry points of direct.cu: pointers, then ints, then the stream
 _SIGNATURES = {
-    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 13 + [_P],
+    "ttball_conv3x3_direct": [_P] * 5 + [_I] * 14 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
     "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
 }
@@ -295,7 +301,8 @@ def _result(rc: int, what: str) -> None:
 
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                   skip_mma: bool = False, max_blocks: int = 0, warpgroups: int = 1) -> None:
+                   skip_mma: bool = False, max_blocks: int = 0, warpgroups: int = 1,
+                   tma: bool = False) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -307,10 +314,13 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
     tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
     the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
-    block (1 or 2; 1 for the other tiles)."""
+    block (1 or 2; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
+    :data:`WGMMA_TMA`)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
+    if tma and tile[1] != 64:
+        raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
     if skip_mma and tile[1] == 64:
         raise ValueError("skip_mma: not for the wgmma kernel's tiles (64 columns)")
     if warpgroups not in (1, 2) or (warpgroups == 2 and tile[1] != 64):
@@ -326,10 +336,10 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, warpgroups, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
+        rows, cols, warpgroups, tma, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
         stream)
     _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
-            + (f", {warpgroups} warpgroups" if warpgroups > 1 else ""))
+            + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else ""))
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

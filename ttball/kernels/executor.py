@@ -44,6 +44,7 @@ from ttball.kernels.direct import (
     PAIRS,
     WGMMA,
     WGMMA_MIN_PIXELS,
+    WGMMA_TMA,
     conv3x3_direct,
     conv3x3_direct_input,
     conv3x3_pair,
@@ -194,15 +195,21 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
     during this one's work (2). With ``wgmma``, also the wgmma kernel's tiles for the step's
     channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, ``num_warps`` 4 a warpgroup)
-    from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels."""
+    from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels, and those of
+    :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
     tiles = [(rows, cols, 8) for rows, cols in direct_tiles(pixels, *shape)]
-    if wgmma and step.terms[0].src != INPUT and pixels >= WGMMA_MIN_PIXELS:
+    wgmma = wgmma and step.terms[0].src != INPUT and pixels >= WGMMA_MIN_PIXELS
+    if wgmma:
         tiles += [(rows, cols, 4 * groups) for rows, cols, groups in WGMMA.get(shape, ())]
-    return [Config(cols, warps, stages, direct=rows)
-            for rows, cols, warps in tiles for stages in (2, 1)]
+    configs = [Config(cols, warps, stages, direct=rows)
+               for rows, cols, warps in tiles for stages in (2, 1)]
+    if wgmma:  # and the same tiles with the halo copied by TMA, where compiled
+        configs += [Config(cols, 4 * groups, stages, direct=rows, tma=True)
+                    for rows, cols, groups in WGMMA_TMA.get(shape, ()) for stages in (2, 1)]
+    return configs
 
 
 def pair_configs(step: Conv) -> list[Config]:
@@ -354,7 +361,8 @@ class _ConvLaunch:
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
                            pipelined=cfg.num_stages > 1,
-                           warpgroups=cfg.num_warps // 4 if cfg.block_m == 64 else 1)
+                           warpgroups=cfg.num_warps // 4 if cfg.block_m == 64 else 1,
+                           tma=cfg.tma)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
