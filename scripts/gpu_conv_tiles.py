@@ -6,9 +6,10 @@ network's full resolution, in each of the given tiles (issue 9): times each (10 
         python3 scripts/gpu_conv_tiles.py --channels 128,16 --tiles 16x16,3x64x3,2x64x2
 
 A tile is ``ROWSxCOLS`` (the mma.sync kernel) or ``ROWSx64xWARPGROUPS`` (the wgmma kernel, one
-of ``WGMMA``); every tile runs on a persistent grid (``pipelined``). Each tile's output is
-compared with PyTorch's convolution (cuDNN, FP16, channels_last), which is timed beside the
-tiles, so a wrong kernel is not timed unnoticed.
+of ``WGMMA``), that with a ``t`` after it with the halo copied by TMA (one of ``WGMMA_TMA``);
+every tile runs on a persistent grid (``pipelined``). Each tile's output is compared with
+PyTorch's convolution (cuDNN, FP16, channels_last), which is timed beside the tiles, so a wrong
+kernel is not timed unnoticed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def parse_tile(text: str) -> tuple[tuple[int, int], int]:
-    """``"16x16"`` → ((16, 16), 1); ``"3x64x3"`` → ((3, 64), 3)."""
-    parts = [int(p) for p in text.split("x")]
-    if len(parts) not in (2, 3):
-        raise ValueError(f"tile {text!r}: ROWSxCOLS or ROWSx64xWARPGROUPS")
-    return (parts[0], parts[1]), parts[2] if len(parts) == 3 else 1
+def parse_tile(text: str) -> tuple[tuple[int, int], int, bool]:
+    """``"16x16"`` → ((16, 16), 1, False); ``"3x64x3"`` → ((3, 64), 3, False); ``"16x64x2t"``
+    → ((16, 64), 2, True)."""
+    tma = text.endswith("t")
+    parts = [int(p) for p in text.removesuffix("t").split("x")]
+    if len(parts) not in (2, 3) or (tma and len(parts) != 3):
+        raise ValueError(f"tile {text!r}: ROWSxCOLS, ROWSx64xWARPGROUPS or ROWSx64xWARPGROUPSt")
+    return (parts[0], parts[1]), parts[2] if len(parts) == 3 else 1, tma
 
 
 def main() -> None:
@@ -78,9 +81,9 @@ def main() -> None:
     outs = [torch.empty(*x.shape[:3], cout, dtype=torch.half, device=dev) for _ in tiles]
 
     def run(k: int) -> None:
-        tile, groups = tiles[k]
+        tile, groups, tma = tiles[k]
         conv3x3_direct(outs[k], x, w, bias, None, tile, relu=True, pipelined=True,
-                       warpgroups=groups)
+                       warpgroups=groups, tma=tma)
 
     for k, text in enumerate(args.tiles.split(",")):
         micros = timed(functools.partial(run, k))

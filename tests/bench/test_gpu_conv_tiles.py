@@ -14,9 +14,10 @@ gpu_conv_tiles = sys.modules["gpu_conv_tiles"] = importlib.util.module_from_spec
 spec.loader.exec_module(gpu_conv_tiles)
 
 
-def test_tiles_are_rows_by_columns_with_optional_warpgroups() -> None:
-    assert gpu_conv_tiles.parse_tile("16x16") == ((16, 16), 1)
-    assert gpu_conv_tiles.parse_tile("3x64x3") == ((3, 64), 3)
-    for bad in ("16", "1x2x3x4"):
+def test_tiles_are_rows_by_columns_with_optional_warpgroups_and_tma() -> None:
+    assert gpu_conv_tiles.parse_tile("16x16") == ((16, 16), 1, False)
+    assert gpu_conv_tiles.parse_tile("3x64x3") == ((3, 64), 3, False)
+    assert gpu_conv_tiles.parse_tile("16x64x2t") == ((16, 64), 2, True)
+    for bad in ("16", "1x2x3x4", "16x16t"):
         with pytest.raises(ValueError, match="ROWSxCOLS"):
             gpu_conv_tiles.parse_tile(bad)
