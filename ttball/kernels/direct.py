@@ -314,7 +314,7 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     persistent grid (tests: many tiles a block on small inputs). ``skip_mma`` leaves out the
     tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
     the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
-    block (1 or 2; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
+    block (1 to 3; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
     :data:`WGMMA_TMA`)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
@@ -323,8 +323,8 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
         raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
     if skip_mma and tile[1] == 64:
         raise ValueError("skip_mma: not for the wgmma kernel's tiles (64 columns)")
-    if warpgroups not in (1, 2) or (warpgroups == 2 and tile[1] != 64):
-        raise ValueError(f"warpgroups={warpgroups}: 1, or 2 for the wgmma kernel's tiles "
+    if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] != 64):
+        raise ValueError(f"warpgroups={warpgroups}: 1, or 2 or 3 for the wgmma kernel's tiles "
                          "(64 columns)")
     for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
