@@ -160,6 +160,9 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                         for c in wgmma if c.tma} == {
                     (rows, cols, warps, stages) for rows, cols, warps in tma for stages in (1, 2)}
                 assert all(not c.tma for c in configs)
+            # the third level at batch 64: only 64 -> 64 (WGMMA_MIN_PIXELS_OF)
+            quarter = direct_configs(step, 64 * 72 * 128, wgmma=True)
+            assert any(c.block_m == 64 for c in quarter) == (shape == (64, 64))
 
 
 def test_it_is_unavailable_without_a_gpu_and_says_why() -> None:
@@ -471,7 +474,7 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
             step = launch.step
             # (not 64 -> 64: the wgmma kernel's alone, tested below)
             if (isinstance(step, Conv) and direct_applies(step)
-                    and (step.terms[0].cin, step.cout) in KERNELS):
+                    and (step.terms[0].cin, step.cout) in {**KERNELS, **INPUT_KERNELS}):
                 launch.configs = lambda bufs, cfg=forced: [cfg]  # the tuner's only candidate
         rel = graph_replay_rel(direct, plain, x)
         assert rel < 1e-3, f"{forced.short()}: relative difference {rel:.1e}"

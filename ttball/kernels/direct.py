@@ -125,6 +125,10 @@ WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
 # resolution at batch 64 again, with pipelined rows and two warpgroups, and not below
 # (batch 8 at full resolution is 1.2 M), so the batch-1 tuning is unchanged.
 WGMMA_MIN_PIXELS = 1 << 21
+# except 64 -> 64, where the alternative is Triton, not the mma.sync kernel: from the third
+# level at batch 64 (72 x 128 x 64 = 0.59 M pixels; alone there the wgmma kernel took 119 us
+# against cuDNN's 247 in the eighteenth session), not at batch 1
+WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # The wgmma tiles also compiled with the halo copied by TMA (one bulk-tensor copy a channel
 # plane, zero fill outside the image, an mbarrier per halo buffer) instead of a cp.async per
 # 16 bytes: the tiles the tuner chose for these shapes in the seventeenth session. Offered as

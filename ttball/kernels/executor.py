@@ -44,6 +44,7 @@ from ttball.kernels.direct import (
     PAIRS,
     WGMMA,
     WGMMA_MIN_PIXELS,
+    WGMMA_MIN_PIXELS_OF,
     WGMMA_TMA,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -195,13 +196,15 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     block per tile (``num_stages`` 1) or a persistent grid with the next tile's halo copied
     during this one's work (2). With ``wgmma``, also the wgmma kernel's tiles for the step's
     channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, ``num_warps`` 4 a warpgroup)
-    from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels, and those of
+    from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels (or the shape's entry
+    in :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS_OF`), and those of
     :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
     tiles = [(rows, cols, 8) for rows, cols in direct_tiles(pixels, *shape)]
-    wgmma = wgmma and step.terms[0].src != INPUT and pixels >= WGMMA_MIN_PIXELS
+    wgmma = (wgmma and step.terms[0].src != INPUT
+             and pixels >= WGMMA_MIN_PIXELS_OF.get(shape, WGMMA_MIN_PIXELS))
     if wgmma:
         tiles += [(rows, cols, 4 * groups) for rows, cols, groups in WGMMA.get(shape, ())]
     configs = [Config(cols, warps, stages, direct=rows)
