@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--override", type=Path, help="gpu_branches_ab.py JSON with candidates")
     parser.add_argument("--variant", default="branches+direct")
+    parser.add_argument("--per-step", action="store_true",
+                        help="also each step, largest time above its floor first")
     args = parser.parse_args()
     measured = {r["step"]: r["median_ms"] for r in load(args.steps)["steps"]["rows"]
                 if r["batch"] == args.batch}
@@ -70,10 +72,15 @@ def main() -> None:
     if missing:
         sys.exit(f"no time for steps {missing} at batch {args.batch}")
     groups: dict[str, list[float]] = {}
+    rows: list[tuple[float, int, str, float, float]] = []  # (above floor, step, what, ms, floor)
     for i, step in enumerate(plan.steps):
         cost = step_cost(plan, step, args.height, args.width)
         floor = max(cost["flops"] / FLOPS,
                     (cost["bytes_read"] + cost["bytes_written"]) / BANDWIDTH) * args.batch * 1e3
+        what = (f"{step.terms[0].cin}->{step.cout} k{step.terms[0].ksize}"
+                f"{' s2' if step.terms[0].stride == 2 else ''} {step.out}"
+                if not isinstance(step, SqueezeTail) else f"tail of {step.y}")
+        rows.append((measured[i] - floor, i, what, measured[i], floor))
         row = groups.setdefault(group(i, step), [0, 0.0, 0.0])
         row[0] += 1
         row[1] += measured[i]
@@ -86,6 +93,10 @@ def main() -> None:
         print(f"| {name} | {n} | {ms:.2f} | {floor:.2f} | {ms / floor:.2f} |")
         total = [total[0] + n, total[1] + ms, total[2] + floor]
     print(f"| sum | {total[0]} | {total[1]:.2f} | {total[2]:.2f} | {total[1] / total[2]:.2f} |")
+    if args.per_step:
+        print("\n| step | what | ms | floor ms | x floor | above floor ms |\n|---|---|---|---|---|---|")
+        for above, i, what, ms, floor in sorted(rows, reverse=True):
+            print(f"| {i} | {what} | {ms:.3f} | {floor:.3f} | {ms / floor:.2f} | {above:.3f} |")
 
 
 if __name__ == "__main__":
