@@ -116,8 +116,9 @@ WGMMA[16, 16] += ((16, 64, 2),)
 # Triton, 3x its bytes; and the branches' third level): wgmma only (the mma.sync kernel lost to
 # Triton on it, eleventh session). 74 KB of weights and 8 halo planes: one block an SM, 2 to 6
 # rows; at n64 the tensor cores do 4x the work of n16 for each A operand they read from shared
-# memory, so the count has it tensor-bound, not bound by shared memory or L2 (seventeenth
-# session; not yet measured on the GPU).
+# memory, so the count had it tensor-bound (seventeenth session). Measured in the eighteenth:
+# 4x64x2 1.60 ms alone at batch 64 (cuDNN 3.6), step 1 1.62 against Triton's 1.82-1.88;
+# latency-bound under Nsight Compute (tensor pipe 35 %, shared memory 53 %).
 WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
 # Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
 # rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
@@ -132,7 +133,8 @@ WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # The wgmma tiles also compiled with the halo copied by TMA (one bulk-tensor copy a channel
 # plane, zero fill outside the image, an mbarrier per halo buffer) instead of a cp.async per
 # 16 bytes: the tiles the tuner chose for these shapes in the seventeenth session. Offered as
-# ``Config.tma`` beside them (built in the seventeenth session, not yet measured on the GPU).
+# ``Config.tma`` beside them (eighteenth session: the tuner takes them for three of the eight
+# steps they are offered to, 6-17 % faster there; alone, only 32 -> 32 8x64x2 gained).
 WGMMA_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (16, 16): ((16, 64, 2), (8, 64, 2)), (32, 32): ((8, 64, 2), (4, 64, 2))}
 
