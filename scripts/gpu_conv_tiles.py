@@ -6,7 +6,7 @@ network's full resolution, in each of the given tiles (issue 9): times each (10 
         python3 scripts/gpu_conv_tiles.py --channels 128,16 --tiles 16x16,3x64x3,2x64x2
 
 A tile is ``ROWSxCOLS`` (the mma.sync kernel) or ``ROWSx64xWARPGROUPS`` (the wgmma kernel, one
-of ``WGMMA``), that with a ``t`` after it with the halo copied by TMA (one of ``WGMMA_TMA``);
+of ``WGMMA``; ``ROWSx128xWARPGROUPS`` for 64 → 64 with the pixels as N), that with a ``t`` after it with the halo copied by TMA (one of ``WGMMA_TMA``);
 every tile runs on a persistent grid (``pipelined``). Each tile's output is compared with
 PyTorch's convolution (cuDNN, FP16, channels_last), which is timed beside the tiles, so a wrong
 kernel is not timed unnoticed.

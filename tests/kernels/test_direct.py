@@ -102,12 +102,15 @@ def _compiled() -> set[tuple[int, int, int, int]]:
 
 
 def _compiled_wgmma() -> set[tuple[int, int, int, int, int]]:
-    """(Cin, Cout, TH, 64, WG) of the wgmma kernels the dispatch instantiates."""
+    """(Cin, Cout, TH, TW, WG) of the wgmma kernels the dispatch instantiates (TW 64; 128 for
+    the 64 -> 64 kernel with the pixels as N)."""
     tiles = re.findall(r"TTBALL_WGMMA_TILE\(CIN, COUT, (\d+), (\d+)\)", KERNEL_SOURCE)
     shapes = re.findall(r"TTBALL_WGMMA\((\d+), (\d+)\)", KERNEL_SOURCE)
     single = re.findall(r"TTBALL_WGMMA_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    n128 = re.findall(r"TTBALL_WGMMA_N128_TILE\((\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
     return ({(int(c), int(o), int(h), 64, int(g)) for c, o in shapes for h, g in tiles}
-            | {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in single})
+            | {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in single}
+            | {(int(c), 64, int(h), 128, int(g)) for c, h, g in n128})
 
 
 def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
@@ -195,12 +198,14 @@ int check() {
 int main() {
   // the kernels' halos: wgmma 8 and 16 rows at 32 and 16 channels, one or two warpgroups;
   // 128 -> 16 (16 x 16 and 8 x 32 tiles); the pair kernel (2-pixel border); odd small ones;
-  // wgmma 64 -> 64 at 4 and 2 rows (one warpgroup), 4 (two) and 6 (three)
+  // wgmma 64 -> 64 at 4 and 2 rows (one warpgroup), 4 (two) and 6 (three); with 128-pixel
+  // rows at 2 rows (one or two warpgroups) and 1
   int bad = check<10, 66, 4, 256>() + check<10, 66, 4, 128>() + check<18, 66, 2, 256>() +
             check<6, 66, 2, 128>() + check<18, 18, 16, 256>() + check<10, 34, 16, 256>() +
             check<12, 36, 2, 256>() + check<12, 68, 4, 256>() + check<3, 5, 8, 8>() +
             check<1, 1, 2, 256>() + check<6, 66, 8, 128>() + check<4, 66, 8, 128>() +
-            check<6, 66, 8, 256>() + check<8, 66, 8, 384>();
+            check<6, 66, 8, 256>() + check<8, 66, 8, 384>() + check<4, 130, 8, 128>() +
+            check<4, 130, 8, 256>() + check<3, 130, 8, 128>();
   printf("%%d\n", bad);
   return bad != 0;
 }
@@ -235,7 +240,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     # the wgmma kernels, each with its wgmma instructions not serialized by ptxas
-    wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_kernel\S*)", done.stderr)
+    wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_(?:n128_)?kernel\S*)",
+                       done.stderr)
     assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES)
     assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
@@ -303,7 +309,7 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, tma=True)
     with pytest.raises(ValueError, match="not for the wgmma kernel"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, skip_mma=True)
-    with pytest.raises(ValueError, match="warpgroups=2: 1, or 2 or 3 for the wgmma kernel"):
+    with pytest.raises(ValueError, match="warpgroups=2: 1, or 2 or 3 for the wgmma kernels"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, warpgroups=2)
     with pytest.raises(ValueError, match="warpgroups=4"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, warpgroups=4)
@@ -495,8 +501,9 @@ def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) ->
         pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(3)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE, tune=False)
-    # each shape's first wgmma tile one block a tile, then its second one persistent
-    for pick, stages in ((0, 1), (1, 2)):
+    # each shape's first wgmma tile one block a tile, then its second one persistent; then
+    # its third and second last (for 64 -> 64 the 128-pixel tiles with the pixels as N)
+    for pick, stages in ((0, 1), (1, 2), (-3, 2), (-2, 1)):
         direct = create("triton-fp16-direct", model, DEVICE, tune=False)
         taken = 0
         for launch in direct.executor.launches:

@@ -553,9 +553,9 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
 // for these tiles): a branch around the wgmma made ptxas serialize them. Only for sm_90a
 // (wgmma is architecture-specific): built for another target the kernel is empty and the
 // Python side never offers it.
-template <int CIN, int COUT, int TH, bool TMA = false>
+template <int CIN, int COUT, int TH, bool TMA = false, int TW_ = 64>
 struct WgmmaShape {
-  static constexpr int TW = 64, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
+  static constexpr int TW = TW_, HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
   // bytes of one 8-channel plane: 16 past a multiple of 128, so that the cp.async copies of
   // one pixel's consecutive chunks fall on different banks; with TMA a multiple of 128 (its
   // destinations' alignment)
@@ -721,11 +721,11 @@ __device__ __forceinline__ void issue_halo_tma(unsigned char* halo, const CUtens
 // Tile t's halo into channel-group-major planes by 16-byte cp.async through L1 (zeros outside
 // the image; T threads, halo_chunks' order: consecutive threads read one pixel's consecutive
 // chunks). Completes with the caller's wait_group.
-template <int CIN, int COUT, int TH, int T>
+template <int CIN, int COUT, int TH, int T, int TW = 64>
 __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const half* __restrict__ x,
                                                   int t, int tiles_w, int tiles_img, int H,
                                                   int W) {
-  using S = WgmmaShape<CIN, COUT, TH>;
+  using S = WgmmaShape<CIN, COUT, TH, false, TW>;
   const int b = t / tiles_img, rem = t % tiles_img;
   const int h0 = (rem / tiles_w) * TH - 1, w0 = (rem % tiles_w) * S::TW - 1;
   // this thread's chunk of every pixel, into its plane
@@ -851,6 +851,230 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
     if (has_sum && (next >= ntiles || next / tiles_img != b))
       flush_sums<COUT>(ssum, sums, se_sum, b, lane);
     __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
+    t = next;
+  }
+#endif
+}
+
+// 64 -> 64 with the output channels as wgmma's M and 128 pixels as N (eighteenth session).
+// Nsight Compute had the m64n64k16 kernel above latency-bound on 64 -> 64 (tensor pipe 35 %,
+// shared memory 53 %, each wgmma about 85 clocks for 32 of work): here one m64n128k16 does
+// twice the work of m64n64k16 for 6 KB of operands instead of 8 KB for two. A is the weights
+// (the layout above, K-major: 8 input channels of an output channel in 16 bytes), B the
+// halo's channel planes (K-major too: 8 channels of a pixel in 16 bytes), so the descriptors
+// are the other kernel's, swapped. The accumulators are then channel-major (rows: output
+// channels 16 w + g and + 8; columns: pixels), so the epilogue transposes them through a
+// 64-pixel staging buffer a warpgroup (stmatrix .trans, XOR-swizzled 16-byte chunks) and
+// stores whole pixels, 128 contiguous bytes each. Tiles: TH rows x 128 pixels; shared memory
+// 74 KB of weights, two halos of (TH + 2) x 130 pixels (67 KB at TH 2), 8 KB of staging a
+// warpgroup: one block an SM.
+__device__ __forceinline__ void wgmma_64x128(float (&d)[16][4], uint64_t a, uint64_t b,
+                                             int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+          "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
+          "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
+          "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
+          "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+
+// Four 8 x 8 FP16 matrices from the accumulator layout (this thread: row lane / 4, columns
+// 2 (lane % 4) and + 1 of each) stored transposed: row j of matrix i at the address lane
+// 8 i + j gives.
+__device__ __forceinline__ void stsm_x4_trans(unsigned addr, uint32_t r0, uint32_t r1,
+                                              uint32_t r2, uint32_t r3) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// the 128 threads of warpgroup wg (named barrier 1 + wg; 0 is __syncthreads')
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+// One output row's epilogue (a warpgroup's 64 channels x 128 pixels from column w0): + bias,
+// the SE sums of this thread's two channels (valid pixels, before ReLU), optional ReLU, FP16,
+// through `stage` (64 pixels x 128 bytes, chunk c of pixel p at p * 128 + (c ^ p % 8) * 16,
+// so that stmatrix's eight rows and the copy's reads fall on different banks) to whole-pixel
+// 16-byte stores.
+__device__ __forceinline__ void store_row_n128(half* __restrict__ out, const float (&acc)[16][4],
+                                               unsigned char* stage, float bias0, float bias1,
+                                               float& sum0, float& sum1, int b, int ho, int w0,
+                                               int H, int W, int relu, int wg) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, q = lane % 4;
+  const unsigned st = smem_addr(stage);
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int n2 = 0; n2 < 4; ++n2) {
+      uint32_t r[4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int n = 8 * pass + 2 * n2 + j, px = w0 + 8 * n + 2 * q;
+        const bool ok0 = ho < H && px < W, ok1 = ho < H && px + 1 < W;
+        float v00 = acc[n][0] + bias0, v01 = acc[n][1] + bias0;  // channel 16 w + g
+        float v10 = acc[n][2] + bias1, v11 = acc[n][3] + bias1;  // channel 16 w + g + 8
+        sum0 += (ok0 ? v00 : 0.f) + (ok1 ? v01 : 0.f);
+        sum1 += (ok0 ? v10 : 0.f) + (ok1 ? v11 : 0.f);
+        if (relu) {
+          v00 = fmaxf(v00, 0.f);
+          v01 = fmaxf(v01, 0.f);
+          v10 = fmaxf(v10, 0.f);
+          v11 = fmaxf(v11, 0.f);
+        }
+        r[2 * j] = pack_half2(v00, v01);
+        r[2 * j + 1] = pack_half2(v10, v11);
+      }
+      // matrix m = lane / 8: pixels of block 2 n2 + m / 2, channels 16 w + 8 (m % 2) + 0..7
+      const int m = lane / 8, pl = 8 * (2 * n2 + m / 2) + lane % 8, chunk = 2 * warp + m % 2;
+      stsm_x4_trans(st + pl * 128 + ((chunk ^ (pl & 7)) << 4), r[0], r[1], r[2], r[3]);
+    }
+    warpgroup_sync(wg);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int k = tid + 128 * j, pl = k / 8, c = k % 8, px = w0 + 64 * pass + pl;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + pl * 128 + ((c ^ (pl & 7)) << 4));
+      if (ho < H && px < W)
+        *reinterpret_cast<uint4*>(out + (((size_t)b * H + ho) * W + px) * 64 + c * 8) = v;
+    }
+    warpgroup_sync(wg);  // the staging buffer is free again
+  }
+}
+
+template <int CIN, int TH, int WG>
+struct WgmmaN128Shape {
+  using S = WgmmaShape<CIN, 64, TH, false, 128>;
+  static constexpr int STAGE_BYTES = 64 * 128;
+  static constexpr int SMEM1 = S::SMEM1 + WG * STAGE_BYTES, SMEM2 = S::SMEM2 + WG * STAGE_BYTES;
+  static_assert(SMEM2 <= 227 * 1024, "two halos, the weights and the staging fit one block");
+};
+
+template <int CIN, int TH, int WG>
+__global__ void __launch_bounds__(128 * WG)
+conv3x3_wgmma_n128_kernel(half* __restrict__ out, const half* __restrict__ x,
+                          const half* __restrict__ w, const float* __restrict__ bias,
+                          float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                          int pipelined) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int COUT = 64, TW = 128;
+  using S = WgmmaShape<CIN, COUT, TH, false, TW>;
+  static_assert(TH % WG == 0, "every warpgroup takes TH / WG rows");
+  constexpr int ROWS = TH / WG;
+  constexpr int STAGE_BYTES = WgmmaN128Shape<CIN, TH, WG>::STAGE_BYTES;
+  extern __shared__ __align__(128) unsigned char smem[];
+  // the weights, (unused: the SE sums stay in registers), the staging buffers, then one or
+  // two halos (SMEM1 or SMEM2)
+  half* wsm = reinterpret_cast<half*>(smem);
+  unsigned char* halos = smem + S::W_BYTES + S::SUM_BYTES + WG * STAGE_BYTES;
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  unsigned char* stage = smem + S::W_BYTES + S::SUM_BYTES + wg * STAGE_BYTES;
+  const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos, x, t, tiles_w, tiles_img, H, W);
+  // the weights as conv3x3_wgmma_kernel lays them out: [tap][c / 8][n][c % 8]
+  for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
+    const int row = i / (COUT / 8), n0 = i % (COUT / 8) * 8, tap = row / CIN, c = row % CIN;
+    const uint4 v = reinterpret_cast<const uint4*>(w)[i];
+    const half* h = reinterpret_cast<const half*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wsm[((tap * S::CH + c / 8) * COUT + n0 + j) * 8 + c % 8] = h[j];
+  }
+  const int c0 = 16 * warp + lane / 4;  // this thread's output channels: c0 and c0 + 8
+  const float bias0 = bias[c0], bias1 = bias[c0 + 8];
+  float sum0 = 0.f, sum1 = 0.f;
+  // A (the weights) for tap 0, channels 0-15, and the low 32 bits' fixed offsets as in
+  // conv3x3_wgmma_kernel (there it is B)
+  const uint32_t a0 = (uint32_t)wgmma_descriptor(wsm, COUT * 16, 128);
+  constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
+    if (next < ntiles) {
+      issue_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, x,
+                                                     next, tiles_w, tiles_img, H, W);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    fence_async_shared();
+    __syncthreads();
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH + wg, w0 = (rem % tiles_w) * TW;
+    // B (the halo) for this warpgroup's first row, tap 0, channels 0-15
+    const uint32_t b0 = (uint32_t)wgmma_descriptor(halo + wg * S::HALO_W * 16, S::PLANE, 128);
+    float d[2][16][4];
+    auto issue_row = [&](int i, float (&acc)[16][4]) {
+      wgmma_fence_operands(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int tap = 0; tap < 9; ++tap) {
+        const int dh = tap / 3, dw = tap % 3;
+#pragma unroll
+        for (int k = 0; k < CIN / 16; ++k) {
+          const int a_off = (tap * S::CH + 2 * k) * COUT * 16;
+          const int b_off = 2 * k * S::PLANE + ((WG * i + dh) * S::HALO_W + dw) * 16;
+          wgmma_64x128(acc, STRIDE_128 | (a0 + (a_off >> 4)), STRIDE_128 | (b0 + (b_off >> 4)),
+                       tap + k > 0);
+        }
+      }
+      wgmma_commit();
+    };
+    issue_row(0, d[0]);
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      if (i + 1 < ROWS) {
+        issue_row(i + 1, d[(i + 1) % 2]);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      wgmma_fence_operands(d[i % 2]);
+      store_row_n128(out, d[i % 2], stage, bias0, bias1, sum0, sum1, b, h0 + WG * i, w0, H, W,
+                     relu, wg);
+    }
+    if (has_sum && (next >= ntiles || next / tiles_img != b)) {
+      // this warpgroup's sums of image b: the four lanes of a channel pair, then by atomics
+      sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+      sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+      sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+      sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+      if (lane % 4 == 0) {
+        atomicAdd(&se_sum[(size_t)b * COUT + c0], sum0);
+        atomicAdd(&se_sum[(size_t)b * COUT + c0 + 8], sum1);
+      }
+      sum0 = sum1 = 0.f;
+    }
+    __syncthreads();  // this halo buffer is refilled two tiles on
     t = next;
   }
 #endif
@@ -1080,6 +1304,18 @@ cudaError_t launch_wgmma(half* out, const half* x, const half* w, const float* b
                                  relu, has_sum, pipelined, skip_mma, map);
 }
 
+template <int CIN, int TH, int WG>
+cudaError_t launch_wgmma_n128(half* out, const half* x, const half* w, const float* bias,
+                              float* se_sum, int B, int H, int W, int relu, int has_sum,
+                              int pipelined, int max_blocks, cudaStream_t stream) {
+  using S = WgmmaN128Shape<CIN, TH, WG>;
+  static int resident[64] = {};
+  return launch_tiles<TH, 128>(conv3x3_wgmma_n128_kernel<CIN, TH, WG>, 128 * WG, S::SMEM2,
+                               pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
+                               max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
+                               has_sum, pipelined);
+}
+
 // The input's kernel: one halo buffer in either schedule.
 template <int COUT, int TH, int TW, int SRC_C>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
@@ -1124,6 +1360,12 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
 // the same with the halo copied by TMA
+// the wgmma kernel with the pixels as N (TH rows x 128 pixels, WG warpgroups; 64 -> 64 only)
+#define TTBALL_WGMMA_N128_TILE(CIN, TH, WG)                                                \
+  if (cin == CIN && cout == 64 && th == TH && tw == 128 && wg == WG && !tma)                \
+    return (int)ttball_direct::launch_wgmma_n128<CIN, TH, WG>(                              \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, max_blocks, stream);
 #define TTBALL_WGMMA_TMA_TILE(CIN, COUT, TH, WG)                                           \
   if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && tma)                \
     return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG, true>(                       \
@@ -1150,6 +1392,9 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   // same A operand read from shared memory
   TTBALL_WGMMA_TILE(64, 64, 4, 1) TTBALL_WGMMA_TILE(64, 64, 2, 1)
   TTBALL_WGMMA_TILE(64, 64, 4, 2) TTBALL_WGMMA_TILE(64, 64, 6, 3)
+  // and with the pixels as N: 2 rows with one warpgroup (rows overlapped) or two, 1 row
+  TTBALL_WGMMA_N128_TILE(64, 2, 1) TTBALL_WGMMA_N128_TILE(64, 2, 2)
+  TTBALL_WGMMA_N128_TILE(64, 1, 1)
   // the TMA halo for the tiles the tuner chose in the seventeenth session (measured in the
   // eighteenth: taken by three of the network's steps)
   TTBALL_WGMMA_TMA_TILE(16, 16, 16, 2) TTBALL_WGMMA_TMA_TILE(16, 16, 8, 2)

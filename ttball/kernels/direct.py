@@ -52,7 +52,10 @@ two of the half-resolution 32 → 32 steps at batch 64. Nsight Compute found it 
 (issue slots 37–42 % busy, no unit above 68 %). Seventeenth session: its halo is read
 through L1 (``cp.async.ca``), which halved its L2 traffic (with ``.cg`` each 32-byte sector
 was read twice, one L2 request a sector), and it takes 64 → 64 (wgmma n64), where the
-tensor cores do four times n16's work for each operand they read.
+tensor cores do four times n16's work for each operand they read. Eighteenth session: for
+64 → 64 also ``conv3x3_wgmma_n128_kernel``, the output channels as wgmma's M and 128 pixels as
+N (``m64n128k16``: twice the work of ``m64n64k16`` for 6 KB of operands against 8 for two),
+with the epilogue transposed through shared memory (tiles of 128 columns in :data:`WGMMA`).
 
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
@@ -120,6 +123,9 @@ WGMMA[16, 16] += ((16, 64, 2),)
 # 4x64x2 1.60 ms alone at batch 64 (cuDNN 3.6), step 1 1.62 against Triton's 1.82-1.88;
 # latency-bound under Nsight Compute (tensor pipe 35 %, shared memory 53 %).
 WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
+# and with the pixels as N (conv3x3_wgmma_n128_kernel, eighteenth session; 128-pixel rows,
+# 216-219 KB of shared memory: 2 rows with one warpgroup or two, 1 row)
+WGMMA[64, 64] += ((2, 128, 1), (2, 128, 2), (1, 128, 1))
 # Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
 # rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
 # at half resolution there (2.4 M) and at batch 1 (0.15 M); the sixteenth offers them from half
@@ -327,11 +333,11 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
                          "batch, height and width expected")
     if tma and tile[1] != 64:
         raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
-    if skip_mma and tile[1] == 64:
-        raise ValueError("skip_mma: not for the wgmma kernel's tiles (64 columns)")
-    if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] != 64):
-        raise ValueError(f"warpgroups={warpgroups}: 1, or 2 or 3 for the wgmma kernel's tiles "
-                         "(64 columns)")
+    if skip_mma and tile[1] in (64, 128):
+        raise ValueError("skip_mma: not for the wgmma kernels' tiles (64 or 128 columns)")
+    if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] not in (64, 128)):
+        raise ValueError(f"warpgroups={warpgroups}: 1, or 2 or 3 for the wgmma kernels' tiles "
+                         "(64 or 128 columns)")
     for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
         _check(name, t, dtype, x.device)

@@ -364,7 +364,7 @@ class _ConvLaunch:
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
                            pipelined=cfg.num_stages > 1,
-                           warpgroups=cfg.num_warps // 4 if cfg.block_m == 64 else 1,
+                           warpgroups=cfg.num_warps // 4 if cfg.block_m in (64, 128) else 1,
                            tma=cfg.tma)
             return
         self.triton_call(bufs, sums, cfg).launch()
