@@ -6,7 +6,9 @@ network's full resolution, in each of the given tiles (issue 9): times each (10 
         python3 scripts/gpu_conv_tiles.py --channels 128,16 --tiles 16x16,3x64x3,2x64x2
 
 A tile is ``ROWSxCOLS`` (the mma.sync kernel) or ``ROWSx64xWARPGROUPS`` (the wgmma kernel, one
-of ``WGMMA``; ``ROWSx128xWARPGROUPS`` for 64 → 64 with the pixels as N), that with a ``t`` after it with the halo copied by TMA (one of ``WGMMA_TMA``);
+of ``WGMMA``; ``ROWSx128xWARPGROUPS`` for 64 → 64 with the pixels as N), that with a ``t``
+after it with the halo copied by TMA (one of ``WGMMA_TMA``) or an ``r`` with A from registers
+(one of ``WGMMA_RS``);
 every tile runs on a persistent grid (``pipelined``). Each tile's output is compared with
 PyTorch's convolution (cuDNN, FP16, channels_last), which is timed beside the tiles, so a wrong
 kernel is not timed unnoticed.
@@ -24,14 +26,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def parse_tile(text: str) -> tuple[tuple[int, int], int, bool]:
-    """``"16x16"`` → ((16, 16), 1, False); ``"3x64x3"`` → ((3, 64), 3, False); ``"16x64x2t"``
-    → ((16, 64), 2, True)."""
-    tma = text.endswith("t")
-    parts = [int(p) for p in text.removesuffix("t").split("x")]
-    if len(parts) not in (2, 3) or (tma and len(parts) != 3):
-        raise ValueError(f"tile {text!r}: ROWSxCOLS, ROWSx64xWARPGROUPS or ROWSx64xWARPGROUPSt")
-    return (parts[0], parts[1]), parts[2] if len(parts) == 3 else 1, tma
+def parse_tile(text: str) -> tuple[tuple[int, int], int, str]:
+    """``"16x16"`` → ((16, 16), 1, ""); ``"3x64x3"`` → ((3, 64), 3, ""); ``"16x64x2t"`` →
+    ((16, 64), 2, "t") (the TMA halo); ``"16x64x1r"`` → ((16, 64), 1, "r") (A from
+    registers)."""
+    variant = text[-1] if text[-1] in "tr" else ""
+    parts = [int(p) for p in text.removesuffix(variant).split("x")]
+    if len(parts) not in (2, 3) or (variant and len(parts) != 3):
+        raise ValueError(f"tile {text!r}: ROWSxCOLS or ROWSx64xWARPGROUPS, that with a t or r")
+    return (parts[0], parts[1]), parts[2] if len(parts) == 3 else 1, variant
 
 
 def main() -> None:
@@ -81,9 +84,9 @@ def main() -> None:
     outs = [torch.empty(*x.shape[:3], cout, dtype=torch.half, device=dev) for _ in tiles]
 
     def run(k: int) -> None:
-        tile, groups, tma = tiles[k]
+        tile, groups, variant = tiles[k]
         conv3x3_direct(outs[k], x, w, bias, None, tile, relu=True, pipelined=True,
-                       warpgroups=groups, tma=tma)
+                       warpgroups=groups, tma=variant == "t", rs=variant == "r")
 
     for k, text in enumerate(args.tiles.split(",")):
         micros = timed(functools.partial(run, k))

@@ -14,10 +14,11 @@ gpu_conv_tiles = sys.modules["gpu_conv_tiles"] = importlib.util.module_from_spec
 spec.loader.exec_module(gpu_conv_tiles)
 
 
-def test_tiles_are_rows_by_columns_with_optional_warpgroups_and_tma() -> None:
-    assert gpu_conv_tiles.parse_tile("16x16") == ((16, 16), 1, False)
-    assert gpu_conv_tiles.parse_tile("3x64x3") == ((3, 64), 3, False)
-    assert gpu_conv_tiles.parse_tile("16x64x2t") == ((16, 64), 2, True)
-    for bad in ("16", "1x2x3x4", "16x16t"):
+def test_tiles_are_rows_by_columns_with_optional_warpgroups_and_variant() -> None:
+    assert gpu_conv_tiles.parse_tile("16x16") == ((16, 16), 1, "")
+    assert gpu_conv_tiles.parse_tile("3x64x3") == ((3, 64), 3, "")
+    assert gpu_conv_tiles.parse_tile("16x64x2t") == ((16, 64), 2, "t")
+    assert gpu_conv_tiles.parse_tile("16x64x1r") == ((16, 64), 1, "r")
+    for bad in ("16", "1x2x3x4", "16x16t", "16x16r"):
         with pytest.raises(ValueError, match="ROWSxCOLS"):
             gpu_conv_tiles.parse_tile(bad)

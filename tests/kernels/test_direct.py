@@ -21,6 +21,7 @@ from ttball.kernels.direct import (
     KERNELS,
     PAIRS,
     WGMMA,
+    WGMMA_RS,
     WGMMA_TMA,
     build_library,
     conv3x3_direct,
@@ -41,6 +42,8 @@ WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}"
              for cin, cout, (rows, cols, groups) in WGMMA_CASES]
 TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TMA.items() for tile in tiles]
 TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-tma" for cin, cout, (rows, cols, groups) in TMA_CASES]
+RS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_RS.items() for tile in tiles]
+RS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-rs" for cin, cout, (rows, cols, groups) in RS_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -113,6 +116,12 @@ def _compiled_wgmma() -> set[tuple[int, int, int, int, int]]:
             | {(int(c), 64, int(h), 128, int(g)) for c, h, g in n128})
 
 
+def _compiled_rs() -> set[tuple[int, int, int, int, int]]:
+    """(Cin, Cout, TH, 64, WG) of the wgmma kernels instantiated with A from registers."""
+    found = re.findall(r"TTBALL_WGMMA_RS_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    return {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
+
+
 def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
     """(Cin, Cout, TH, 64, WG) of the wgmma kernels instantiated with the TMA halo."""
     found = re.findall(r"TTBALL_WGMMA_TMA_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
@@ -121,6 +130,7 @@ def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
 
 def test_the_tuner_offers_only_compiled_tiles() -> None:
     assert _compiled_tma() == {(cin, cout, *tile) for cin, cout, tile in TMA_CASES}
+    assert _compiled_rs() == {(cin, cout, *tile) for cin, cout, tile in RS_CASES}
     assert _compiled_tma() <= _compiled_wgmma()  # each also without TMA
     compiled = _compiled()
     assert compiled == {(cin, cout, *tile) for cin, cout, tile in CASES}
@@ -150,7 +160,8 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                 extra = ([] if step.terms[0].src == INPUT or pixels == small
                          else [(rows, cols, 4 * groups)
                                for rows, cols, groups in WGMMA.get(shape, ())])
-                assert {(c.direct, c.block_m, c.num_warps, c.num_stages) for c in wgmma} == {
+                assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
+                        for c in wgmma if not c.rs} == {
                     (rows, cols, warps, stages)
                     for rows, cols, warps in [(r, c, 8) for r, c in tiles] + extra
                     for stages in (1, 2)}
@@ -163,6 +174,13 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                         for c in wgmma if c.tma} == {
                     (rows, cols, warps, stages) for rows, cols, warps in tma for stages in (1, 2)}
                 assert all(not c.tma for c in configs)
+                # A from registers: only the tiles of WGMMA_RS, where the wgmma tiles are offered
+                rs = ([] if not extra else [(rows, cols, 4 * groups)
+                                            for rows, cols, groups in WGMMA_RS.get(shape, ())])
+                assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
+                        for c in wgmma if c.rs} == {
+                    (rows, cols, warps, stages) for rows, cols, warps in rs for stages in (1, 2)}
+                assert all(not c.rs for c in configs)
             # the third level at batch 64: only 64 -> 64 (WGMMA_MIN_PIXELS_OF)
             quarter = direct_configs(step, 64 * 72 * 128, wgmma=True)
             assert any(c.block_m == 64 for c in quarter) == (shape == (64, 64))
@@ -240,9 +258,9 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     # the wgmma kernels, each with its wgmma instructions not serialized by ptxas
-    wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_(?:n128_)?kernel\S*)",
+    wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_(?:n128_|rs_)?kernel\S*)",
                        done.stderr)
-    assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES)
+    assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES) + len(RS_CASES)
     assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
@@ -252,7 +270,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
-                           + len(TMA_CASES))
+                           + len(TMA_CASES) + len(RS_CASES))
     assert all(int(n) == 0 for n in spills)
 
 
@@ -327,7 +345,8 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
 
 
 def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
-                       sums_atol: float, warpgroups: int = 1, tma: bool = False) -> None:
+                       sums_atol: float, warpgroups: int = 1, tma: bool = False,
+                       rs: bool = False) -> None:
     """conv3x3_direct with ``tile`` on a (2, height, width, cin) batch against the float32
     convolution: ReLU or not, SE sums, one block per tile and a persistent grid of 3 blocks
     (each computing several tiles of both images while it copies the next one's halo)."""
@@ -341,7 +360,8 @@ def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, 
         out = torch.full((2, height, width, cout), float("nan"), dtype=torch.half, device=DEVICE)
         sums = torch.zeros(2, cout, device=DEVICE)
         conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
-                       pipelined=pipelined, max_blocks=3, warpgroups=warpgroups, tma=tma)
+                       pipelined=pipelined, max_blocks=3, warpgroups=warpgroups, tma=tma,
+                       rs=rs)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
@@ -388,6 +408,23 @@ def test_wgmma_conv_with_the_tma_halo_equals_the_convolution(
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
                        tma=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout,tile", RS_CASES, ids=RS_IDS)
+def test_wgmma_conv_with_a_from_registers_equals_the_convolution(
+        cin: int, cout: int, tile: tuple[int, int, int]) -> None:
+    """The same with A from registers: each warpgroup's consecutive rows (19 rows: partial
+    tiles at the bottom, so some warpgroups' rows are all outside the image), each halo row's
+    fragments used by up to three output rows, rows stored as they complete."""
+    from ttball.kernels.direct import wgmma_available
+
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    rows, cols, groups = tile
+    _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
+                       rs=True)
 
 
 @pytest.mark.gpu
@@ -517,5 +554,36 @@ def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) ->
         # 12 BasicBlocks' two convolutions and layer1's 32 -> 32; 64 -> 64: the stem's second
         # convolution and the third level's two BasicBlocks in each of two stages
         assert taken == 25 + 9
+        rel = graph_replay_rel(direct, plain, x)
+        assert rel < 1e-3, f"tile {pick}, stages {stages}: relative difference {rel:.1e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_wgmma_kernel_with_a_from_registers_in_the_backend_replays_the_same_logits(
+        model: BlurBall) -> None:
+    """triton-fp16-direct with every 16 -> 16 and 32 -> 32 step forced onto the wgmma kernel
+    with A from registers (its first tile one block a tile, then its second persistent),
+    through graph capture and replay, against triton-fp16."""
+    from ttball.backends import create
+    from ttball.kernels.direct import wgmma_available
+
+    require_triton()
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    plain = create("triton-fp16", model, DEVICE, tune=False)
+    for pick, stages in ((0, 1), (1, 2)):
+        direct = create("triton-fp16-direct", model, DEVICE, tune=False)
+        taken = 0
+        for launch in direct.executor.launches:
+            step = launch.step
+            shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
+            if shape in WGMMA_RS and direct_applies(step):
+                rows, cols, groups = WGMMA_RS[shape][pick]
+                forced = Config(cols, 4 * groups, stages, direct=rows, rs=True)
+                launch.configs = lambda bufs, cfg=forced: [cfg]
+                taken += 1
+        assert taken == 25  # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
         rel = graph_replay_rel(direct, plain, x)
         assert rel < 1e-3, f"tile {pick}, stages {stages}: relative difference {rel:.1e}"

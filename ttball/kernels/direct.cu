@@ -856,6 +856,147 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
 #endif
 }
 
+// wgmma with A from registers (mma.sync's m16n8k16 A layout, warp w of the warpgroup holding
+// rows 16 w to 16 w + 15) and B from shared memory: d (64 x COUT) = or += a * b.
+template <int COUT>
+__device__ __forceinline__ void wgmma_rs(float (&d)[COUT / 8][4], const uint32_t (&a)[4],
+                                         uint64_t b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (COUT == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  } else {
+    static_assert(COUT == 16, "n16 or n32");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+#endif
+}
+
+// 16 -> 16 and 32 -> 32 with A from registers (eighteenth session). Nsight Compute had the
+// wgmma kernel above bound by shared memory on 16 -> 16 (wavefronts 75 % of peak, tensor pipe
+// 11 %): each m64n16k16 reads its 2 KB A operand (64 pixels x 16 channels) from shared memory
+// for 0.5 KB of B. Here a warpgroup owns R = TH / WG consecutive output rows and walks its
+// R + 2 halo rows: each halo row's A fragments (3 column shifts x CIN / 16, by ldmatrix from
+// the same channel-plane halo) are loaded once into registers and used by the up to three
+// output rows that read that halo row (taps dh = 0, 1, 2), so A's shared-memory reads fall
+// by 3R / (R + 2) (2.7x at R 16). Halo row hr's wgmma are one group; row r is complete
+// with group r + 2 and stored (the wgmma kernel's epilogue) while later groups run. The A
+// registers are double-buffered across halo rows (a group's registers are reused two groups
+// on, after a wait for one).
+template <int CIN, int COUT, int TH, int WG>
+__global__ void __launch_bounds__(128 * WG)
+conv3x3_wgmma_rs_kernel(half* __restrict__ out, const half* __restrict__ x,
+                        const half* __restrict__ w, const float* __restrict__ bias,
+                        float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
+                        int pipelined) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = WgmmaShape<CIN, COUT, TH>;
+  static_assert(TH % WG == 0, "every warpgroup takes TH / WG consecutive rows");
+  constexpr int R = TH / WG, KS = CIN / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  half* wsm = reinterpret_cast<half*>(smem);
+  float* sums = reinterpret_cast<float*>(smem + S::W_BYTES);
+  unsigned char* halos = smem + S::W_BYTES + S::SUM_BYTES;
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int tiles_w = (W + S::TW - 1) / S::TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos, x, t, tiles_w, tiles_img, H, W);
+  for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
+    const int row = i / (COUT / 8), n0 = i % (COUT / 8) * 8, tap = row / CIN, c = row % CIN;
+    const uint4 v = reinterpret_cast<const uint4*>(w)[i];
+    const half* h = reinterpret_cast<const half*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wsm[((tap * S::CH + c / 8) * COUT + n0 + j) * 8 + c % 8] = h[j];
+  }
+  if (has_sum)
+    for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
+  float bias_r[S::NB][2], ssum[S::NB][2];
+  load_bias<COUT>(bias_r, ssum, bias, lane);
+  const uint32_t b0 = (uint32_t)wgmma_descriptor(wsm, COUT * 16, 128);
+  constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
+  // this lane's ldmatrix row: pixel 16 warp + (0-15) of the 64, channel plane 0 or 1 of a k16
+  const int a_byte = operand_half(lane) * S::PLANE + (16 * warp + operand_row(lane)) * 16;
+
+  for (int it = 0; t < ntiles; ++it) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
+    if (next < ntiles) {
+      issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
+                                                 tiles_w, tiles_img, H, W);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    fence_async_shared();
+    __syncthreads();
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH + wg * R, w0 = (rem % tiles_w) * S::TW;
+    // this warpgroup's halo rows start at its first output row - 1
+    const unsigned char* hb = halo + wg * R * S::HALO_W * 16 + a_byte;
+    float acc[R][S::NB][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wgmma_fence_operands(acc[r]);
+    uint32_t a[2][3][KS][4];
+#pragma unroll
+    for (int hr = 0; hr < R + 2; ++hr) {
+#pragma unroll
+      for (int dw = 0; dw < 3; ++dw)
+#pragma unroll
+        for (int k = 0; k < KS; ++k)
+          ldsm_x4(a[hr % 2][dw][k],
+                  reinterpret_cast<const half*>(hb + 2 * k * S::PLANE + (hr * S::HALO_W + dw) * 16));
+      wgmma_fence();  // the A registers just loaded, before the wgmma read them
+#pragma unroll
+      for (int dw = 0; dw < 3; ++dw)
+#pragma unroll
+        for (int k = 0; k < KS; ++k)
+#pragma unroll
+          for (int dh = 0; dh < 3; ++dh) {
+            const int r = hr - dh;
+            if (r < 0 || r >= R) continue;
+            const int b_off = ((dh * 3 + dw) * S::CH + 2 * k) * COUT * 16;
+            wgmma_rs<COUT>(acc[r], a[hr % 2][dw][k], STRIDE_128 | (b0 + (b_off >> 4)),
+                           dh + dw + k > 0);
+          }
+      wgmma_commit();
+      wgmma_wait<1>();  // group hr - 1: its A registers are free, row hr - 3 is complete
+      if (hr >= 3) {
+        wgmma_fence_operands(acc[hr - 3]);
+        store_segment<COUT>(out, acc[hr - 3], bias_r, ssum, b, h0 + hr - 3, w0 + 16 * warp, H,
+                            W, relu, lane);
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = (R - 1 > 0 ? R - 1 : 0); r < R; ++r) {
+      wgmma_fence_operands(acc[r]);
+      store_segment<COUT>(out, acc[r], bias_r, ssum, b, h0 + r, w0 + 16 * warp, H, W, relu,
+                          lane);
+    }
+    if (has_sum && (next >= ntiles || next / tiles_img != b))
+      flush_sums<COUT>(ssum, sums, se_sum, b, lane);
+    __syncthreads();  // this halo buffer is refilled two tiles on; the sums are zeroed
+    t = next;
+  }
+#endif
+}
+
 // 64 -> 64 with the output channels as wgmma's M and 128 pixels as N (eighteenth session).
 // Nsight Compute had the m64n64k16 kernel above latency-bound on 64 -> 64 (tensor pipe 35 %,
 // shared memory 53 %, each wgmma about 85 clocks for 32 of work): here one m64n128k16 does
@@ -1304,6 +1445,18 @@ cudaError_t launch_wgmma(half* out, const half* x, const half* w, const float* b
                                  relu, has_sum, pipelined, skip_mma, map);
 }
 
+template <int CIN, int COUT, int TH, int WG>
+cudaError_t launch_wgmma_rs(half* out, const half* x, const half* w, const float* bias,
+                            float* se_sum, int B, int H, int W, int relu, int has_sum,
+                            int pipelined, int max_blocks, cudaStream_t stream) {
+  using S = WgmmaShape<CIN, COUT, TH>;
+  static int resident[64] = {};
+  return launch_tiles<TH, S::TW>(conv3x3_wgmma_rs_kernel<CIN, COUT, TH, WG>, 128 * WG, S::SMEM2,
+                                 pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
+                                 max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
+                                 has_sum, pipelined);
+}
+
 template <int CIN, int TH, int WG>
 cudaError_t launch_wgmma_n128(half* out, const half* x, const half* w, const float* bias,
                               float* se_sum, int B, int H, int W, int relu, int has_sum,
@@ -1344,7 +1497,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 }  // namespace ttball_direct
 
 #define TTBALL_TILE(CIN, COUT, TH, TW)                                                     \
-  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == 1 && !tma)                \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == 1 && variant == 0)                \
     return (int)ttball_direct::launch<CIN, COUT, TH, TW>(                                   \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
@@ -1355,22 +1508,28 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 // the wgmma kernel's tiles (TH rows x 64 pixels, WG warpgroups; built for sm_90a only, see
 // above)
 #define TTBALL_WGMMA_TILE(CIN, COUT, TH, WG)                                               \
-  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && !tma)               \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && variant == 0)               \
     return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG, false>(                      \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
 // the same with the halo copied by TMA
 // the wgmma kernel with the pixels as N (TH rows x 128 pixels, WG warpgroups; 64 -> 64 only)
 #define TTBALL_WGMMA_N128_TILE(CIN, TH, WG)                                                \
-  if (cin == CIN && cout == 64 && th == TH && tw == 128 && wg == WG && !tma)                \
+  if (cin == CIN && cout == 64 && th == TH && tw == 128 && wg == WG && variant == 0)                \
     return (int)ttball_direct::launch_wgmma_n128<CIN, TH, WG>(                              \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, max_blocks, stream);
 #define TTBALL_WGMMA_TMA_TILE(CIN, COUT, TH, WG)                                           \
-  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && tma)                \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && variant == 1)                \
     return (int)ttball_direct::launch_wgmma<CIN, COUT, TH, WG, true>(                       \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, skip_mma, max_blocks, stream);
+// the wgmma kernel with A from registers (variant 2; 16 -> 16 and 32 -> 32)
+#define TTBALL_WGMMA_RS_TILE(CIN, COUT, TH, WG)                                            \
+  if (cin == CIN && cout == COUT && th == TH && tw == 64 && wg == WG && variant == 2)       \
+    return (int)ttball_direct::launch_wgmma_rs<CIN, COUT, TH, WG>(                          \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, max_blocks, stream);
 #define TTBALL_WGMMA(CIN, COUT)                                                            \
   TTBALL_WGMMA_TILE(CIN, COUT, 2, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 1)                     \
   TTBALL_WGMMA_TILE(CIN, COUT, 8, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 2)                     \
@@ -1380,7 +1539,7 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 // wgmma kernel's warpgroups a block (1 for the other tiles); tma: its halo copied by TMA.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
-                                     int th, int tw, int wg, int tma, int relu, int has_sum,
+                                     int th, int tw, int wg, int variant, int relu, int has_sum,
                                      int pipelined, int skip_mma, int max_blocks,
                                      cudaStream_t stream) {
   TTBALL_TILES(16, 16) TTBALL_TILES(32, 32) TTBALL_TILES(16, 32) TTBALL_TILES(32, 16)
@@ -1399,6 +1558,11 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   // eighteenth: taken by three of the network's steps)
   TTBALL_WGMMA_TMA_TILE(16, 16, 16, 2) TTBALL_WGMMA_TMA_TILE(16, 16, 8, 2)
   TTBALL_WGMMA_TMA_TILE(32, 32, 8, 2) TTBALL_WGMMA_TMA_TILE(32, 32, 4, 2)
+  // A from registers, each halo row's fragments used by up to three output rows
+  TTBALL_WGMMA_RS_TILE(16, 16, 16, 1) TTBALL_WGMMA_RS_TILE(16, 16, 16, 2)
+  TTBALL_WGMMA_RS_TILE(16, 16, 8, 1) TTBALL_WGMMA_RS_TILE(16, 16, 8, 2)
+  TTBALL_WGMMA_RS_TILE(32, 32, 8, 1) TTBALL_WGMMA_RS_TILE(32, 32, 8, 2)
+  TTBALL_WGMMA_RS_TILE(32, 32, 4, 2)
   return -1;
 }
 

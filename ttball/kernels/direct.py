@@ -143,6 +143,14 @@ WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # steps they are offered to, 6-17 % faster there; alone, only 32 -> 32 8x64x2 gained).
 WGMMA_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (16, 16): ((16, 64, 2), (8, 64, 2)), (32, 32): ((8, 64, 2), (4, 64, 2))}
+# The wgmma kernel with A from registers (``conv3x3_wgmma_rs_kernel``, eighteenth session): each
+# warpgroup walks its consecutive rows' halo rows and uses each halo row's A fragments for the
+# up to three output rows that read it, so A's shared-memory reads fall by 3R / (R + 2) for R
+# rows a warpgroup (Nsight Compute had 16 -> 16 bound by shared memory). Offered as
+# ``Config.rs`` where the wgmma tiles are, as (rows, 64, warpgroups).
+WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
+    (16, 16): ((16, 64, 1), (16, 64, 2), (8, 64, 1), (8, 64, 2)),
+    (32, 32): ((8, 64, 1), (8, 64, 2), (4, 64, 2))}
 
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
@@ -314,7 +322,7 @@ def _result(rc: int, what: str) -> None:
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
                    skip_mma: bool = False, max_blocks: int = 0, warpgroups: int = 1,
-                   tma: bool = False) -> None:
+                   tma: bool = False, rs: bool = False) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -327,12 +335,14 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
     the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
     block (1 to 3; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
-    :data:`WGMMA_TMA`)."""
+    :data:`WGMMA_TMA`); ``rs``: its A operand from registers (the tiles of :data:`WGMMA_RS`)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
     if tma and tile[1] != 64:
         raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
+    if rs and (tma or tile[1] != 64):
+        raise ValueError("rs: only for the wgmma kernel's tiles (64 columns), without tma")
     if skip_mma and tile[1] in (64, 128):
         raise ValueError("skip_mma: not for the wgmma kernels' tiles (64 or 128 columns)")
     if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] not in (64, 128)):
@@ -348,10 +358,11 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, warpgroups, tma, relu, se_sum is not None, pipelined, skip_mma, max_blocks,
+        rows, cols, warpgroups, 1 if tma else 2 if rs else 0, relu, se_sum is not None,
+        pipelined, skip_mma, max_blocks,
         stream)
     _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
-            + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else ""))
+            + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else "") + (", A from registers" if rs else ""))
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

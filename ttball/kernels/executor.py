@@ -45,6 +45,7 @@ from ttball.kernels.direct import (
     WGMMA,
     WGMMA_MIN_PIXELS,
     WGMMA_MIN_PIXELS_OF,
+    WGMMA_RS,
     WGMMA_TMA,
     conv3x3_direct,
     conv3x3_direct_input,
@@ -84,7 +85,9 @@ class Config:
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
-    × ``block_m`` columns); 2 marks the next one, which then launches nothing."""
+    × ``block_m`` columns); 2 marks the next one, which then launches nothing. ``rs``
+    (``direct`` > 0, a wgmma tile): the wgmma kernel with its A operand from registers
+    (:data:`~ttball.kernels.direct.WGMMA_RS`); ``tma`` there: its halo copied by TMA."""
 
     block_m: int
     num_warps: int
@@ -97,6 +100,7 @@ class Config:
     direct: int = 0
     programs: int = 0
     pair: int = 0
+    rs: bool = False
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
@@ -105,7 +109,7 @@ class Config:
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
-        text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "")
+        text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "") + ("RS" if self.rs else "")
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
         text += f"p{self.programs}" if self.programs else ""
@@ -198,7 +202,8 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     channels (:data:`~ttball.kernels.direct.WGMMA`; 64 columns, ``num_warps`` 4 a warpgroup)
     from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels (or the shape's entry
     in :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS_OF`), and those of
-    :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA)."""
+    :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA) and
+    those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -212,6 +217,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     if wgmma:  # and the same tiles with the halo copied by TMA, where compiled
         configs += [Config(cols, 4 * groups, stages, direct=rows, tma=True)
                     for rows, cols, groups in WGMMA_TMA.get(shape, ()) for stages in (2, 1)]
+        # and the kernel with A from registers
+        configs += [Config(cols, 4 * groups, stages, direct=rows, rs=True)
+                    for rows, cols, groups in WGMMA_RS.get(shape, ()) for stages in (2, 1)]
     return configs
 
 
@@ -365,7 +373,7 @@ class _ConvLaunch:
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
                            pipelined=cfg.num_stages > 1,
                            warpgroups=cfg.num_warps // 4 if cfg.block_m in (64, 128) else 1,
-                           tma=cfg.tma)
+                           tma=cfg.tma, rs=cfg.rs)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
