@@ -55,7 +55,10 @@ was read twice, one L2 request a sector), and it takes 64 → 64 (wgmma n64), wh
 tensor cores do four times n16's work for each operand they read. Eighteenth session: for
 64 → 64 also ``conv3x3_wgmma_n128_kernel``, the output channels as wgmma's M and 128 pixels as
 N (``m64n128k16``: twice the work of ``m64n64k16`` for 6 KB of operands against 8 for two),
-with the epilogue transposed through shared memory (tiles of 128 columns in :data:`WGMMA`).
+with the epilogue transposed through shared memory (tiles of 128 columns in :data:`WGMMA`),
+and ``conv3x3_wgmma_rs_kernel`` for 16 → 16 and 32 → 32: A from registers, each halo row's
+fragments loaded once and used by the up to three output rows that read it
+(:data:`WGMMA_RS`; 18 % off 16 → 16, which was bound by shared memory).
 
 The pair kernel (:func:`conv3x3_pair`) runs a residual block's two convolutions with the
 intermediate in shared memory; the executor takes it per block and shape only where it
@@ -124,7 +127,8 @@ WGMMA[16, 16] += ((16, 64, 2),)
 # latency-bound under Nsight Compute (tensor pipe 35 %, shared memory 53 %).
 WGMMA[64, 64] = ((4, 64, 1), (2, 64, 1), (4, 64, 2), (6, 64, 3))
 # and with the pixels as N (conv3x3_wgmma_n128_kernel, eighteenth session; 128-pixel rows,
-# 216-219 KB of shared memory: 2 rows with one warpgroup or two, 1 row)
+# 183-219 KB of shared memory: 2 rows with one warpgroup or two, 1 row). Measured: 2x128x2
+# 1.55 ms alone against 4x64x2's 1.59; the tuner takes it for step 1 and the SE-sum steps.
 WGMMA[64, 64] += ((2, 128, 1), (2, 128, 2), (1, 128, 1))
 # Offered only from this many output pixels a step: in the fifteenth session (one warpgroup,
 # rows not pipelined) they won or tied at full resolution at batch 64 (9.4 M pixels) and lost
@@ -147,7 +151,9 @@ WGMMA_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # warpgroup walks its consecutive rows' halo rows and uses each halo row's A fragments for the
 # up to three output rows that read it, so A's shared-memory reads fall by 3R / (R + 2) for R
 # rows a warpgroup (Nsight Compute had 16 -> 16 bound by shared memory). Offered as
-# ``Config.rs`` where the wgmma tiles are, as (rows, 64, warpgroups).
+# ``Config.rs`` where the wgmma tiles are, as (rows, 64, warpgroups). Measured (eighteenth
+# session, batch 64): 16 -> 16 16x64x2 174 us against 212 with A from shared memory (-18 %);
+# 32 -> 32 500 us against 489 with the TMA halo (no gain: not bound by A's reads).
 WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (16, 16): ((16, 64, 1), (16, 64, 2), (8, 64, 1), (8, 64, 2)),
     (32, 32): ((8, 64, 1), (8, 64, 2), (4, 64, 2))}
