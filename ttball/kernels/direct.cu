@@ -742,6 +742,20 @@ __device__ __forceinline__ void issue_halo_planes(unsigned char* halo, const hal
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
+// Issues the next tile's halo (if any) into the other buffer, then waits for this tile's
+// (the wgmma kernels' cp.async halos; the caller fences and synchronizes).
+template <int CIN, int COUT, int TH, int T, int TW = 64>
+__device__ __forceinline__ void next_halo_planes(unsigned char* other, const half* __restrict__ x,
+                                                 int next, int ntiles, int tiles_w,
+                                                 int tiles_img, int H, int W) {
+  if (next < ntiles) {
+    issue_halo_planes<CIN, COUT, TH, T, TW>(other, x, next, tiles_w, tiles_img, H, W);
+    asm volatile("cp.async.wait_group 1;\n" ::);  // this tile's halo, not the next one's
+  } else {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+  }
+}
+
 template <int CIN, int COUT, int TH, int WG, bool TMA>
 __global__ void __launch_bounds__(128 * WG)
 conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
@@ -802,12 +816,9 @@ conv3x3_wgmma_kernel(half* __restrict__ out, const half* __restrict__ x,
         issue_halo_tma<CIN, COUT, TH>(halos + ((it + 1) & 1) * S::HALO_BYTES, &map,
                                       &bars[(it + 1) & 1], next, tiles_w, tiles_img);
       mbar_wait(&bars[it & 1], (it >> 1) & 1);  // this buffer's (it / 2)-th fill
-    } else if (next < ntiles) {
-      issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
-                                                 tiles_w, tiles_img, H, W);
-      asm volatile("cp.async.wait_group 1;\n" ::);
     } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
+      next_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
+                                                ntiles, tiles_w, tiles_img, H, W);
     }
     fence_async_shared();  // this thread's copies (and, first time, weight stores) for wgmma
     __syncthreads();
@@ -937,13 +948,8 @@ conv3x3_wgmma_rs_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
-    if (next < ntiles) {
-      issue_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
-                                                 tiles_w, tiles_img, H, W);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
+    next_halo_planes<CIN, COUT, TH, 128 * WG>(halos + ((it + 1) & 1) * S::HALO_BYTES, x, next,
+                                              ntiles, tiles_w, tiles_img, H, W);
     fence_async_shared();
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
@@ -1163,13 +1169,8 @@ conv3x3_wgmma_n128_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
-    if (next < ntiles) {
-      issue_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, x,
-                                                     next, tiles_w, tiles_img, H, W);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
+    next_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, x,
+                                                  next, ntiles, tiles_w, tiles_img, H, W);
     fence_async_shared();
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
