@@ -344,6 +344,14 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, relu: 
     return y.permute(0, 2, 3, 1), sums
 
 
+def require_wgmma() -> None:
+    """Skip unless the direct kernels' library and its wgmma kernels can run here."""
+    from ttball.kernels.direct import wgmma_available
+
+    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
+        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+
+
 def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
                        sums_atol: float, warpgroups: int = 1, tma: bool = False,
                        rs: bool = False) -> None:
@@ -385,10 +393,7 @@ def test_wgmma_conv_equals_the_convolution(cin: int, cout: int,
                                            tile: tuple[int, int, int]) -> None:
     """The wgmma kernel (H100/H200 only), as above: odd sizes (partial tiles at the right and
     bottom, three tiles a row of 64 pixels), one or two warpgroups a block."""
-    from ttball.kernels.direct import wgmma_available
-
-    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
-        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    require_wgmma()
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups)
 
@@ -401,10 +406,7 @@ def test_wgmma_conv_with_the_tma_halo_equals_the_convolution(
     """The same with the halo copied by TMA: the tensor map's zero fill is the padding at
     all four edges (partial tiles right and bottom, negative box coordinates top and left),
     the mbarrier phases alternate over many tiles a block (persistent grid of 3)."""
-    from ttball.kernels.direct import wgmma_available
-
-    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
-        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    require_wgmma()
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
                        tma=True)
@@ -418,10 +420,7 @@ def test_wgmma_conv_with_a_from_registers_equals_the_convolution(
     """The same with A from registers: each warpgroup's consecutive rows (19 rows: partial
     tiles at the bottom, so some warpgroups' rows are all outside the image), each halo row's
     fragments used by up to three output rows, rows stored as they complete."""
-    from ttball.kernels.direct import wgmma_available
-
-    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
-        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
+    require_wgmma()
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
                        rs=True)
@@ -530,32 +529,14 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
 def test_wgmma_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) -> None:
     """triton-fp16-direct with every step the wgmma kernel takes forced onto it (both
     schedules), through graph capture and replay, against triton-fp16."""
-    from ttball.backends import create
-    from ttball.kernels.direct import wgmma_available
-
     require_triton()
-    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
-        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
-    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(3)).to(DEVICE)
-    plain = create("triton-fp16", model, DEVICE, tune=False)
+    require_wgmma()
     # each shape's first wgmma tile one block a tile, then its second one persistent; then
-    # its third and second last (for 64 -> 64 the 128-pixel tiles with the pixels as N)
-    for pick, stages in ((0, 1), (1, 2), (-3, 2), (-2, 1)):
-        direct = create("triton-fp16-direct", model, DEVICE, tune=False)
-        taken = 0
-        for launch in direct.executor.launches:
-            step = launch.step
-            shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
-            if shape in WGMMA and direct_applies(step) and step.terms[0].src != INPUT:
-                rows, cols, groups = WGMMA[shape][pick]
-                forced = Config(cols, 4 * groups, stages, direct=rows)
-                launch.configs = lambda bufs, cfg=forced: [cfg]
-                taken += 1
-        # 12 BasicBlocks' two convolutions and layer1's 32 -> 32; 64 -> 64: the stem's second
-        # convolution and the third level's two BasicBlocks in each of two stages
-        assert taken == 25 + 9
-        rel = graph_replay_rel(direct, plain, x)
-        assert rel < 1e-3, f"tile {pick}, stages {stages}: relative difference {rel:.1e}"
+    # its third and second last (for 64 -> 64 the 128-pixel tiles with the pixels as N).
+    # 12 BasicBlocks' two convolutions and layer1's 32 -> 32; 64 -> 64: the stem's second
+    # convolution and the third level's two BasicBlocks in each of two stages
+    _replay_with_tiles_forced(model, 3, WGMMA, ((0, 1), (1, 2), (-3, 2), (-2, 1)), rs=False,
+                              steps=25 + 9)
 
 
 @pytest.mark.gpu
@@ -565,25 +546,34 @@ def test_wgmma_kernel_with_a_from_registers_in_the_backend_replays_the_same_logi
     """triton-fp16-direct with every 16 -> 16 and 32 -> 32 step forced onto the wgmma kernel
     with A from registers (its first tile one block a tile, then its second persistent),
     through graph capture and replay, against triton-fp16."""
-    from ttball.backends import create
-    from ttball.kernels.direct import wgmma_available
-
     require_triton()
-    if direct_missing(DEVICE) or not wgmma_available(DEVICE):
-        pytest.skip(direct_missing(DEVICE) or "the wgmma kernel needs compute capability 9.0")
-    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    require_wgmma()
+    # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
+    _replay_with_tiles_forced(model, 4, WGMMA_RS, ((0, 1), (1, 2)), rs=True, steps=25)
+
+
+def _replay_with_tiles_forced(model: BlurBall, seed: int,
+                              table: dict[tuple[int, int], tuple[tuple[int, int, int], ...]],
+                              passes: tuple[tuple[int, int], ...], rs: bool, steps: int) -> None:
+    """triton-fp16-direct against triton-fp16 through graph capture and replay, once per
+    (pick, stages) of ``passes``: every step whose channels ``table`` has (not the input's)
+    forced onto that shape's tile ``table[shape][pick]`` (``rs``: with A from registers);
+    ``steps`` of them."""
+    from ttball.backends import create
+
+    x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE, tune=False)
-    for pick, stages in ((0, 1), (1, 2)):
+    for pick, stages in passes:
         direct = create("triton-fp16-direct", model, DEVICE, tune=False)
         taken = 0
         for launch in direct.executor.launches:
             step = launch.step
             shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
-            if shape in WGMMA_RS and direct_applies(step):
-                rows, cols, groups = WGMMA_RS[shape][pick]
-                forced = Config(cols, 4 * groups, stages, direct=rows, rs=True)
+            if shape in table and direct_applies(step) and step.terms[0].src != INPUT:
+                rows, cols, groups = table[shape][pick]
+                forced = Config(cols, 4 * groups, stages, direct=rows, rs=rs)
                 launch.configs = lambda bufs, cfg=forced: [cfg]
                 taken += 1
-        assert taken == 25  # 12 BasicBlocks' two convolutions and layer1's 32 -> 32
+        assert taken == steps
         rel = graph_replay_rel(direct, plain, x)
         assert rel < 1e-3, f"tile {pick}, stages {stages}: relative difference {rel:.1e}"
