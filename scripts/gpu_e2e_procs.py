@@ -1,0 +1,208 @@
+"""End to end with several processes sharing one GPU (issue 9's last target): P worker
+processes, each a :class:`ttball.kernels.prepost.GpuPipeline` with its own share of the
+sessions, all pushing JPEG frames at once; the GPU's frames/s is the sum of theirs.
+
+One process is bound by its host side at about a third of the network's rate
+(``docs/benchmarks/e2e.md``); this measures how far processes take one GPU. The parent builds
+and warms the backend once (so the tuner's choices and compiled kernels are in the cache
+directory) and encodes the frames; each child builds its own backend from that cache, warms
+its pipeline, waits at a barrier with the others, then pushes for ``--seconds`` and reports
+its frames, push latencies and rows. Per ``(processes, batch)`` row: the summed frames/s, each
+process's, push p50/p99 over all pushes, and the p99 latency of a frame at 60-fps arrival
+(the time its push takes to fill from this process's sessions, plus the push's p99).
+
+    PYTHONPATH=. python3 scripts/gpu_e2e_procs.py --out procs.json --backend triton-fp16-direct \
+        --rows 1x32,2x32,4x16,4x32 --compile-resize
+
+Run it again after ``nvidia-cuda-mps-control -d`` (``--tag mps``) for the same with CUDA MPS,
+whose processes' kernels share the GPU at once instead of by time slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu_e2e import environment, feed, make_frames, open_pipeline
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The backend named by ``args`` around the default weights, and its weights' config."""
+    import torch
+
+    from ttball.backends import create
+    from ttball.model import load_model
+
+    model = load_model(args.weights, device="cpu")
+    if args.input_size:
+        h, w = (int(v) for v in args.input_size.split("x"))
+        model.config = model.config.evolve(input_height=h, input_width=w)
+    return create(args.backend, model, torch.device(args.device)), model.config
+
+
+def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes],
+           barrier: Any, deadline_s: float, results: Any) -> None:
+    """One worker process: build, warm, wait for the others, push until ``seconds`` pass."""
+    try:
+        import torch
+
+        from ttball.kernels.prepost import JpegDecoder, StageTimer
+
+        torch.set_num_threads(max(1, args.threads))
+        backend, config = _load(args)
+        backend.warmup(sorted({8, batch}), *config.input_size)
+        pipeline, per_push = open_pipeline(
+            backend, config, sessions, batch, args.step,
+            JpegDecoder(backend.device, library=args.decoder), StageTimer(backend.device),
+            overlap=True, compile_resize=args.compile_resize)
+        offset = 0
+        for _ in range(3):  # warm: the resize's compile, the graphs, the decoder's buffers
+            pipeline.push(feed(blobs, sessions, per_push, offset))
+            offset += per_push
+        pipeline.flush()
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize(backend.device)
+        barrier.wait(timeout=max(1.0, deadline_s - time.time()))
+        latencies, frames, rows = [], 0, 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            chunk = feed(blobs, sessions, per_push, offset)
+            offset += per_push
+            t0 = time.perf_counter()
+            done = pipeline.push(chunk)
+            latencies.append(1e3 * (time.perf_counter() - t0))
+            frames += len(chunk)
+            rows += sum(len(r) for r in done.values())
+        rows += sum(len(r) for r in pipeline.flush().values())
+        elapsed = time.perf_counter() - start
+        results.put({"rank": rank, "frames": frames, "rows_out": rows, "elapsed_s": elapsed,
+                     "frames_per_s": frames / elapsed, "frames_per_push": per_push,
+                     "latencies_ms": latencies, "decoder": pipeline.decoder.kind,
+                     "fallback_share": pipeline.fallbacks / max(pipeline.heatmaps, 1)})
+    except BaseException as exc:  # noqa: BLE001  (reported to the parent, which goes on)
+        barrier.abort()
+        results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
+                     "trace": traceback.format_exc()})
+
+
+def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
+            ) -> dict[str, Any]:
+    """``procs`` children at ``batch`` windows a push, the sessions split evenly."""
+    ctx = mp.get_context("spawn")
+    sessions = args.sessions // procs
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    deadline = time.time() + args.start_timeout_s
+    children = [ctx.Process(target=_child, args=(r, args, batch, sessions, blobs, barrier,
+                                                 deadline, results)) for r in range(procs)]
+    for child in children:
+        child.start()
+    reports = []
+    wait_until = deadline + args.seconds + 60
+    while len(reports) < procs and time.time() < wait_until:
+        try:
+            reports.append(results.get(timeout=max(0.1, wait_until - time.time())))
+        except Exception:  # noqa: BLE001  (queue.Empty: a child died without a report)
+            break
+    for child in children:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    row: dict[str, Any] = {"procs": procs, "batch": batch, "sessions": sessions * procs,
+                           "sessions_per_proc": sessions}
+    errors = [r for r in reports if "error" in r]
+    if errors or len(reports) < procs:
+        row["error"] = (errors[0]["error"] if errors
+                        else f"{procs - len(reports)} of {procs} processes sent no report")
+        row["reports"] = [{k: v for k, v in r.items() if k != "latencies_ms"} for r in reports]
+        return row
+    lat = np.concatenate([np.asarray(r["latencies_ms"]) for r in reports])
+    per_push = reports[0]["frames_per_push"]
+    gather_ms = 1e3 * per_push / (60.0 * sessions)  # a push's frames arriving at 60 fps
+    row.update({
+        "frames_per_s": sum(r["frames_per_s"] for r in reports),
+        "frames_per_s_each": [round(r["frames_per_s"], 1) for r in sorted(reports, key=lambda r: r["rank"])],
+        "frames_per_push": per_push, "pushes": int(lat.size),
+        "rows_out": sum(r["rows_out"] for r in reports),
+        "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
+        "gather_ms_at_60fps": gather_ms,
+        "latency_ms_p99_at_60fps": gather_ms + float(np.percentile(lat, 99)),
+        "decoder": reports[0]["decoder"],
+        "fallback_share": max(r["fallback_share"] for r in reports),
+    })
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--backend", default="triton-fp16-direct")
+    parser.add_argument("--weights", default=None, help="default: the packaged weights")
+    parser.add_argument("--rows", default="1x32,2x32,4x16,4x32",
+                        help="PROCESSESxBATCH (windows a push) per row, comma-separated")
+    parser.add_argument("--sessions", type=int, default=200, help="in all, split evenly")
+    parser.add_argument("--frames", type=int, default=90, help="distinct JPEG frames")
+    parser.add_argument("--quality", type=int, default=90)
+    parser.add_argument("--step", type=int, default=3, choices=(1, 3))
+    parser.add_argument("--seconds", type=float, default=8.0, help="pushing, per row")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
+    parser.add_argument("--decoder", default="nvjpeg")
+    parser.add_argument("--compile-resize", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
+    parser.add_argument("--input-size", default=None, help="HxW (72x128 for a CPU smoke test)")
+    parser.add_argument("--start-timeout-s", type=float, default=120.0,
+                        help="for every process of a row to build and warm")
+    parser.add_argument("--budget-s", type=float, default=300.0,
+                        help="no new row after this many seconds")
+    parser.add_argument("--tag", default="", help="recorded with the results, e.g. mps")
+    args = parser.parse_args()
+    try:
+        plan = [tuple(int(v) for v in row.split("x")) for row in args.rows.split(",")]
+    except ValueError:
+        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH, comma-separated (e.g. 2x32,4x16)")
+    if any(len(row) != 2 or min(row) < 1 for row in plan):
+        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH, both positive")
+    if args.sessions < max(p for p, _ in plan):
+        parser.error(f"--sessions {args.sessions}: fewer than the most processes of --rows")
+    batches = sorted({b for _, b in plan})
+    started = time.perf_counter()
+    import torch
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpu_e2e_procs.py needs a CUDA GPU (or --device cpu for a smoke test)")
+    results: dict[str, Any] = {"environment": environment(device), "args": vars(args),
+                               "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY"), "rows": []}
+    blobs, results["frames"] = make_frames(args.frames, args.quality)
+    t0 = time.perf_counter()
+    backend, config = _load(args)  # the tuner's choices and the kernels into the cache
+    backend.warmup(sorted({8, *batches}), *config.input_size)
+    results["parent_build_s"] = time.perf_counter() - t0
+    del backend
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    for p, b in plan:
+        if time.perf_counter() - started > args.budget_s:
+            results["rows"].append({"procs": p, "batch": b, "skipped": "time budget"})
+            continue
+        row = run_row(args, p, b, blobs)
+        print(json.dumps({k: v for k, v in row.items() if k != "reports"}), flush=True)
+        results["rows"].append(row)
+        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
