@@ -1,0 +1,46 @@
+"""scripts/gpu_e2e_procs.py, the e2e with several processes a GPU, run on the CPU with a tiny
+input (its numbers need a GPU; this checks that the processes start together, push, report
+and are summed, and that a bad row is refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_e2e_procs.py"
+
+
+def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], check=False,
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) -> None:
+    out = tmp_path / "procs.json"
+    done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
+                "--backend", "eager-fp32", "--rows", "2x1", "--sessions", "2",
+                "--seconds", "0.5", "--frames", "6", "--threads", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "error" not in row, row
+    assert (row["procs"], row["batch"], row["sessions_per_proc"]) == (2, 1, 1)
+    assert len(row["frames_per_s_each"]) == 2 and min(row["frames_per_s_each"]) > 0
+    assert abs(row["frames_per_s"] - sum(row["frames_per_s_each"])) < 0.2
+    assert row["rows_out"] > 0 and row["pushes"] >= 2
+    # one session a process at 60 fps: a push of 3 frames takes 50 ms to gather
+    assert row["gather_ms_at_60fps"] == 50.0
+    assert row["latency_ms_p99_at_60fps"] > row["push_ms_p99"] >= row["push_ms_p50"] > 0
+
+
+def test_a_row_that_is_not_processes_x_batch_is_refused_in_one_line(tmp_path: Path) -> None:
+    for rows in ("2x0", "two", "3x4x5"):
+        done = _run("--out", str(tmp_path / "x.json"), "--device", "cpu", "--rows", rows,
+                    timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1].startswith("gpu_e2e_procs.py: error: --rows")
+    assert not (tmp_path / "x.json").exists()
