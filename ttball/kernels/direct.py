@@ -136,8 +136,9 @@ WGMMA[64, 64] += ((2, 128, 1), (2, 128, 2), (1, 128, 1))
 # resolution at batch 64 again, with pipelined rows and two warpgroups, and not below
 # (batch 8 at full resolution is 1.2 M), so the batch-1 tuning is unchanged. The nineteenth
 # offers them from 2^20, batch 8 at full resolution: alone there 16 -> 16 and 32 -> 32 took
-# 34-36 and 69-76 us on them against 45 and 88 on the mma.sync kernel.
-WGMMA_MIN_PIXELS = 1 << 20
+# 34-36 and 69-76 us on them against 45 and 88 on the mma.sync kernel. Experiment (branch
+# wgmma-b1): from 2^17, batch 1 at full resolution.
+WGMMA_MIN_PIXELS = 1 << 17
 # except 64 -> 64, where the alternative is Triton, not the mma.sync kernel: from the third
 # level at batch 64 (72 x 128 x 64 = 0.59 M pixels; alone there the wgmma kernel took 119 us
 # against cuDNN's 247 in the eighteenth session), not at batch 1
