@@ -36,3 +36,14 @@ def test_stage_rows_count_host_ranges_and_the_waits_inside_them_only() -> None:
     assert rows["decode"] == pytest.approx({"host_ms": 2.0, "wait_ms": 0.25, "waits": 0.5})
     assert rows["network"] == pytest.approx({"host_ms": 0.5, "wait_ms": 0.0, "waits": 0})
     assert len(waits) == 3
+
+
+def test_device_ms_sums_device_kernels_and_copies_only() -> None:
+    cuda, cpu = DeviceType.CUDA, DeviceType.CPU
+    averages = [SimpleNamespace(key="stage:network", device_type=cuda, self_device_time_total=9000.0),
+                SimpleNamespace(key="conv_kernel", device_type=cuda, self_device_time_total=1500.0),
+                SimpleNamespace(key="Memcpy DtoH (Device -> Pinned)", device_type=cuda,
+                                self_device_time_total=500.0),
+                # a host op's own device time is its kernels' again
+                SimpleNamespace(key="aten::max_pool2d", device_type=cpu, self_device_time_total=700.0)]
+    assert gpu_e2e.device_ms(averages) == pytest.approx(2.0)

@@ -135,9 +135,11 @@ WGMMA[64, 64] += ((2, 128, 1), (2, 128, 2), (1, 128, 1))
 # at half resolution there (2.4 M) and at batch 1 (0.15 M); the sixteenth offers them from half
 # resolution at batch 64 again, with pipelined rows and two warpgroups, and not below
 # (batch 8 at full resolution is 1.2 M), so the batch-1 tuning is unchanged. The nineteenth
-# offers them from 2^20, batch 8 at full resolution: alone there 16 -> 16 and 32 -> 32 took
-# 34-36 and 69-76 us on them against 45 and 88 on the mma.sync kernel. Experiment (branch
-# wgmma-b1): from 2^17, batch 1 at full resolution.
+# offers them from 2^17, batch 1 at full resolution: alone at batch 8, 16 -> 16 and 32 -> 32
+# took 34-36 and 69-76 us on them against 45 and 88 on the mma.sync kernel; in the network the
+# tuner took them for the full-resolution 16/32-channel steps at batch 1 (steps 7 and 8 6.8 and
+# 7.4 us with A from registers) and batch 8: `ttball bench` 0.431 -> 0.412 ms at batch 1,
+# 2.455 -> 2.237 at 8, 15.956 ms at 64 (4,011 windows/s), verify passed.
 WGMMA_MIN_PIXELS = 1 << 17
 # except 64 -> 64, where the alternative is Triton, not the mma.sync kernel: from the third
 # level at batch 64 (72 x 128 x 64 = 0.59 M pixels; alone there the wgmma kernel took 119 us
