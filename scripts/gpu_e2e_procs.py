@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_e2e import environment, feed, make_frames, open_pipeline
+from gpu_e2e import WARM_SIZES, environment, feed, make_frames, open_pipeline
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -62,7 +62,7 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs
 
         torch.set_num_threads(max(1, args.threads))
         backend, config = _load(args)
-        backend.warmup(sorted({8, batch}), *config.input_size)
+        backend.warmup(sorted({*WARM_SIZES, batch}), *config.input_size)
         pipeline, per_push = open_pipeline(
             backend, config, sessions, batch, args.step,
             JpegDecoder(backend.device, library=args.decoder), StageTimer(backend.device),
@@ -187,7 +187,7 @@ def main() -> None:
     blobs, results["frames"] = make_frames(args.frames, args.quality)
     t0 = time.perf_counter()
     backend, config = _load(args)  # the tuner's choices and the kernels into the cache
-    backend.warmup(sorted({8, *batches}), *config.input_size)
+    backend.warmup(sorted({*WARM_SIZES, *batches}), *config.input_size)
     results["parent_build_s"] = time.perf_counter() - t0
     del backend
     if device.type == "cuda":
