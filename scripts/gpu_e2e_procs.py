@@ -8,8 +8,11 @@ and warms the backend once (so the tuner's choices and compiled kernels are in t
 directory) and encodes the frames; each child builds its own backend from that cache, warms
 its pipeline, waits at a barrier with the others, then pushes for ``--seconds`` and reports
 its frames, push latencies and rows. Per ``(processes, batch)`` row: the summed frames/s, each
-process's, push p50/p99 over all pushes, and the p99 latency of a frame at 60-fps arrival
-(the time its push takes to fill from this process's sessions, plus the push's p99).
+process's, push p50/p99 over all pushes, the p99 latency of a frame at 60-fps arrival (the
+time its push takes to fill from this process's sessions, plus the push's p99), and, sampled
+by the parent while the children push, the host's CPU busy share (``/proc/stat``, all cores)
+and the GPU's utilization (``nvidia-smi``: the share of time a kernel ran), which say whether
+the host or the GPU stops the processes.
 
     PYTHONPATH=. python3 scripts/gpu_e2e_procs.py --out procs.json --backend triton-fp16-direct \
         --rows 1x32,2x32,4x16,4x32 --compile-resize
@@ -24,7 +27,9 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -97,17 +102,61 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs
                      "trace": traceback.format_exc()})
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all cores from ``/proc/stat``; None where there is none."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _gpu_util() -> float | None:
+    """The GPU's utilization now, in %, from ``nvidia-smi`` (first GPU); None without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=5, check=True).stdout
+        return float(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def sample_load(seconds: float, every_s: float = 0.5) -> dict[str, Any]:
+    """The host's CPU busy share over ``seconds`` and the GPU's utilization sampled every
+    ``every_s`` (None where this machine can't tell)."""
+    first, gpu = _cpu_times(), []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        util = _gpu_util()
+        if util is not None:
+            gpu.append(util)
+        time.sleep(max(0.0, min(every_s, end - time.perf_counter())))
+    last = _cpu_times()
+    cpu = (100.0 * (last[0] - first[0]) / max(1, last[1] - first[1])
+           if first is not None and last is not None else None)
+    return {"cpu_busy_pct": cpu, "cores": os.cpu_count(),
+            "gpu_util_pct": float(np.mean(gpu)) if gpu else None, "gpu_samples": len(gpu)}
+
+
 def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
             ) -> dict[str, Any]:
     """``procs`` children at ``batch`` windows a push, the sessions split evenly."""
     ctx = mp.get_context("spawn")
     sessions = args.sessions // procs
-    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    barrier, results = ctx.Barrier(procs + 1), ctx.Queue()  # the parent samples the load
     deadline = time.time() + args.start_timeout_s
     children = [ctx.Process(target=_child, args=(r, args, batch, sessions, blobs, barrier,
                                                  deadline, results)) for r in range(procs)]
     for child in children:
         child.start()
+    load: dict[str, Any] = {}
+    try:
+        barrier.wait(timeout=max(1.0, deadline - time.time()))
+        load = sample_load(args.seconds)
+    except threading.BrokenBarrierError:  # a child failed before it: its report says why
+        pass
     reports = []
     wait_until = deadline + args.seconds + 60
     while len(reports) < procs and time.time() < wait_until:
@@ -120,7 +169,7 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
         if child.is_alive():
             child.kill()
     row: dict[str, Any] = {"procs": procs, "batch": batch, "sessions": sessions * procs,
-                           "sessions_per_proc": sessions}
+                           "sessions_per_proc": sessions, **load}
     errors = [r for r in reports if "error" in r]
     if errors or len(reports) < procs:
         row["error"] = (errors[0]["error"] if errors

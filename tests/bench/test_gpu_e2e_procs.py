@@ -35,6 +35,26 @@ def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) 
     # one session a process at 60 fps: a push of 3 frames takes 50 ms to gather
     assert row["gather_ms_at_60fps"] == 50.0
     assert row["latency_ms_p99_at_60fps"] > row["push_ms_p99"] >= row["push_ms_p50"] > 0
+    # the load the parent sampled while the two pushed (no GPU here: no utilization)
+    assert 0 < row["cpu_busy_pct"] <= 100 and row["cores"] == os.cpu_count()
+    assert row["gpu_util_pct"] is None and row["gpu_samples"] == 0
+
+
+def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(monkeypatch) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_e2e_procs", SCRIPT)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    procs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(procs)
+    monkeypatch.setattr(procs, "_gpu_util", lambda: 40.0)
+    load = procs.sample_load(0.3, every_s=0.1)
+    assert load["gpu_util_pct"] == 40.0 and load["gpu_samples"] >= 2
+    assert 0 <= load["cpu_busy_pct"] <= 100
+    monkeypatch.setattr(procs, "_cpu_times", lambda: None)
+    monkeypatch.setattr(procs, "_gpu_util", lambda: None)
+    assert procs.sample_load(0.1) == {"cpu_busy_pct": None, "cores": os.cpu_count(),
+                                      "gpu_util_pct": None, "gpu_samples": 0}
 
 
 def test_a_row_that_is_not_processes_x_batch_is_refused_in_one_line(tmp_path: Path) -> None:
