@@ -146,3 +146,49 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     # the row-walking kernel (ttball.kernels.rows) with PDL: one wait (its weights are read
     # before it, so the count of reads before the wait does not tell activations apart)
     assert report["32->32 rows se pdl"]["gdc_wait"] == 1
+
+
+def compile_post_kernels() -> list[dict[str, Any]]:
+    """In a process with Triton compiled: the device pipeline's fused peak search and flood
+    (``ttball.kernels.prepost_fused``), launched on CPU tensors of the e2e's shapes."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile, make_backend
+    from triton.runtime import jit
+
+    from ttball.kernels.prepost_fused import flood_crops, peak_values
+
+    target = GPUTarget("cuda", 90, 64)
+    backend = make_backend(target)
+    compiled: list[Any] = []
+
+    def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        binder = jit.create_function_from_signature(self.signature, self.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        opts, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound,
+                                                             specialization, options)
+        compiled.append(compile(ASTSource(self, signature, constexprs, attrs), target=target,
+                                options=opts.__dict__))
+
+    jit.JITFunction.run = compile_only  # type: ignore[method-assign]
+    peak_values(torch.rand(96, 288, 512), torch.full((96,), 0.5))
+    flood_crops(torch.ones(96, 4, 31, 31, dtype=torch.bool), torch.ones(96, 4, dtype=torch.bool), 31)
+    return [{"name": k.name, "shared": k.metadata.shared,
+             "bar_sync": len(re.findall(r"bar\.sync", k.asm["ptx"])),
+             "ld_global": len(re.findall(r"ld\.global", k.asm["ptx"]))} for k in compiled]
+
+
+def test_the_fused_post_kernels_compile_for_sm90(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent)])
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    code = "import json, test_sm90_compile as t; print(json.dumps(t.compile_post_kernels()))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False,
+                          text=True, timeout=300)
+    if proc.returncode and "make_backend" in proc.stderr + proc.stdout:
+        pytest.skip(f"no NVIDIA backend in this Triton: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    peak, flood = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert peak["name"] == "_peak_kernel" and peak["ld_global"] > 0
+    # the flood's steps: a barrier after the store and after the loads of every step
+    assert flood["name"] == "_flood_kernel" and flood["bar_sync"] >= 2
