@@ -27,15 +27,13 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def compile_conv_steps() -> list[dict[str, Any]]:
-    """In a process with Triton compiled: one new-variant launch per kind of conv step."""
-    import torch
+def _compile_launches_for_sm90() -> list[Any]:
+    """From now on in this process, a Triton kernel launch compiles the kernel for
+    ``GPUTarget("cuda", 90, 64)`` with the launch's specialization instead of running it; the
+    returned list collects the compiled kernels."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile, make_backend
     from triton.runtime import jit
-
-    from ttball.kernels.executor import Config, _ConvLaunch, _TailLaunch
-    from ttball.kernels.plan import INPUT, Conv, SqueezeTail, Term
 
     target = GPUTarget("cuda", 90, 64)
     backend = make_backend(target)
@@ -50,6 +48,17 @@ def compile_conv_steps() -> list[dict[str, Any]]:
         compiled.append(compile(src, target=target, options=opts.__dict__))
 
     jit.JITFunction.run = compile_only  # type: ignore[method-assign]
+    return compiled
+
+
+def compile_conv_steps() -> list[dict[str, Any]]:
+    """In a process with Triton compiled: one new-variant launch per kind of conv step."""
+    import torch
+
+    from ttball.kernels.executor import Config, _ConvLaunch, _TailLaunch
+    from ttball.kernels.plan import INPUT, Conv, SqueezeTail, Term
+
+    compiled = _compile_launches_for_sm90()
     cpu = torch.device("cpu")
 
     def term(src: str, cout: int, cin: int, k: int, stride: int = 1, up: int = 0) -> Term:
@@ -112,17 +121,23 @@ def _ptx_report(name: str, kernel: Any) -> dict[str, Any]:
             "reads_before_wait": sum(r < wait for r in reads) if wait >= 0 else None}
 
 
-def test_variants_compile_for_sm90(tmp_path: Path) -> None:
+def _in_compiled_triton(function: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """``function`` of this module run in a subprocess with Triton compiled (not interpreted),
+    its cache under ``tmp_path``; its JSON result. Skips where Triton has no NVIDIA backend."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent)])
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # never ~/.triton from a test
-    code = "import json, test_sm90_compile as t; print(json.dumps(t.compile_conv_steps()))"
+    code = f"import json, test_sm90_compile as t; print(json.dumps(t.{function}()))"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False,
                           text=True, timeout=300)
     if proc.returncode and "make_backend" in proc.stderr + proc.stdout:
         pytest.skip(f"no NVIDIA backend in this Triton: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = {r["name"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_variants_compile_for_sm90(tmp_path: Path) -> None:
+    report = {r["name"]: r for r in _in_compiled_triton("compile_conv_steps", tmp_path)}
     for name, r in report.items():
         assert r["wgmma"] > 0 or name == "tail pdl", f"{name}: no wgmma in the PTX: {r}"
         assert r["shared"] <= 227 * 1024, f"{name}: too much shared memory: {r}"
@@ -152,25 +167,10 @@ def compile_post_kernels() -> list[dict[str, Any]]:
     """In a process with Triton compiled: the device pipeline's fused peak search and flood
     (``ttball.kernels.prepost_fused``), launched on CPU tensors of the e2e's shapes."""
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile, make_backend
-    from triton.runtime import jit
 
     from ttball.kernels.prepost_fused import flood_crops, peak_values
 
-    target = GPUTarget("cuda", 90, 64)
-    backend = make_backend(target)
-    compiled: list[Any] = []
-
-    def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        binder = jit.create_function_from_signature(self.signature, self.params, backend)
-        bound, specialization, options = binder(*args, **kwargs)
-        opts, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound,
-                                                             specialization, options)
-        compiled.append(compile(ASTSource(self, signature, constexprs, attrs), target=target,
-                                options=opts.__dict__))
-
-    jit.JITFunction.run = compile_only  # type: ignore[method-assign]
+    compiled = _compile_launches_for_sm90()
     peak_values(torch.rand(96, 288, 512), torch.full((96,), 0.5))
     flood_crops(torch.ones(96, 4, 31, 31, dtype=torch.bool), torch.ones(96, 4, dtype=torch.bool), 31)
     return [{"name": k.name, "shared": k.metadata.shared,
@@ -179,16 +179,7 @@ def compile_post_kernels() -> list[dict[str, Any]]:
 
 
 def test_the_fused_post_kernels_compile_for_sm90(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent)])
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    code = "import json, test_sm90_compile as t; print(json.dumps(t.compile_post_kernels()))"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False,
-                          text=True, timeout=300)
-    if proc.returncode and "make_backend" in proc.stderr + proc.stdout:
-        pytest.skip(f"no NVIDIA backend in this Triton: {proc.stderr[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    peak, flood = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak, flood = _in_compiled_triton("compile_post_kernels", tmp_path)
     assert peak["name"] == "_peak_kernel" and peak["ld_global"] > 0
     # the flood's steps: a barrier after the store and after the loads of every step
     assert flood["name"] == "_flood_kernel" and flood["bar_sync"] >= 2
