@@ -143,7 +143,9 @@ WGMMA[64, 64] += ((2, 128, 1), (2, 128, 2), (1, 128, 1))
 WGMMA_MIN_PIXELS = 1 << 17
 # except 64 -> 64, where the alternative is Triton, not the mma.sync kernel: from the third
 # level at batch 64 (72 x 128 x 64 = 0.59 M pixels; alone there the wgmma kernel took 119 us
-# against cuDNN's 247 in the eighteenth session), not at batch 1
+# against cuDNN's 247 in the eighteenth session), not at batch 1. (Since the nineteenth
+# session's 2^17 for the others this keeps 64 -> 64 off at batch 1, where it was never timed;
+# branch wgmma64-b1 offers it there.)
 WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # The wgmma tiles also compiled with the halo copied by TMA (one bulk-tensor copy a channel
 # plane, zero fill outside the image, an mbarrier per halo buffer) instead of a cp.async per
