@@ -82,8 +82,8 @@ STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_overlap", "e2e_cpu_
 # Until the nineteenth session only 8 (triton-fp16 compiled each size, 8 s at batch 8 with an
 # empty cache): its profile then had 1.5 backend calls a push of 32 windows on average, a push
 # of 33-34 making a call of 32 and one of 1-2 windows padded to 8 (2.2 ms of the GPU's 17.6 a
-# push). The direct backend tunes a size in seconds, so the small sizes of the worker's
-# default (DEFAULT_BATCH_SIZES) are warmed too.
+# push). The direct backend tunes a size in seconds, so the small sizes of GpuPipeline's
+# default (DEFAULT_BATCH_SIZES) and of the worker's documented --warmup-batches are warmed too.
 WARM_SIZES = (1, 2, 4, 8)
 PARITY_BATCH = 8
 
