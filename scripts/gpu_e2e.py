@@ -249,6 +249,16 @@ def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int
     return pipeline, batch * step if step == 3 else batch
 
 
+def load_weights(weights: str | None, input_size: str | None) -> Any:
+    """The model of ``--weights`` (default: the packaged ones) on the CPU, its input size set
+    to ``--input-size`` (``HxW``) when given."""
+    model = load_model(weights, device="cpu")
+    if input_size:
+        h, w = (int(v) for v in input_size.split("x"))
+        model.config = model.config.evolve(input_height=h, input_width=w)
+    return model
+
+
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
             warm_pushes: int = 3, overlap: bool = False,
@@ -576,10 +586,7 @@ def main() -> None:
         return info
 
     def backend() -> dict[str, Any]:
-        model = load_model(args.weights, device="cpu")
-        if args.input_size:
-            h, w = (int(v) for v in args.input_size.split("x"))
-            model.config = model.config.evolve(input_height=h, input_width=w)
+        model = load_weights(args.weights, args.input_size)
         state["config"] = model.config
         start = time.perf_counter()
         state["backend"] = create(args.backend, model, device)

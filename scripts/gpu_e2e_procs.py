@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_e2e import WARM_SIZES, environment, feed, make_frames, open_pipeline
+from gpu_e2e import WARM_SIZES, environment, feed, load_weights, make_frames, open_pipeline
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -48,12 +48,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     import torch
 
     from ttball.backends import create
-    from ttball.model import load_model
 
-    model = load_model(args.weights, device="cpu")
-    if args.input_size:
-        h, w = (int(v) for v in args.input_size.split("x"))
-        model.config = model.config.evolve(input_height=h, input_width=w)
+    model = load_weights(args.weights, args.input_size)
     return create(args.backend, model, torch.device(args.device)), model.config
 
 
