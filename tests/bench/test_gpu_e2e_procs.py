@@ -44,7 +44,7 @@ def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(mo
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gpu_e2e_procs", SCRIPT)
-    sys.path.insert(0, str(ROOT / "scripts"))
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # its `from gpu_e2e import ...`
     procs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(procs)
     monkeypatch.setattr(procs, "_gpu_util", lambda: 40.0)

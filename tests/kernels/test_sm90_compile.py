@@ -161,4 +161,3 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     # the row-walking kernel (ttball.kernels.rows) with PDL: one wait (its weights are read
     # before it, so the count of reads before the wait does not tell activations apart)
     assert report["32->32 rows se pdl"]["gdc_wait"] == 1
-
