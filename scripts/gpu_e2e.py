@@ -10,6 +10,9 @@ row starts after ``--budget-s``; the JSON is rewritten after every stage):
 3. ``resize``: the device resize (eager and ``torch.compile``d) in frames/s; bit-exactness
    against ``cv2.resize`` on the same decoded frames.
 4. ``backend``: build ``--backend`` around the default weights, warm ``--batches``.
+   ``network``: the backend alone at each of ``--batches`` in this process: ms a call, and its
+   kernels' device time a call under the profiler (to set against ``profile``'s kernels a
+   push).
 5. ``post``: device post-processing of real heatmaps of these frames, eager vs CUDA graph;
    share of heatmaps needing the host fallback.
 6. ``e2e``: per batch size B, S sessions send frames round-robin, 3·B frames (step 3) per
@@ -76,7 +79,7 @@ from ttball.pipeline import infer_windows
 from ttball.results import FrameResult
 from ttball.stream import FrameStream, StreamOptions
 
-STAGES = ("frames", "backend", "decode", "post", "e2e", "e2e_overlap", "e2e_cpu_decode", "cpu_path",
+STAGES = ("frames", "backend", "network", "decode", "post", "e2e", "e2e_overlap", "e2e_cpu_decode", "cpu_path",
           "parity", "resize", "profile")
 # Batch sizes warmed besides --batches; a push's last windows are padded to the next of these.
 # Until the nineteenth session only 8 (triton-fp16 compiled each size, 8 s at batch 8 with an
@@ -451,6 +454,45 @@ def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
             for mode in ("serial", "overlap")}
 
 
+def stage_network(backend: Any, config: WeightsConfig, batch: int, calls: int = 20
+                  ) -> dict[str, Any]:
+    """The backend alone at ``batch``, in the process and on the stream the pipeline uses: its
+    time a call (``calls`` calls back to back, after 3 warm ones) and its kernels' device time a
+    call under the profiler. Against the profile stage's kernels a push, it says whether the
+    network's kernels run slower inside the pipeline (other kernels beside them, a padded
+    call) than alone."""
+    from torch.profiler import ProfilerActivity, profile
+
+    h, w = config.input_size
+    x = torch.rand(batch, 9, h, w, device=backend.device)
+    for _ in range(3):
+        backend(x)
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        backend(x)
+    sync()
+    wall = time.perf_counter() - start
+    activities = [ProfilerActivity.CPU]
+    if backend.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            backend(x)
+        sync()
+    averages = prof.key_averages()
+    kernels = sorted((a for a in averages if getattr(a, "self_device_time_total", 0) > 0),
+                     key=lambda a: a.self_device_time_total, reverse=True)[:25]
+    return {
+        "batch": batch, "calls": calls, "ms_per_call": 1e3 * wall / calls,
+        "us_per_window": 1e6 * wall / calls / batch,
+        "device_ms_per_call": device_ms(averages) / calls,
+        "top_kernels": [{"name": a.key[:120], "calls_per_call": a.count / calls,
+                         "ms_per_call": a.self_device_time_total / 1e3 / calls}
+                        for a in kernels],
+    }
+
+
 def cpu_rows(backend: Any, config: WeightsConfig, blobs: list[bytes], step: int,
              batch: int) -> tuple[list[FrameResult], int]:
     """Today's path for one stream: cv2 decode, FrameStream (cv2 resize), infer_windows."""
@@ -608,6 +650,8 @@ def main() -> None:
         "resize": lambda: stage_resize(need("blobs")[0], device,
                                        state.get("config") or WeightsConfig(), 3 * batches[-1], budget),
         "backend": backend,
+        "network": lambda: {str(b): stage_network(*need("backend", "config"), b)
+                            for b in batches},
         "post": lambda: stage_post(*need("backend", "blobs", "config"), device, batches[-1]),
         "e2e": lambda: stage_e2e(*need("backend", "config", "blobs"), args, budget,
                                  JpegDecoder(device, library=args.decoder), batches),
