@@ -411,6 +411,8 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+    calls: list[tuple[int, int]] = []  # (windows, padded size) of each backend call profiled
+    pipeline.on_batch = lambda windows, size: calls.append((windows, size))
     start = time.perf_counter()
     with profile(activities=activities) as prof:
         for _ in range(pushes):
@@ -436,6 +438,11 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
         "stages_ms_per_push": per_stage,
         "wait_ms_per_push": sum(w.time_range.elapsed_us() for w in waits) / 1e3 / pushes,
         "device_ms_per_push": device_ms(averages) / pushes,
+        # windows come in bursts (every session's window completes on the same push), so a
+        # few pushes can hold more or fewer backend calls than the 1/step of their frames:
+        # the network's kernels are per call, the decode's per frame
+        "backend_calls": len(calls), "windows": sum(w for w, _ in calls),
+        "padded_windows": sum(size for _, size in calls),
         "top_host_ops": [{"name": a.key, "calls_per_push": a.count / pushes,
                           "self_cpu_ms_per_push": a.self_cpu_time_total / 1e3 / pushes}
                          for a in host_ops],
