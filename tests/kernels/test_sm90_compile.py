@@ -161,3 +161,25 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     # the row-walking kernel (ttball.kernels.rows) with PDL: one wait (its weights are read
     # before it, so the count of reads before the wait does not tell activations apart)
     assert report["32->32 rows se pdl"]["gdc_wait"] == 1
+
+
+def compile_post_kernels() -> list[dict[str, Any]]:
+    """In a process with Triton compiled: the device pipeline's fused peak search and flood
+    (``ttball.kernels.prepost_fused``), launched on CPU tensors of the e2e's shapes."""
+    import torch
+
+    from ttball.kernels.prepost_fused import flood_crops, peak_values
+
+    compiled = _compile_launches_for_sm90()
+    peak_values(torch.rand(96, 288, 512), torch.full((96,), 0.5))
+    flood_crops(torch.ones(96, 4, 31, 31, dtype=torch.bool), torch.ones(96, 4, dtype=torch.bool), 31)
+    return [{"name": k.name, "shared": k.metadata.shared,
+             "bar_sync": len(re.findall(r"bar\.sync", k.asm["ptx"])),
+             "ld_global": len(re.findall(r"ld\.global", k.asm["ptx"]))} for k in compiled]
+
+
+def test_the_fused_post_kernels_compile_for_sm90(tmp_path: Path) -> None:
+    peak, flood = _in_compiled_triton("compile_post_kernels", tmp_path)
+    assert peak["name"] == "_peak_kernel" and peak["ld_global"] > 0
+    # the flood's steps: a barrier after the store and after the loads of every step
+    assert flood["name"] == "_flood_kernel" and flood["bar_sync"] >= 2

@@ -61,6 +61,18 @@ class PostOptions:
             raise ValueError("max_blobs and flood_steps must be >= 1")
 
 
+def _fused(t: Tensor) -> bool:
+    """Whether :func:`blob_stats` runs its peak search and flood as the Triton kernels of
+    :mod:`ttball.kernels.prepost_fused` (on CUDA, where triton imports) or as PyTorch ops."""
+    if not t.is_cuda:
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOptions()
                ) -> tuple[Tensor, Tensor]:
     """Blobs of ``probs (N, h, w)`` float32 above ``thresholds (N,)``.
@@ -75,8 +87,14 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     thr = thresholds.to(probs.dtype).view(n, 1, 1)
     above = probs > thr
     count_above = above.flatten(1).sum(1)
-    peaks = above & (probs == F.max_pool2d(probs[:, None], 3, 1, 1)[:, 0])
-    values, index = torch.where(peaks, probs, -1.0).flatten(1).topk(min(k, h * w), dim=1)
+    if _fused(probs):
+        from ttball.kernels.prepost_fused import peak_values
+
+        candidates = peak_values(probs, thr.view(n))
+    else:
+        peaks = above & (probs == F.max_pool2d(probs[:, None], 3, 1, 1)[:, 0])
+        candidates = torch.where(peaks, probs, -1.0).flatten(1)
+    values, index = candidates.topk(min(k, h * w), dim=1)
     if values.shape[1] < k:  # a map smaller than max_blobs pixels
         pad = k - values.shape[1]
         values, index = F.pad(values, (0, pad), value=-1.0), F.pad(index, (0, pad))
@@ -109,14 +127,19 @@ def _flood(mask: Tensor, valid: Tensor, options: PostOptions) -> tuple[Tensor, T
     """8-connected component of each window's centre pixel: ``comp (N, K, S, S)`` bool, and
     ``clean (N, K)``: the fill converged and stayed off the window's edge."""
     n, k, s, _ = mask.shape
-    r = s // 2
-    m = mask.to(torch.float32).reshape(n * k, 1, s, s)
-    reach = torch.zeros_like(m)
-    reach[:, 0, r, r] = valid.to(torch.float32).flatten()
-    for _ in range(options.flood_steps):
-        reach = F.max_pool2d(reach, 3, 1, 1) * m
-    converged = (F.max_pool2d(reach, 3, 1, 1) * m == reach).flatten(1).all(1)
-    comp = (reach > 0).view(n, k, s, s)
+    if _fused(mask):
+        from ttball.kernels.prepost_fused import flood_crops
+
+        comp, converged = flood_crops(mask, valid, options.flood_steps)
+    else:
+        r = s // 2
+        m = mask.to(torch.float32).reshape(n * k, 1, s, s)
+        reach = torch.zeros_like(m)
+        reach[:, 0, r, r] = valid.to(torch.float32).flatten()
+        for _ in range(options.flood_steps):
+            reach = F.max_pool2d(reach, 3, 1, 1) * m
+        converged = (F.max_pool2d(reach, 3, 1, 1) * m == reach).flatten(1).all(1)
+        comp = (reach > 0).view(n, k, s, s)
     edge = comp[..., 0, :].any(-1) | comp[..., -1, :].any(-1)
     edge |= comp[..., :, 0].any(-1) | comp[..., :, -1].any(-1)
     return comp, converged.view(n, k) & ~edge
