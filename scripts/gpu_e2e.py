@@ -391,10 +391,13 @@ def device_ms(averages: list[Any]) -> float:
 
 
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
-                   batch: int, step: int, overlap: bool, pushes: int = 6,
+                   batch: int, step: int, overlap: bool, pushes: int | None = None,
                    trace: Path | None = None, compile_resize: bool = False,
                    decoder: str = "nvjpeg") -> dict[str, Any]:
-    """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring."""
+    """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring.
+    By default, enough pushes for every session to complete two windows: windows come in
+    bursts (the sessions, fed round-robin, complete theirs on the same pushes), so six pushes
+    held half or one and a half times the backend calls of their frames."""
     from torch.profiler import ProfilerActivity, profile
 
     device = backend.device
@@ -402,6 +405,8 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
                                        JpegDecoder(device, library=decoder),
                                        _ProfiledTimer(device), overlap=overlap,
                                        compile_resize=compile_resize)
+    if pushes is None:
+        pushes = max(6, -(-2 * sessions * 3 // per_push))
     offset = 0
     for _ in range(3):
         pipeline.push(feed(blobs, sessions, per_push, offset))

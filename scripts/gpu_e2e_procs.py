@@ -19,6 +19,12 @@ the host or the GPU stops the processes.
 
 Run it again after ``nvidia-cuda-mps-control -d`` (``--tag mps``) for the same with CUDA MPS,
 whose processes' kernels share the GPU at once instead of by time slices.
+
+A row ``PxBxL`` gives each process L lanes: L pipelines, each with its own backend and CUDA
+stream, pushed from one thread each, so that their kernels share one CUDA context (no time
+slices between them) while the pipelines' host work overlaps wherever it leaves the GIL
+(nvJPEG, the graphs' replays, the waits). ``1x16x4`` is one process holding the GPU for all
+the sessions.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +61,20 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return create(args.backend, model, torch.device(args.device)), model.config
 
 
-def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes],
-           barrier: Any, deadline_s: float, results: Any) -> None:
-    """One worker process: build, warm, wait for the others, push until ``seconds`` pass."""
-    try:
-        import torch
+def _lane(args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes],
+          own_stream: bool) -> dict[str, Any]:
+    """One pipeline of a process with its own backend (a CUDA-graph backend's input and
+    output buffers can't be shared between threads) and, with ``own_stream`` on CUDA, its own
+    stream (a lane of several; one lane alone keeps the default stream, as the rows before
+    lanes did); built and warmed on that stream."""
+    import torch
 
-        from ttball.kernels.prepost import JpegDecoder, StageTimer
+    from ttball.kernels.prepost import JpegDecoder, StageTimer
 
-        torch.set_num_threads(max(1, args.threads))
-        backend, config = _load(args)
+    backend, config = _load(args)
+    cuda = backend.device.type == "cuda"
+    stream = torch.cuda.Stream(backend.device) if cuda and own_stream else None
+    with torch.cuda.stream(stream) if stream is not None else nullcontext():
         backend.warmup(sorted({*WARM_SIZES, batch}), *config.input_size)
         pipeline, per_push = open_pipeline(
             backend, config, sessions, batch, args.step,
@@ -73,12 +85,20 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs
             pipeline.push(feed(blobs, sessions, per_push, offset))
             offset += per_push
         pipeline.flush()
-        if backend.device.type == "cuda":
-            torch.cuda.synchronize(backend.device)
-        barrier.wait(timeout=max(1.0, deadline_s - time.time()))
-        latencies, frames, rows = [], 0, 0
+    return {"backend": backend, "pipeline": pipeline, "per_push": per_push, "stream": stream,
+            "sessions": sessions, "offset": offset}
+
+
+def _push_for(lane: dict[str, Any], blobs: list[bytes], seconds: float) -> dict[str, Any]:
+    """Push ``lane``'s frames on its stream for ``seconds``; its frames, rows and latencies."""
+    import torch
+
+    pipeline, per_push, sessions = lane["pipeline"], lane["per_push"], lane["sessions"]
+    offset = lane["offset"]
+    latencies, frames, rows = [], 0, 0
+    with torch.cuda.stream(lane["stream"]) if lane["stream"] is not None else nullcontext():
         start = time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
+        while time.perf_counter() - start < seconds:
             chunk = feed(blobs, sessions, per_push, offset)
             offset += per_push
             t0 = time.perf_counter()
@@ -88,10 +108,36 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, blobs
             rows += sum(len(r) for r in done.values())
         rows += sum(len(r) for r in pipeline.flush().values())
         elapsed = time.perf_counter() - start
-        results.put({"rank": rank, "frames": frames, "rows_out": rows, "elapsed_s": elapsed,
-                     "frames_per_s": frames / elapsed, "frames_per_push": per_push,
-                     "latencies_ms": latencies, "decoder": pipeline.decoder.kind,
-                     "fallback_share": pipeline.fallbacks / max(pipeline.heatmaps, 1)})
+    return {"frames": frames, "rows": rows, "elapsed": elapsed, "latencies": latencies}
+
+
+def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes: int,
+           blobs: list[bytes], barrier: Any, deadline_s: float, results: Any) -> None:
+    """One worker process: build and warm its ``lanes`` pipelines (the sessions split among
+    them), wait for the other processes, push until ``seconds`` pass (with several lanes,
+    one thread a lane, so their kernels share this process's CUDA context)."""
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
+        built = [_lane(args, batch, sessions // lanes, blobs, lanes > 1) for _ in range(lanes)]
+        if built[0]["backend"].device.type == "cuda":
+            torch.cuda.synchronize(built[0]["backend"].device)
+        barrier.wait(timeout=max(1.0, deadline_s - time.time()))
+        if lanes == 1:
+            runs = [_push_for(built[0], blobs, args.seconds)]
+        else:
+            with ThreadPoolExecutor(lanes) as pool:
+                runs = list(pool.map(lambda lane: _push_for(lane, blobs, args.seconds), built))
+        elapsed = max(r["elapsed"] for r in runs)
+        frames = sum(r["frames"] for r in runs)
+        results.put({"rank": rank, "frames": frames, "rows_out": sum(r["rows"] for r in runs),
+                     "elapsed_s": elapsed, "frames_per_s": frames / elapsed,
+                     "frames_per_push": built[0]["per_push"],
+                     "latencies_ms": [t for r in runs for t in r["latencies"]],
+                     "decoder": built[0]["pipeline"].decoder.kind,
+                     "fallback_share": max(b["pipeline"].fallbacks / max(b["pipeline"].heatmaps, 1)
+                                           for b in built)})
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which goes on)
         barrier.abort()
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
@@ -136,15 +182,17 @@ def sample_load(seconds: float, every_s: float = 0.5) -> dict[str, Any]:
             "gpu_util_pct": float(np.mean(gpu)) if gpu else None, "gpu_samples": len(gpu)}
 
 
-def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
-            ) -> dict[str, Any]:
-    """``procs`` children at ``batch`` windows a push, the sessions split evenly."""
+def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes],
+            lanes: int = 1) -> dict[str, Any]:
+    """``procs`` children of ``lanes`` pipelines each at ``batch`` windows a push, the
+    sessions split evenly."""
     ctx = mp.get_context("spawn")
     sessions = args.sessions // procs
     barrier, results = ctx.Barrier(procs + 1), ctx.Queue()  # the parent samples the load
     deadline = time.time() + args.start_timeout_s
-    children = [ctx.Process(target=_child, args=(r, args, batch, sessions, blobs, barrier,
-                                                 deadline, results)) for r in range(procs)]
+    children = [ctx.Process(target=_child, args=(r, args, batch, sessions, lanes, blobs,
+                                                 barrier, deadline, results))
+                for r in range(procs)]
     for child in children:
         child.start()
     load: dict[str, Any] = {}
@@ -164,8 +212,9 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
         child.join(timeout=10)
         if child.is_alive():
             child.kill()
-    row: dict[str, Any] = {"procs": procs, "batch": batch, "sessions": sessions * procs,
-                           "sessions_per_proc": sessions, **load}
+    row: dict[str, Any] = {"procs": procs, "batch": batch, "lanes": lanes,
+                           "sessions": sessions // lanes * lanes * procs,
+                           "sessions_per_proc": sessions // lanes * lanes, **load}
     errors = [r for r in reports if "error" in r]
     if errors or len(reports) < procs:
         row["error"] = (errors[0]["error"] if errors
@@ -174,7 +223,7 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
         return row
     lat = np.concatenate([np.asarray(r["latencies_ms"]) for r in reports])
     per_push = reports[0]["frames_per_push"]
-    gather_ms = 1e3 * per_push / (60.0 * sessions)  # a push's frames arriving at 60 fps
+    gather_ms = 1e3 * per_push / (60.0 * (sessions // lanes))  # a push's frames at 60 fps
     row.update({
         "frames_per_s": sum(r["frames_per_s"] for r in reports),
         "frames_per_s_each": [round(r["frames_per_s"], 1) for r in sorted(reports, key=lambda r: r["rank"])],
@@ -195,7 +244,9 @@ def main() -> None:
     parser.add_argument("--backend", default="triton-fp16-direct")
     parser.add_argument("--weights", default=None, help="default: the packaged weights")
     parser.add_argument("--rows", default="1x32,2x32,4x16,4x32",
-                        help="PROCESSESxBATCH (windows a push) per row, comma-separated")
+                        help="PROCESSESxBATCH[xLANES] per row, comma-separated: BATCH windows "
+                             "a push, LANES pipelines a process (default 1), each in a thread "
+                             "with its own backend and CUDA stream")
     parser.add_argument("--sessions", type=int, default=200, help="in all, split evenly")
     parser.add_argument("--frames", type=int, default=90, help="distinct JPEG frames")
     parser.add_argument("--quality", type=int, default=90)
@@ -215,12 +266,14 @@ def main() -> None:
     try:
         plan = [tuple(int(v) for v in row.split("x")) for row in args.rows.split(",")]
     except ValueError:
-        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH, comma-separated (e.g. 2x32,4x16)")
-    if any(len(row) != 2 or min(row) < 1 for row in plan):
-        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH, both positive")
-    if args.sessions < max(p for p, _ in plan):
-        parser.error(f"--sessions {args.sessions}: fewer than the most processes of --rows")
-    batches = sorted({b for _, b in plan})
+        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH[xLANES], comma-separated "
+                     "(e.g. 2x32,4x16,1x32x4)")
+    if any(len(row) not in (2, 3) or min(row) < 1 for row in plan):
+        parser.error(f"--rows {args.rows!r}: PROCESSESxBATCH[xLANES], all positive")
+    plan = [(row[0], row[1], row[2] if len(row) == 3 else 1) for row in plan]
+    if args.sessions < max(p * lanes for p, _, lanes in plan):
+        parser.error(f"--sessions {args.sessions}: fewer than the most pipelines of --rows")
+    batches = sorted({b for _, b, _ in plan})
     started = time.perf_counter()
     import torch
 
@@ -237,11 +290,12 @@ def main() -> None:
     del backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    for p, b in plan:
+    for p, b, lanes in plan:
         if time.perf_counter() - started > args.budget_s:
-            results["rows"].append({"procs": p, "batch": b, "skipped": "time budget"})
+            results["rows"].append({"procs": p, "batch": b, "lanes": lanes,
+                                    "skipped": "time budget"})
             continue
-        row = run_row(args, p, b, blobs)
+        row = run_row(args, p, b, blobs, lanes)
         print(json.dumps({k: v for k, v in row.items() if k != "reports"}), flush=True)
         results["rows"].append(row)
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))

@@ -40,6 +40,21 @@ def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) 
     assert row["gpu_util_pct"] is None and row["gpu_samples"] == 0
 
 
+def test_lanes_push_from_threads_of_one_process_and_are_summed(tmp_path: Path) -> None:
+    out = tmp_path / "lanes.json"
+    done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
+                "--backend", "eager-fp32", "--rows", "1x1x2", "--sessions", "2",
+                "--seconds", "0.5", "--frames", "6", "--threads", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "error" not in row, row
+    assert (row["procs"], row["batch"], row["lanes"], row["sessions_per_proc"]) == (1, 1, 2, 2)
+    assert len(row["frames_per_s_each"]) == 1 and row["frames_per_s"] > 0
+    assert row["rows_out"] > 0 and row["pushes"] >= 4  # both lanes pushed, twice at least
+    # one session a lane: its push of 3 frames takes 50 ms to gather at 60 fps
+    assert row["gather_ms_at_60fps"] == 50.0
+
+
 def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(monkeypatch) -> None:
     import importlib.util
 
@@ -58,7 +73,7 @@ def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(mo
 
 
 def test_a_row_that_is_not_processes_x_batch_is_refused_in_one_line(tmp_path: Path) -> None:
-    for rows in ("2x0", "two", "3x4x5"):
+    for rows in ("2x0", "two", "3x4x5x6", "1x4x0"):
         done = _run("--out", str(tmp_path / "x.json"), "--device", "cpu", "--rows", rows,
                     timeout=60)
         assert done.returncode == 2
