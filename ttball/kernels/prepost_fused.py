@@ -11,8 +11,11 @@ the device pipeline on CUDA (the results are the PyTorch versions', bit for bit)
   tiny tensor became one.
 
 The nineteenth session's e2e profile had 71.5 max-pool kernels a push of 96 frames (0.89 ms of
-the GPU's 17.6), almost all of them the flood's. Both kernels run in Triton's interpreter on
-CPU tensors (``TRITON_INTERPRET=1``), where the tests check them against the PyTorch versions.
+the GPU's 17.6), almost all of them the flood's. With these two kernels the twentieth
+session's profile had none, and the path's kernels other than the network's took 0.98 ms
+less a push; four processes on one H200 went from 5,172 to 5,467 frames/s
+(``docs/benchmarks/e2e.md``). Both kernels run in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``), where the tests check them against the PyTorch versions.
 """
 
 from __future__ import annotations
