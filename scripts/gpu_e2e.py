@@ -16,7 +16,8 @@ row starts after ``--budget-s``; the JSON is rewritten after every stage):
 5. ``post``: device post-processing of real heatmaps of these frames, eager vs CUDA graph;
    share of heatmaps needing the host fallback.
 6. ``e2e``: per batch size B, S sessions send frames round-robin, 3·B frames (step 3) per
-   push: frames/s, per-push latency p50/p99 (bytes in → rows on the host), and a second pass
+   push, their window phases staggered (``--aligned-phases``: in phase, so windows come in
+   bursts, as before the twentieth session): frames/s, per-push latency p50/p99 (bytes in → rows on the host), and a second pass
    with a device sync after each stage for the split (decode, preprocess, network,
    postprocess, track) in µs per frame.
 7. ``e2e_cpu_decode``: the largest B with ``cv2`` decode on the host instead of nvJPEG.
@@ -240,15 +241,25 @@ def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> li
 
 
 def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int, step: int,
-                  decoder: JpegDecoder, timer: StageTimer, **options: Any
-                  ) -> tuple[GpuPipeline, int]:
+                  decoder: JpegDecoder, timer: StageTimer, *, blobs: list[bytes] | None = None,
+                  **options: Any) -> tuple[GpuPipeline, int]:
     """A pipeline warmed for ``batch`` windows with ``sessions`` open, and the frames per push
-    that make about ``batch`` windows."""
+    that make about ``batch`` windows.
+
+    With ``blobs`` (and step 3) the sessions' window phases are staggered first, as cameras
+    that joined at different times: sessions ``s % 3 == 1`` get one frame, ``s % 3 == 2``
+    two (of :func:`feed`'s sequence, so none repeats the next). Fed round-robin from the same start, every session would complete its windows on
+    the same pushes: bursts of two or three backend calls, then pushes with none (5–7 % of
+    the slots padded, and the pushes' p99 set by the bursts)."""
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
     pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
                            **options)
     for s in range(sessions):
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
+    if blobs and step == 3:  # the frames feed() would have sent at times -2 and -1: each
+        for t in (-2, -1):   # differs from the next (a repeat would be dropped as a duplicate)
+            pipeline.push([(f"s{s}", blobs[(7 * s + t) % len(blobs)]) for s in range(sessions)
+                           if s % 3 >= -t])
     return pipeline, batch * step if step == 3 else batch
 
 
@@ -265,11 +276,12 @@ def load_weights(weights: str | None, input_size: str | None) -> Any:
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
             warm_pushes: int = 3, overlap: bool = False,
-            compile_resize: bool = False) -> dict[str, Any]:
+            compile_resize: bool = False, stagger: bool = True) -> dict[str, Any]:
     device = backend.device
     timer = StageTimer(device, sync=sync_stages)
     pipeline, per_push = open_pipeline(backend, config, sessions, batch, step, decoder, timer,
-                                       overlap=overlap, compile_resize=compile_resize)
+                                       blobs=blobs if stagger else None, overlap=overlap,
+                                       compile_resize=compile_resize)
     offset, latencies, frames, rows = 0, [], 0, 0
     start = time.perf_counter()
     pushes = 0
@@ -295,7 +307,7 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
     lat = np.array(latencies)
     out = {
         "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
-        "overlap": overlap, "compile_resize": pipeline.resizer.compiled,
+        "phases": "staggered" if stagger else "aligned", "overlap": overlap, "compile_resize": pipeline.resizer.compiled,
         "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
         "frames_per_s": frames / elapsed,
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
@@ -331,7 +343,8 @@ def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: arg
             try:
                 row = run_e2e(backend, config, blobs, args.sessions, b, args.step, seconds,
                               decoder, sync_stages, overlap=overlap,
-                              compile_resize=args.compile_resize)
+                              compile_resize=args.compile_resize,
+                              stagger=not args.aligned_phases)
             except Exception as exc:  # noqa: BLE001
                 row = {"batch": b, "sync_stages": sync_stages,
                        "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
@@ -393,7 +406,7 @@ def device_ms(averages: list[Any]) -> float:
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
                    batch: int, step: int, overlap: bool, pushes: int | None = None,
                    trace: Path | None = None, compile_resize: bool = False,
-                   decoder: str = "nvjpeg") -> dict[str, Any]:
+                   decoder: str = "nvjpeg", stagger: bool = True) -> dict[str, Any]:
     """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring.
     By default, enough pushes for every session to complete two windows: windows come in
     bursts (the sessions, fed round-robin, complete theirs on the same pushes), so six pushes
@@ -403,8 +416,8 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     device = backend.device
     pipeline, per_push = open_pipeline(backend, config, sessions, batch, step,
                                        JpegDecoder(device, library=decoder),
-                                       _ProfiledTimer(device), overlap=overlap,
-                                       compile_resize=compile_resize)
+                                       _ProfiledTimer(device), blobs=blobs if stagger else None,
+                                       overlap=overlap, compile_resize=compile_resize)
     if pushes is None:
         pushes = max(6, -(-2 * sessions * 3 // per_push))
     offset = 0
@@ -446,6 +459,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
         # windows come in bursts (every session's window completes on the same push), so a
         # few pushes can hold more or fewer backend calls than the 1/step of their frames:
         # the network's kernels are per call, the decode's per frame
+        "phases": "staggered" if stagger else "aligned",
         "backend_calls": len(calls), "windows": sum(w for w, _ in calls),
         "padded_windows": sum(size for _, size in calls),
         "top_host_ops": [{"name": a.key, "calls_per_push": a.count / pushes,
@@ -462,7 +476,8 @@ def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
     trace = Path(args.trace) if args.trace else None
     return {mode: profile_pushes(backend, config, blobs, args.sessions, batch, args.step,
                                  overlap=mode == "overlap", trace=trace,
-                                 compile_resize=args.compile_resize, decoder=args.decoder)
+                                 compile_resize=args.compile_resize, decoder=args.decoder,
+                                 stagger=not args.aligned_phases)
             for mode in ("serial", "overlap")}
 
 
@@ -621,6 +636,10 @@ def main() -> None:
                              "decoder")
     parser.add_argument("--compile-resize", action="store_true",
                         help="e2e and profile stages: the pipeline's resize fused by torch.compile")
+    parser.add_argument("--aligned-phases", action="store_true",
+                        help="e2e and profile stages: every session's windows in phase, so they "
+                             "come in bursts (the feed before the twentieth session; default: "
+                             "staggered, as sessions that joined at different times)")
     parser.add_argument("--trace", default=None,
                         help="profile stage: write Chrome traces of its pushes into this folder")
     parser.add_argument("--budget-s", type=float, default=165.0,

@@ -20,6 +20,9 @@ the host or the GPU stops the processes.
 Run it again after ``nvidia-cuda-mps-control -d`` (``--tag mps``) for the same with CUDA MPS,
 whose processes' kernels share the GPU at once instead of by time slices.
 
+Each pipeline's sessions start with their window phases staggered, as in ``gpu_e2e.py``
+(``--aligned-phases`` for the bursts of the rows measured before the twentieth session).
+
 A row ``PxBxL`` gives each process L lanes: L pipelines, each with its own backend and CUDA
 stream, pushed from one thread each, so that their kernels share one CUDA context (no time
 slices between them) while the pipelines' host work overlaps wherever it leaves the GIL
@@ -79,7 +82,8 @@ def _lane(args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes
         pipeline, per_push = open_pipeline(
             backend, config, sessions, batch, args.step,
             JpegDecoder(backend.device, library=args.decoder), StageTimer(backend.device),
-            overlap=True, compile_resize=args.compile_resize)
+            blobs=None if args.aligned_phases else blobs, overlap=True,
+            compile_resize=args.compile_resize)
         offset = 0
         for _ in range(3):  # warm: the resize's compile, the graphs, the decoder's buffers
             pipeline.push(feed(blobs, sessions, per_push, offset))
@@ -255,6 +259,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--decoder", default="nvjpeg")
     parser.add_argument("--compile-resize", action="store_true")
+    parser.add_argument("--aligned-phases", action="store_true",
+                        help="every session's windows in phase (bursts; the rows before the "
+                             "twentieth session's lanes); default: staggered")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     parser.add_argument("--input-size", default=None, help="HxW (72x128 for a CPU smoke test)")
     parser.add_argument("--start-timeout-s", type=float, default=120.0,
