@@ -124,3 +124,17 @@ def test_sessions_split_over_processes_give_one_report(loadtest, small_weights, 
     assert report["sessions"] == 3 and report["frames_sent"] == 60 and report["rows"] == 60
     assert report["dropped"] == 0 and report["errors"] == {}
     assert 'ttball_session_events_total{event="created"} 3.0' in metrics
+
+
+def test_session_starts_spread_over_one_window_so_windows_do_not_come_in_bursts() -> None:
+    from ttball.cli.loadtest import start_offset
+
+    fps, step, sessions = 60.0, 3, 12
+    offsets = [start_offset(i, sessions, fps, step) for i in range(sessions)]
+    assert offsets[0] == 0 and all(b > a for a, b in zip(offsets, offsets[1:]))
+    assert max(offsets) < step / fps
+    # each session completes a window every `step` frames; within one window's time, as many
+    # sessions complete theirs in each frame interval
+    per_interval = [sum(int(o * fps + 1e-9) == k for o in offsets) for k in range(step)]
+    assert per_interval == [sessions // step] * step
+    assert start_offset(5, 10, 30.0, 1) == 0.5 / 30.0  # step 1: one interval

@@ -249,13 +249,21 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
     }
 
 
+def start_offset(index: int, sessions: int, fps: float, step: int) -> float:
+    """Session ``index``'s start after the first's, in seconds: the starts spread evenly over
+    ``step`` frame intervals, as independent cameras' would be. Over one interval, every
+    session's window (``step`` frames) would complete within the same interval, and the worker
+    would see the windows in bursts, one every ``step`` intervals."""
+    return (index / sessions) * step / fps
+
+
 async def _run_sessions(args: argparse.Namespace, clips: list[list[bytes]], indices: range,
                         start_wall: float) -> list[SessionLog]:
-    """Sessions ``indices`` of ``args.sessions``, their starts staggered over one frame interval
-    (as independent cameras would be) from the wall-clock time ``start_wall``."""
+    """Sessions ``indices`` of ``args.sessions``, their starts staggered (:func:`start_offset`)
+    from the wall-clock time ``start_wall``."""
     start_at = time.perf_counter() + (start_wall - time.time())
     tasks = [_session(args.url.rstrip("/"), args.token, clips[i % len(clips)], args,
-                      start_at + (i / args.sessions) / args.fps)
+                      start_at + start_offset(i, args.sessions, args.fps, args.step))
              for i in indices]
     return list(await asyncio.wait_for(asyncio.gather(*tasks),
                                        timeout=args.duration + args.drain_timeout + 60))
