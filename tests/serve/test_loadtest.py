@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -131,7 +132,7 @@ def test_session_starts_spread_over_one_window_so_windows_do_not_come_in_bursts(
 
     fps, step, sessions = 60.0, 3, 12
     offsets = [start_offset(i, sessions, fps, step) for i in range(sessions)]
-    assert offsets[0] == 0 and all(b > a for a, b in zip(offsets, offsets[1:]))
+    assert offsets[0] == 0 and all(b > a for a, b in pairwise(offsets))
     assert max(offsets) < step / fps
     # each session completes a window every `step` frames; within one window's time, as many
     # sessions complete theirs in each frame interval
