@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import time
-from itertools import pairwise
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 
 import cv2
 import numpy as np
