@@ -11,8 +11,9 @@ its frames, push latencies and rows. Per ``(processes, batch)`` row: the summed 
 process's, push p50/p99 over all pushes, the p99 latency of a frame at 60-fps arrival (the
 time its push takes to fill from this process's sessions, plus the push's p99), and, sampled
 by the parent while the children push, the host's CPU busy share (``/proc/stat``, all cores)
-and the GPU's utilization (``nvidia-smi``: the share of time a kernel ran), which say whether
-the host or the GPU stops the processes.
+and the GPU's utilization (``nvidia-smi``: the share of time a kernel ran), power draw and SM
+clock, which say whether the host or the GPU stops the processes (and, by the power, how
+much of the GPU's busy time is work).
 
     PYTHONPATH=. python3 scripts/gpu_e2e_procs.py --out procs.json --backend triton-fp16-direct \
         --rows 1x32,2x32,4x16,4x32 --compile-resize
@@ -158,32 +159,42 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-def _gpu_util() -> float | None:
-    """The GPU's utilization now, in %, from ``nvidia-smi`` (first GPU); None without it."""
+GPU_FIELDS = ("utilization.gpu", "power.draw", "clocks.sm")  # %, W, MHz
+
+
+def _gpu_sample() -> tuple[float, ...] | None:
+    """The first GPU's utilization (%), power draw (W) and SM clock (MHz) now, from
+    ``nvidia-smi``; None without it. Utilization is the share of time some kernel ran, however
+    few SMs it kept busy; the power says how much work they did."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
                              timeout=5, check=True).stdout
-        return float(out.split()[0])
+        values = tuple(float(v) for v in out.splitlines()[0].split(","))
+        return values if len(values) == len(GPU_FIELDS) else None
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
 
 
 def sample_load(seconds: float, every_s: float = 0.5) -> dict[str, Any]:
-    """The host's CPU busy share over ``seconds`` and the GPU's utilization sampled every
-    ``every_s`` (None where this machine can't tell)."""
+    """The host's CPU busy share over ``seconds`` and the GPU's utilization, power and SM
+    clock sampled every ``every_s`` (None where this machine can't tell)."""
     first, gpu = _cpu_times(), []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        util = _gpu_util()
-        if util is not None:
-            gpu.append(util)
+        sample = _gpu_sample()
+        if sample is not None:
+            gpu.append(sample)
         time.sleep(max(0.0, min(every_s, end - time.perf_counter())))
     last = _cpu_times()
     cpu = (100.0 * (last[0] - first[0]) / max(1, last[1] - first[1])
            if first is not None and last is not None else None)
+    means = np.mean(np.asarray(gpu), axis=0) if gpu else [None] * len(GPU_FIELDS)
     return {"cpu_busy_pct": cpu, "cores": os.cpu_count(),
-            "gpu_util_pct": float(np.mean(gpu)) if gpu else None, "gpu_samples": len(gpu)}
+            "gpu_util_pct": None if means[0] is None else float(means[0]),
+            "gpu_power_w": None if means[1] is None else float(means[1]),
+            "gpu_sm_clock_mhz": None if means[2] is None else float(means[2]),
+            "gpu_samples": len(gpu)}
 
 
 def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes],

@@ -62,14 +62,16 @@ def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(mo
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # its `from gpu_e2e import ...`
     procs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(procs)
-    monkeypatch.setattr(procs, "_gpu_util", lambda: 40.0)
+    monkeypatch.setattr(procs, "_gpu_sample", lambda: (40.0, 350.0, 1980.0))
     load = procs.sample_load(0.3, every_s=0.1)
-    assert load["gpu_util_pct"] == 40.0 and load["gpu_samples"] >= 2
+    assert (load["gpu_util_pct"], load["gpu_power_w"], load["gpu_sm_clock_mhz"]) == (40.0, 350.0, 1980.0)
+    assert load["gpu_samples"] >= 2
     assert 0 <= load["cpu_busy_pct"] <= 100
     monkeypatch.setattr(procs, "_cpu_times", lambda: None)
-    monkeypatch.setattr(procs, "_gpu_util", lambda: None)
+    monkeypatch.setattr(procs, "_gpu_sample", lambda: None)
     assert procs.sample_load(0.1) == {"cpu_busy_pct": None, "cores": os.cpu_count(),
-                                      "gpu_util_pct": None, "gpu_samples": 0}
+                                      "gpu_util_pct": None, "gpu_power_w": None,
+                                      "gpu_sm_clock_mhz": None, "gpu_samples": 0}
 
 
 def test_a_row_that_is_not_processes_x_batch_is_refused_in_one_line(tmp_path: Path) -> None:
