@@ -17,9 +17,9 @@ row starts after ``--budget-s``; the JSON is rewritten after every stage):
    share of heatmaps needing the host fallback.
 6. ``e2e``: per batch size B, S sessions send frames round-robin, 3·B frames (step 3) per
    push, their window phases staggered (``--aligned-phases``: in phase, so windows come in
-   bursts, as before the twentieth session): frames/s, per-push latency p50/p99 (bytes in → rows on the host), and a second pass
-   with a device sync after each stage for the split (decode, preprocess, network,
-   postprocess, track) in µs per frame.
+   bursts, as before the twentieth session): frames/s, per-push latency p50/p99 (bytes in →
+   rows on the host), and a second pass with a device sync after each stage for the split
+   (decode, preprocess, network, postprocess, track) in µs per frame.
 7. ``e2e_cpu_decode``: the largest B with ``cv2`` decode on the host instead of nvJPEG.
 8. ``cpu_path``: today's worker path (cv2 decode + cv2 resize on the host, FrameStream,
    ``infer_windows``, host post-processing), one thread, the largest B.
@@ -236,8 +236,13 @@ def feed(blobs: list[bytes], sessions: int, step_frames: int, offset: int) -> li
     for k in range(step_frames):
         n = offset + k
         s, t = n % sessions, n // sessions
-        out.append((f"s{s}", blobs[(7 * s + t) % len(blobs)]))
+        out.append((f"s{s}", _frame(blobs, s, t)))
     return out
+
+
+def _frame(blobs: list[bytes], session: int, t: int) -> bytes:
+    """Session ``session``'s frame at time ``t`` of :func:`feed`'s sequence."""
+    return blobs[(7 * session + t) % len(blobs)]
 
 
 def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int, step: int,
@@ -248,9 +253,10 @@ def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int
 
     With ``blobs`` (and step 3) the sessions' window phases are staggered first, as cameras
     that joined at different times: sessions ``s % 3 == 1`` get one frame, ``s % 3 == 2``
-    two (of :func:`feed`'s sequence, so none repeats the next). Fed round-robin from the same start, every session would complete its windows on
-    the same pushes: bursts of two or three backend calls, then pushes with none (5–7 % of
-    the slots padded, and the pushes' p99 set by the bursts)."""
+    two (of :func:`feed`'s sequence, so none repeats the next). Fed round-robin from the same
+    start, every session would complete its windows on the same pushes: bursts of two or three
+    backend calls, then pushes with none (5–7 % of the slots padded, and the pushes' p99 set
+    by the bursts)."""
     sizes = [s for s in WARM_SIZES if s < batch] + [batch]
     pipeline = GpuPipeline(backend, config, decoder=decoder, batch_sizes=sizes, timer=timer,
                            **options)
@@ -258,7 +264,7 @@ def open_pipeline(backend: Any, config: WeightsConfig, sessions: int, batch: int
         pipeline.open(f"s{s}", StreamOptions(step=step), fps=60.0)
     if blobs and step == 3:  # the frames feed() would have sent at times -2 and -1: each
         for t in (-2, -1):   # differs from the next (a repeat would be dropped as a duplicate)
-            pipeline.push([(f"s{s}", blobs[(7 * s + t) % len(blobs)]) for s in range(sessions)
+            pipeline.push([(f"s{s}", _frame(blobs, s, t)) for s in range(sessions)
                            if s % 3 >= -t])
     return pipeline, batch * step if step == 3 else batch
 
@@ -307,7 +313,8 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
     lat = np.array(latencies)
     out = {
         "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
-        "phases": "staggered" if stagger else "aligned", "overlap": overlap, "compile_resize": pipeline.resizer.compiled,
+        "phases": "staggered" if stagger else "aligned", "overlap": overlap,
+        "compile_resize": pipeline.resizer.compiled,
         "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
         "frames_per_s": frames / elapsed,
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
@@ -403,6 +410,22 @@ def device_ms(averages: list[Any]) -> float:
                if a.device_type == DeviceType.CUDA and not a.key.startswith("stage:")) / 1e3
 
 
+def _activities(device: torch.device) -> list[Any]:
+    """What the profiler records: the host, and the device's kernels on CUDA."""
+    from torch.profiler import ProfilerActivity
+
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+
+
+def top_kernels(averages: list[Any], n: int, per: int, unit: str) -> list[dict[str, Any]]:
+    """The ``n`` entries of ``averages`` (``key_averages()``) with the most device time, each
+    with its calls and ms a ``unit`` (``per`` units profiled)."""
+    kernels = sorted((a for a in averages if getattr(a, "self_device_time_total", 0) > 0),
+                     key=lambda a: a.self_device_time_total, reverse=True)[:n]
+    return [{"name": a.key[:120], f"calls_per_{unit}": a.count / per,
+             f"ms_per_{unit}": a.self_device_time_total / 1e3 / per} for a in kernels]
+
+
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
                    batch: int, step: int, overlap: bool, pushes: int | None = None,
                    trace: Path | None = None, compile_resize: bool = False,
@@ -411,7 +434,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     By default, enough pushes for every session to complete two windows: windows come in
     bursts (the sessions, fed round-robin, complete theirs on the same pushes), so six pushes
     held half or one and a half times the backend calls of their frames."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     device = backend.device
     pipeline, per_push = open_pipeline(backend, config, sessions, batch, step,
@@ -426,13 +449,10 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
         offset += per_push
     pipeline.flush()
     sync()
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     calls: list[tuple[int, int]] = []  # (windows, padded size) of each backend call profiled
     pipeline.on_batch = lambda windows, size: calls.append((windows, size))
     start = time.perf_counter()
-    with profile(activities=activities) as prof:
+    with profile(activities=_activities(device)) as prof:
         for _ in range(pushes):
             pipeline.push(feed(blobs, sessions, per_push, offset))
             offset += per_push
@@ -446,8 +466,6 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     per_stage, waits = stage_rows(events, pushes)
     averages = prof.key_averages()
     host_ops = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:15]
-    kernels = sorted((a for a in averages if getattr(a, "self_device_time_total", 0) > 0),
-                     key=lambda a: a.self_device_time_total, reverse=True)[:40]
     frames = per_push * pushes
     return {
         "batch": batch, "overlap": overlap, "decoder": pipeline.decoder.kind,
@@ -465,9 +483,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
         "top_host_ops": [{"name": a.key, "calls_per_push": a.count / pushes,
                           "self_cpu_ms_per_push": a.self_cpu_time_total / 1e3 / pushes}
                          for a in host_ops],
-        "top_kernels": [{"name": a.key[:120], "calls_per_push": a.count / pushes,
-                         "ms_per_push": a.self_device_time_total / 1e3 / pushes}
-                        for a in kernels],
+        "top_kernels": top_kernels(averages, 40, pushes, "push"),
     }
 
 
@@ -488,7 +504,7 @@ def stage_network(backend: Any, config: WeightsConfig, batch: int, calls: int = 
     call under the profiler. Against the profile stage's kernels a push, it says whether the
     network's kernels run slower inside the pipeline (other kernels beside them, a padded
     call) than alone."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     h, w = config.input_size
     x = torch.rand(batch, 9, h, w, device=backend.device)
@@ -500,23 +516,16 @@ def stage_network(backend: Any, config: WeightsConfig, batch: int, calls: int = 
         backend(x)
     sync()
     wall = time.perf_counter() - start
-    activities = [ProfilerActivity.CPU]
-    if backend.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    with profile(activities=_activities(backend.device)) as prof:
         for _ in range(calls):
             backend(x)
         sync()
     averages = prof.key_averages()
-    kernels = sorted((a for a in averages if getattr(a, "self_device_time_total", 0) > 0),
-                     key=lambda a: a.self_device_time_total, reverse=True)[:25]
     return {
         "batch": batch, "calls": calls, "ms_per_call": 1e3 * wall / calls,
         "us_per_window": 1e6 * wall / calls / batch,
         "device_ms_per_call": device_ms(averages) / calls,
-        "top_kernels": [{"name": a.key[:120], "calls_per_call": a.count / calls,
-                         "ms_per_call": a.self_device_time_total / 1e3 / calls}
-                        for a in kernels],
+        "top_kernels": top_kernels(averages, 25, calls, "call"),
     }
 
 

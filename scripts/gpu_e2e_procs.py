@@ -159,7 +159,9 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-GPU_FIELDS = ("utilization.gpu", "power.draw", "clocks.sm")  # %, W, MHz
+# nvidia-smi's fields and the names of their means in a row
+GPU_FIELDS = {"utilization.gpu": "gpu_util_pct", "power.draw": "gpu_power_w",
+              "clocks.sm": "gpu_sm_clock_mhz"}
 
 
 def _gpu_sample() -> tuple[float, ...] | None:
@@ -189,12 +191,9 @@ def sample_load(seconds: float, every_s: float = 0.5) -> dict[str, Any]:
     last = _cpu_times()
     cpu = (100.0 * (last[0] - first[0]) / max(1, last[1] - first[1])
            if first is not None and last is not None else None)
-    means = np.mean(np.asarray(gpu), axis=0) if gpu else [None] * len(GPU_FIELDS)
-    return {"cpu_busy_pct": cpu, "cores": os.cpu_count(),
-            "gpu_util_pct": None if means[0] is None else float(means[0]),
-            "gpu_power_w": None if means[1] is None else float(means[1]),
-            "gpu_sm_clock_mhz": None if means[2] is None else float(means[2]),
-            "gpu_samples": len(gpu)}
+    means = (dict(zip(GPU_FIELDS.values(), map(float, np.mean(gpu, axis=0)))) if gpu
+             else dict.fromkeys(GPU_FIELDS.values()))
+    return {"cpu_busy_pct": cpu, "cores": os.cpu_count(), **means, "gpu_samples": len(gpu)}
 
 
 def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes],

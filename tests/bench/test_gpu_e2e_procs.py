@@ -20,14 +20,21 @@ def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
-def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) -> None:
+def _one_row(tmp_path: Path, rows: str) -> dict:
+    """The script's one row ``rows`` on the CPU (tiny input, two sessions, half a second),
+    which ran without an error."""
     out = tmp_path / "procs.json"
     done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
-                "--backend", "eager-fp32", "--rows", "2x1", "--sessions", "2",
+                "--backend", "eager-fp32", "--rows", rows, "--sessions", "2",
                 "--seconds", "0.5", "--frames", "6", "--threads", "1")
     assert done.returncode == 0, done.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert "error" not in row, row
+    return row
+
+
+def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) -> None:
+    row = _one_row(tmp_path, "2x1")
     assert (row["procs"], row["batch"], row["sessions_per_proc"]) == (2, 1, 1)
     assert len(row["frames_per_s_each"]) == 2 and min(row["frames_per_s_each"]) > 0
     assert abs(row["frames_per_s"] - sum(row["frames_per_s_each"])) < 0.2
@@ -41,13 +48,7 @@ def test_two_processes_push_together_and_their_rates_are_summed(tmp_path: Path) 
 
 
 def test_lanes_push_from_threads_of_one_process_and_are_summed(tmp_path: Path) -> None:
-    out = tmp_path / "lanes.json"
-    done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
-                "--backend", "eager-fp32", "--rows", "1x1x2", "--sessions", "2",
-                "--seconds", "0.5", "--frames", "6", "--threads", "1")
-    assert done.returncode == 0, done.stderr[-2000:]
-    (row,) = json.loads(out.read_text())["rows"]
-    assert "error" not in row, row
+    row = _one_row(tmp_path, "1x1x2")
     assert (row["procs"], row["batch"], row["lanes"], row["sessions_per_proc"]) == (1, 1, 2, 2)
     assert len(row["frames_per_s_each"]) == 1 and row["frames_per_s"] > 0
     assert row["rows_out"] > 0 and row["pushes"] >= 4  # both lanes pushed, twice at least
