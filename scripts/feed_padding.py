@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-
 from gpu_e2e import JpegDecoder, StageTimer, feed, load_weights, make_frames, open_pipeline
+
 from ttball.backends import create
 
 
@@ -45,7 +45,7 @@ def main() -> None:
                 backend, model.config, sessions, batch, 3, JpegDecoder(device),
                 StageTimer(device), blobs=blobs if stagger else None)
             calls: list[tuple[int, int]] = []
-            pipeline.on_batch = lambda windows, size: calls.append((windows, size))
+            pipeline.on_batch = lambda windows, size, calls=calls: calls.append((windows, size))
             per = []
             for p in range(args.pushes):
                 before = len(calls)
