@@ -28,7 +28,9 @@ A row ``PxBxL`` gives each process L lanes: L pipelines, each with its own backe
 stream, pushed from one thread each, so that their kernels share one CUDA context (no time
 slices between them) while the pipelines' host work overlaps wherever it leaves the GIL
 (nvJPEG, the graphs' replays, the waits). ``1x16x4`` is one process holding the GPU for all
-the sessions.
+the sessions. Once a process's lanes are warm, their CUDA graphs are frozen: a capture fails
+while another thread of the process works (twenty-first session), so what has no graph by
+then runs eagerly; ``uncaptured_calls`` counts those calls.
 """
 
 from __future__ import annotations
@@ -126,6 +128,9 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
 
         torch.set_num_threads(max(1, args.threads))
         built = [_lane(args, batch, sessions // lanes, blobs, lanes > 1) for _ in range(lanes)]
+        if lanes > 1:  # a capture fails while another lane's thread works: none from here on
+            for lane in built:
+                lane["pipeline"].freeze_graphs()
         if built[0]["backend"].device.type == "cuda":
             torch.cuda.synchronize(built[0]["backend"].device)
         barrier.wait(timeout=max(1.0, deadline_s - time.time()))
@@ -141,6 +146,7 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                      "frames_per_push": built[0]["per_push"],
                      "latencies_ms": [t for r in runs for t in r["latencies"]],
                      "decoder": built[0]["pipeline"].decoder.kind,
+                     "uncaptured_calls": sum(b["pipeline"].uncaptured for b in built),
                      "fallback_share": max(b["pipeline"].fallbacks / max(b["pipeline"].heatmaps, 1)
                                            for b in built)})
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which goes on)
@@ -248,6 +254,7 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
         "latency_ms_p99_at_60fps": gather_ms + float(np.percentile(lat, 99)),
         "decoder": reports[0]["decoder"],
         "fallback_share": max(r["fallback_share"] for r in reports),
+        "uncaptured_calls": sum(r["uncaptured_calls"] for r in reports),
     })
     return row
 

@@ -166,3 +166,15 @@ def test_triton_backend_reads_a_reused_buffer_in_place(name: str) -> None:
                 close = torch.allclose(got, want, rtol=1e-3, atol=1e-3)
                 assert close == (i == j), (i, j, (got - want).abs().max().item())
     assert backend._graphs.addressed((2, 9, 72, 128)) == before + 1  # buf's
+
+
+def test_frozen_cache_runs_new_shapes_and_addresses_without_capturing() -> None:
+    cache, buf = _CpuCache(by_address=2), torch.randn(2, 3)
+    cache(buf)
+    cache.frozen = True
+    for _ in range(2):  # a repeated address: no graph reading it in place
+        assert torch.equal(cache(buf), _fn(buf))
+    other = torch.randn(5)  # a new shape: run directly
+    assert torch.equal(cache(other), _fn(other))
+    assert cache.captured == [True]
+    assert cache.uncaptured == 1

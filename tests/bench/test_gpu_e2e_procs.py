@@ -52,6 +52,7 @@ def test_lanes_push_from_threads_of_one_process_and_are_summed(tmp_path: Path) -
     assert (row["procs"], row["batch"], row["lanes"], row["sessions_per_proc"]) == (1, 1, 2, 2)
     assert len(row["frames_per_s_each"]) == 1 and row["frames_per_s"] > 0
     assert row["rows_out"] > 0 and row["pushes"] >= 4  # both lanes pushed, twice at least
+    assert row["uncaptured_calls"] == 0  # the CPU has no graphs to freeze
     # one session a lane: its push of 3 frames takes 50 ms to gather at 60 fps
     assert row["gather_ms_at_60fps"] == 50.0
 

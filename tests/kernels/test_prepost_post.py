@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from ttball.kernels.prepost_post import PostOptions, blob_stats, detections, packed_stats
+from ttball.kernels.prepost_post import (
+    GraphedStats,
+    PostOptions,
+    blob_stats,
+    detections,
+    packed_stats,
+)
 from ttball.postprocess import Detection, FrameGeometry, detect
 
 H, W = 72, 128
@@ -179,3 +185,14 @@ def test_packed_stats_takes_channels_last_logits() -> None:
     assert not channels_last.is_contiguous()
     thresholds = torch.full((6,), 0.5)
     assert torch.equal(packed_stats(channels_last, thresholds), packed_stats(logits, thresholds))
+
+
+def test_frozen_graphed_stats_run_eagerly() -> None:
+    """Frozen (lanes pushed from threads: no captures), a shape without a graph runs
+    :func:`packed_stats` itself, here on the CPU where nothing could be captured."""
+    logits = torch.randn(2, 3, 16, 24)
+    thresholds = torch.full((6,), 0.5)
+    graphed = GraphedStats()
+    graphed.frozen = True
+    assert torch.equal(graphed(logits, thresholds), packed_stats(logits, thresholds))
+    assert graphed.uncaptured == 1

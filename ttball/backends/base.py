@@ -68,6 +68,10 @@ class BackendBase:
         self.warmed.add(batch.shape[0])
         return out.float()
 
+    def freeze_graphs(self) -> None:
+        """Capture no more CUDA graphs (a backend that has them overrides this); for callers
+        about to call from several threads."""
+
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
         seconds = {}
         for b in batch_sizes:

@@ -44,7 +44,14 @@ class GraphCache:
     copying graph. Only for an ``fn`` whose intermediates do not grow with the number of
     graphs (the Triton executor writes into its own per-shape buffers). Correct for any
     tensor later found at that address: the graph reads whatever the address holds when it
-    replays, which is then the caller's batch."""
+    replays, which is then the caller's batch.
+
+    ``frozen`` (set by callers that push from several threads once they are warm): no new
+    captures; a shape or address without a graph runs ``fn`` directly (counted in
+    ``uncaptured``). A capture while another thread of the process launches work, syncs or
+    copies fails (CUDA errors 901 and 905 in the twenty-first session's lanes, with CUDA's
+    global and thread-local capture modes alike), so graphs are captured before threads
+    start."""
 
     _SEEN_MAX = 64  # addresses remembered for their first call, oldest forgotten first
 
@@ -57,6 +64,8 @@ class GraphCache:
         self._addressed: dict[tuple[Any, ...], tuple[Any, Tensor]] = {}
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         self._pool: Any = None
+        self.frozen = False
+        self.uncaptured = 0
 
     def __contains__(self, shape: tuple[int, ...]) -> bool:
         return shape in self._graphs
@@ -88,14 +97,17 @@ class GraphCache:
         if self.by_address:
             key = (shape, tuple(batch.stride()), batch.dtype, batch.data_ptr())
             hit = self._addressed.get(key)
-            if hit is None and self._repeated(key) and shape in self._graphs \
-                    and self.addressed(shape) < self.by_address:
+            if hit is None and not self.frozen and self._repeated(key) \
+                    and shape in self._graphs and self.addressed(shape) < self.by_address:
                 graph, _, out = self.capture(batch, copy=False)
                 hit = self._addressed[key] = (graph, out)
             if hit is not None:
                 hit[0].replay()
                 return hit[1].clone()
         if shape not in self._graphs:
+            if self.frozen:
+                self.uncaptured += 1
+                return self.fn(batch).clone()
             self._graphs[shape] = self.capture(batch)
         graph, static_in, static_out = self._graphs[shape]
         static_in.copy_(batch)
@@ -139,6 +151,10 @@ class CudaGraphBackend(BackendBase):
     def run(self, batch: Tensor) -> Tensor:
         with cudnn_benchmark(self.recipe.cudnn_benchmark):
             return self._graphs(batch)
+
+    def freeze_graphs(self) -> None:
+        """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
+        self._graphs.frozen = True
 
 
 register_recipes(

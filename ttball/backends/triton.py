@@ -161,6 +161,10 @@ class TritonBackend(BackendBase):
                         float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
         return self._graphs(batch)
 
+    def freeze_graphs(self) -> None:
+        """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
+        self._graphs.frozen = True
+
     def _replay_ms(self, batch: Tensor) -> float:
         """Median ms of a replay of the executor's call as it stands, from a CUDA graph
         captured now and dropped after (``refine``'s clock): 5 groups of replays of about

@@ -516,6 +516,22 @@ class GpuPipeline:
             out.append(per_position)
         return out
 
+    def freeze_graphs(self) -> None:
+        """No CUDA graph captures from now on, the backend's or post-processing's: for a
+        process that pushes several pipelines from threads (a capture fails while another
+        thread launches or syncs); what has no graph then runs eagerly."""
+        freeze = getattr(self.backend, "freeze_graphs", None)  # BackendBase's; not the Protocol's
+        if freeze is not None:
+            freeze()
+        if self._graphed is not None:
+            self._graphed.frozen = True
+
+    @property
+    def uncaptured(self) -> int:
+        """Calls run eagerly since :meth:`freeze_graphs` (backend and post-processing)."""
+        graphs = getattr(self.backend, "_graphs", None)
+        return getattr(graphs, "uncaptured", 0) + getattr(self._graphed, "uncaptured", 0)
+
     def _packed(self, logits: Tensor, thresholds: Tensor) -> Tensor:
         if self._graphed is not None:
             try:

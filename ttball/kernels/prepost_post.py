@@ -188,16 +188,23 @@ def packed_stats(logits: Tensor, thresholds: Tensor, options: PostOptions = Post
 
 class GraphedStats:
     """:func:`packed_stats` replayed from one CUDA graph per input shape (about 100 small
-    kernels become one launch). The returned tensor is overwritten by the next call."""
+    kernels become one launch). The returned tensor is overwritten by the next call.
+    ``frozen``: no new captures, a shape without a graph runs eagerly (counted in
+    ``uncaptured``), as :class:`ttball.backends.cudagraph.GraphCache`'s."""
 
     def __init__(self, options: PostOptions = PostOptions()) -> None:
         self.options = options
         self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, Tensor, Tensor, Tensor]] = {}
         self._pool: object = None
+        self.frozen = False
+        self.uncaptured = 0
 
     def __call__(self, logits: Tensor, thresholds: Tensor) -> Tensor:
         key = tuple(logits.shape)
         if key not in self._graphs:
+            if self.frozen:
+                self.uncaptured += 1
+                return packed_stats(logits, thresholds, self.options)
             self._graphs[key] = self._capture(logits, thresholds)
         graph, static_logits, static_thr, out = self._graphs[key]
         static_logits.copy_(logits)
