@@ -178,3 +178,23 @@ def test_frozen_cache_runs_new_shapes_and_addresses_without_capturing() -> None:
     assert torch.equal(cache(other), _fn(other))
     assert cache.captured == [True]
     assert cache.uncaptured == 1
+
+
+def test_graphed_backends_freeze_their_cache_and_count_what_ran_without_a_graph() -> None:
+    """``freeze_graphs`` / ``uncaptured_calls`` of the CUDA-graph and Triton backends reach
+    their cache (checked without building one: CUDA only); other backends have none."""
+    from ttball.backends.base import BackendBase
+    from ttball.backends.cudagraph import CudaGraphBackend, GraphedBackend
+    from ttball.backends.triton import TritonBackend
+
+    assert issubclass(CudaGraphBackend, GraphedBackend)
+    assert issubclass(TritonBackend, GraphedBackend)
+    backend = GraphedBackend.__new__(GraphedBackend)
+    backend._graphs = _CpuCache(by_address=0)
+    backend.freeze_graphs()
+    x = torch.randn(3)
+    assert torch.equal(backend._graphs(x), _fn(x))
+    assert backend.uncaptured_calls == 1
+    plain = BackendBase(torch.device("cpu"))
+    plain.freeze_graphs()
+    assert plain.uncaptured_calls == 0

@@ -72,6 +72,11 @@ class BackendBase:
         """Capture no more CUDA graphs (a backend that has them overrides this); for callers
         about to call from several threads."""
 
+    @property
+    def uncaptured_calls(self) -> int:
+        """Calls run without a CUDA graph since :meth:`freeze_graphs` (none here)."""
+        return 0
+
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
         seconds = {}
         for b in batch_sizes:

@@ -125,7 +125,23 @@ class GraphCache:
         return False
 
 
-class CudaGraphBackend(BackendBase):
+class GraphedBackend(BackendBase):
+    """A backend that replays its calls from a :class:`GraphCache` (``self._graphs``): the
+    cache's freezing for callers on several threads."""
+
+    _graphs: GraphCache
+
+    def freeze_graphs(self) -> None:
+        """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
+        self._graphs.frozen = True
+
+    @property
+    def uncaptured_calls(self) -> int:
+        """Calls run without a graph since :meth:`freeze_graphs`."""
+        return self._graphs.uncaptured
+
+
+class CudaGraphBackend(GraphedBackend):
     """The eager network prepared by ``recipe``, replayed from a CUDA graph per batch shape."""
 
     def __init__(
@@ -151,10 +167,6 @@ class CudaGraphBackend(BackendBase):
     def run(self, batch: Tensor) -> Tensor:
         with cudnn_benchmark(self.recipe.cudnn_benchmark):
             return self._graphs(batch)
-
-    def freeze_graphs(self) -> None:
-        """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
-        self._graphs.frozen = True
 
 
 register_recipes(

@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 
 from ttball.backends._recipe import preset
-from ttball.backends.base import BackendBase, register
-from ttball.backends.cudagraph import GraphCache
+from ttball.backends.base import register
+from ttball.backends.cudagraph import GraphCache, GraphedBackend
 from ttball.bench.timing import TimingPlan, time_calls
 from ttball.errors import BackendUnavailable, UserError
 from ttball.kernels.refine import Refinement
@@ -93,7 +93,7 @@ def direct_missing(device: torch.device) -> str | None:
     return kernel_missing(device)
 
 
-class TritonBackend(BackendBase):
+class TritonBackend(GraphedBackend):
     """The plan's Triton executor, optionally replayed from one CUDA graph per input shape."""
 
     def __init__(
@@ -160,10 +160,6 @@ class TritonBackend(BackendBase):
                     self.refinements[shape] = Refinement(
                         float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
         return self._graphs(batch)
-
-    def freeze_graphs(self) -> None:
-        """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
-        self._graphs.frozen = True
 
     def _replay_ms(self, batch: Tensor) -> float:
         """Median ms of a replay of the executor's call as it stands, from a CUDA graph

@@ -529,8 +529,8 @@ class GpuPipeline:
     @property
     def uncaptured(self) -> int:
         """Calls run eagerly since :meth:`freeze_graphs` (backend and post-processing)."""
-        graphs = getattr(self.backend, "_graphs", None)
-        return getattr(graphs, "uncaptured", 0) + getattr(self._graphed, "uncaptured", 0)
+        backend = getattr(self.backend, "uncaptured_calls", 0)  # BackendBase's; not the Protocol's
+        return backend + getattr(self._graphed, "uncaptured", 0)
 
     def _packed(self, logits: Tensor, thresholds: Tensor) -> Tensor:
         if self._graphed is not None:
