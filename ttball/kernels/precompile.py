@@ -43,9 +43,10 @@ class TritonCall:
     def launch(self) -> None:
         self.kernel[self.grid](*self.args, **self.kwargs)
 
-    def warmup(self) -> None:
-        """Compile (or find in Triton's caches) what :meth:`launch` runs, without running it."""
-        self.kernel.warmup(*self.args, grid=self.grid, **self.kwargs)
+    def warmup(self) -> Any:
+        """Compile (or find in Triton's caches) what :meth:`launch` runs, without running it;
+        the compiled kernel (its ``asm`` holds the PTX)."""
+        return self.kernel.warmup(*self.args, grid=self.grid, **self.kwargs)
 
     def key(self) -> tuple[Any, ...]:
         """What Triton specializes a compile on, as far as this module knows it: the kernel,
