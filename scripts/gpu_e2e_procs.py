@@ -30,7 +30,9 @@ slices between them) while the pipelines' host work overlaps wherever it leaves 
 (nvJPEG, the graphs' replays, the waits). ``1x16x4`` is one process holding the GPU for all
 the sessions. Once a process's lanes are warm, their CUDA graphs are frozen: a capture fails
 while another thread of the process works (twenty-first session), so what has no graph by
-then runs eagerly; ``uncaptured_calls`` counts those calls.
+then runs eagerly; ``uncaptured_calls`` counts those calls. A process builds and warms its
+lanes one after another (``start_s_max``: the slowest process's start); twelve lanes a GPU
+took more than 120 s on the H200, so give such rows ``--start-timeout-s 200``.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
     """One worker process: build and warm its ``lanes`` pipelines (the sessions split among
     them), wait for the other processes, push until ``seconds`` pass (with several lanes,
     one thread a lane, so their kernels share this process's CUDA context)."""
+    started, start_s = time.perf_counter(), None
     try:
         import torch
 
@@ -133,6 +136,7 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                 lane["pipeline"].freeze_graphs()
         if built[0]["backend"].device.type == "cuda":
             torch.cuda.synchronize(built[0]["backend"].device)
+        start_s = time.perf_counter() - started
         barrier.wait(timeout=max(1.0, deadline_s - time.time()))
         if lanes == 1:
             runs = [_push_for(built[0], blobs, args.seconds)]
@@ -141,7 +145,8 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                 runs = list(pool.map(lambda lane: _push_for(lane, blobs, args.seconds), built))
         elapsed = max(r["elapsed"] for r in runs)
         frames = sum(r["frames"] for r in runs)
-        results.put({"rank": rank, "frames": frames, "rows_out": sum(r["rows"] for r in runs),
+        results.put({"rank": rank, "start_s": start_s,
+                     "frames": frames, "rows_out": sum(r["rows"] for r in runs),
                      "elapsed_s": elapsed, "frames_per_s": frames / elapsed,
                      "frames_per_push": built[0]["per_push"],
                      "latencies_ms": [t for r in runs for t in r["latencies"]],
@@ -149,6 +154,11 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                      "uncaptured_calls": sum(b["pipeline"].uncaptured for b in built),
                      "fallback_share": max(b["pipeline"].fallbacks / max(b["pipeline"].heatmaps, 1)
                                            for b in built)})
+    except threading.BrokenBarrierError:  # another process failed, or the start timed out
+        results.put({"rank": rank, "start_s": start_s, "error": (
+            f"not every process was ready within --start-timeout-s {args.start_timeout_s:g} "
+            f"(this one after {start_s:.0f} s; each builds and warms its lanes one after "
+            "another), or another process failed")})
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which goes on)
         barrier.abort()
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
@@ -237,7 +247,8 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
                            "sessions_per_proc": sessions // lanes * lanes, **load}
     errors = [r for r in reports if "error" in r]
     if errors or len(reports) < procs:
-        row["error"] = (errors[0]["error"] if errors
+        errors.sort(key=lambda r: "trace" not in r)  # a process's own failure before the
+        row["error"] = (errors[0]["error"] if errors  # barriers it broke for the others
                         else f"{procs - len(reports)} of {procs} processes sent no report")
         row["reports"] = [{k: v for k, v in r.items() if k != "latencies_ms"} for r in reports]
         return row
@@ -255,6 +266,7 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
         "decoder": reports[0]["decoder"],
         "fallback_share": max(r["fallback_share"] for r in reports),
         "uncaptured_calls": sum(r["uncaptured_calls"] for r in reports),
+        "start_s_max": max(r["start_s"] for r in reports),
     })
     return row
 

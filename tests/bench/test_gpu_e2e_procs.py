@@ -53,6 +53,7 @@ def test_lanes_push_from_threads_of_one_process_and_are_summed(tmp_path: Path) -
     assert len(row["frames_per_s_each"]) == 1 and row["frames_per_s"] > 0
     assert row["rows_out"] > 0 and row["pushes"] >= 4  # both lanes pushed, twice at least
     assert row["uncaptured_calls"] == 0  # the CPU has no graphs to freeze
+    assert 0 < row["start_s_max"] < 240  # how long the process took to build its lanes
     # one session a lane: its push of 3 frames takes 50 ms to gather at 60 fps
     assert row["gather_ms_at_60fps"] == 50.0
 
@@ -83,3 +84,18 @@ def test_a_row_that_is_not_processes_x_batch_is_refused_in_one_line(tmp_path: Pa
         assert done.returncode == 2
         assert done.stderr.strip().splitlines()[-1].startswith("gpu_e2e_procs.py: error: --rows")
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_start_that_times_out_says_so_in_the_row(tmp_path: Path) -> None:
+    """Processes not all built within --start-timeout-s: the row's error names the option
+    (the twenty-second session lost a call to rows reported as a bare BrokenBarrierError)."""
+    out = tmp_path / "procs.json"
+    done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
+                "--backend", "eager-fp32", "--rows", "2x1", "--sessions", "2",
+                "--seconds", "0.5", "--frames", "6", "--threads", "1",
+                "--start-timeout-s", "0.1")  # a spawned process takes seconds to import torch
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "frames_per_s" not in row
+    assert "not every process was ready within --start-timeout-s 0.1" in row["error"]
+    assert len(row["reports"]) == 2 and all(r["start_s"] > 0 for r in row["reports"])
