@@ -145,6 +145,56 @@ def test_backend_failure_reaches_every_waiting_client() -> None:
                for r in results)
 
 
+def test_lanes_run_their_batches_at_once_on_their_own_threads_under_one_budget() -> None:
+    """--pipeline-lanes: a lane's jobs run on its own thread by its own runner, at the same
+    time as lane 0's batches; admission counts every lane's work; stop drains every lane."""
+    import threading
+
+    spans: dict[str, list[tuple[str, float, float]]] = {"lane0": [], "lane1": []}
+
+    def runner(name: str):
+        def run(items: list[int]) -> list[int]:
+            start = time.perf_counter()
+            time.sleep(0.2)
+            spans[name].append((threading.current_thread().name, start, time.perf_counter()))
+            return [10 * i for i in items]
+        return run
+
+    lane1_thread = ThreadPoolExecutor(1, thread_name_prefix="test-lane1")
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=6, executor=EXECUTOR,
+                          runners={"job": runner("lane0")})
+        assert batcher.add_lane(lane1_thread, {"job": runner("lane1")}) == 1
+        assert batcher.lanes == 2
+        batcher.start()
+        batcher.reserve(2)
+        with pytest.raises(ValueError, match="lane 1 has no runner for 'window'"):
+            batcher.submit_job("window", window(1), lane=1)
+        batcher.release(1)
+        a = batcher.submit_job("job", 1)
+        b = batcher.submit_job("job", 2, lane=1)
+        batcher.reserve(4)  # the budget is shared: 2 queued + 4 reserved fill capacity 6
+        with pytest.raises(Overloaded):
+            batcher.reserve(1)
+        batcher.release(4)
+        out = await asyncio.gather(a, b)
+        batcher.reserve(1)
+        late = batcher.submit_job("job", 3, lane=1)
+        await batcher.stop()  # runs what is queued in every lane
+        return out, late.result()
+
+    out, late = asyncio.run(go())
+    lane1_thread.shutdown()
+    assert out == [10, 20] and late == 30
+    (t0, s0, e0), = spans["lane0"]
+    assert t0.startswith("test-backend")
+    assert [t for t, _, _ in spans["lane1"]] == ["test-lane1_0"] * 2
+    _, s1, e1 = spans["lane1"][0]
+    assert s1 < e0 and s0 < e1  # the two lanes' batches overlapped in time
+
+
 def test_max_batch_above_warmed_sizes_is_refused() -> None:
     with pytest.raises(ValueError):
         make(RecordingBackend(), sizes=(1, 2), max_batch=3)

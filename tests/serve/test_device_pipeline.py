@@ -86,6 +86,25 @@ def servers(small_weights):
         torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def laned(small_weights):
+    """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
+            "torch_threads": 1, "max_frame_bytes": 300_000, "max_body_bytes": 1_000_000,
+            "device_pipeline": True, "pipeline_lanes": 2}
+    try:
+        with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
+                serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
+                Client(lanes_url) as lanes, Client(lap_url) as overlap:
+            for client in (lanes, overlap):
+                client.wait_ready(timeout=90, poll=0.1)
+            yield {"lanes": lanes, "lanes-overlap": overlap}
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _post(client, sid, body, kind="image/jpeg", **params):
     return client.http.post(f"/v1/sessions/{sid}/frames", content=body, params=params,
                             headers={"Content-Type": kind})
@@ -169,6 +188,48 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
         assert_rows_equal(messages, reference[step])
     pushes, frames = (a - b for a, b in zip(_push_counts(client.metrics()), before))
     assert frames == len(steps) * len(jpegs) and pushes < frames  # some pushes held several
+
+
+@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap"])
+def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
+                                                                mode) -> None:
+    """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
+    run on its own thread; every session's rows equal ``ttball track``'s; a bad frame in one
+    lane disturbs nobody; closed sessions free their lane."""
+    client = laned[mode]
+    ready = client.readiness()["device_pipeline"]
+    assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
+    steps = [3, 1, 3, 1]
+    sessions = [client.open_session(step=step, fps=30) for step in steps]
+    assert client.readiness()["device_pipeline"]["lane_sessions"] == [2, 2]
+    bad = _post(client, sessions[1].id, corrupt(jpegs))
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "not_an_image"
+
+    def one(session) -> list[dict]:
+        with session.stream() as ws:
+            for data in jpegs:
+                ws.send(data)
+            return ws.finish()
+
+    with ThreadPoolExecutor(len(steps)) as pool:
+        results = list(pool.map(one, sessions))
+    for step, messages in zip(steps, results):
+        assert_rows_equal(messages, reference[step])
+    assert client.readiness()["device_pipeline"]["lane_sessions"] == [0, 0]  # streams ended
+    first, second = client.open_session(), client.open_session()
+    first.delete()
+    assert client.readiness()["device_pipeline"]["lane_sessions"] in ([0, 1], [1, 0])
+    third = client.open_session()  # into the lane the deleted one freed
+    assert client.readiness()["device_pipeline"]["lane_sessions"] == [1, 1]
+    second.delete()
+    third.delete()
+    assert client.readiness()["device_pipeline"]["lane_sessions"] == [0, 0]
+
+
+def test_lanes_run_on_threads_of_their_own(laned) -> None:
+    """Each lane's backend thread exists beside lane 0's (the worker's threads by name)."""
+    names = {t.name.rsplit("_", 1)[0] for t in threading.enumerate()}
+    assert {"ttball-backend", "ttball-backend-1"} <= names
 
 
 def _push_counts(text: str) -> tuple[float, float]:
@@ -475,6 +536,13 @@ def test_cli_flag_sets_the_mode() -> None:
     assert chosen.pipeline_decoder == "nvimgcodec"
     with pytest.raises(UserError, match="--jpeg-decoder needs --device-pipeline"):
         settings_from(parser.parse_args(["--jpeg-decoder", "cv2"]))
+    assert both.pipeline_lanes == 1
+    lanes = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-lanes", "4"]))
+    assert lanes.pipeline_lanes == 4
+    with pytest.raises(UserError, match="--pipeline-lanes needs --device-pipeline"):
+        settings_from(parser.parse_args(["--pipeline-lanes", "2"]))
+    with pytest.raises(UserError, match="--pipeline-lanes must be >= 1, got 0"):
+        settings_from(parser.parse_args(["--device-pipeline", "--pipeline-lanes", "0"]))
 
 
 SERVER = textwrap.dedent("""

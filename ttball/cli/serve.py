@@ -62,6 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), "
                         "nvimgcodec-hw (its hardware JPEG engines only), or cv2 "
                         "on the host; a GPU decoder that can't run falls back (/readyz says why)")
+    p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
+                   help="with --device-pipeline: N pipelines in this process, each with its own "
+                        "backend, CUDA stream and thread; sessions are dealt to the lane with the "
+                        "fewest (docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -107,6 +111,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_overlap=args.pipeline_overlap,
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
+        pipeline_lanes=args.pipeline_lanes,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

@@ -20,6 +20,11 @@ With ``--device-pipeline`` (:mod:`ttball.serve.device`) the same queue also hold
 the undecoded JPEG frames of one request, run by a runner of their own kind. Work is counted in
 thirds of a window (:data:`WINDOW` units per window), so an upload of ``k`` frames at step 3
 costs ``k`` units and ``capacity``/``max_batch`` keep meaning windows.
+
+With ``--pipeline-lanes N`` the batcher has N *lanes*: a queue, a gathering loop and a backend
+thread each (:meth:`Batcher.add_lane`), so N batches run at once, one a lane; a job names its
+lane (a device session's uploads go to the lane whose pipeline holds it; windows and /v2 rows
+to lane 0). Admission stays one budget over all lanes.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +57,7 @@ from ttball.serve.settings import AUTO, ApiError, ServeSettings
 from ttball.stream import Window
 
 if TYPE_CHECKING:
-    from ttball.serve.device import DevicePath
+    from ttball.serve.device import DeviceLanes, DevicePath
     from ttball.serve.sessions import Feeder, SessionStore
 
 
@@ -82,8 +87,24 @@ class Job:
     cost: int = WINDOW
 
 
+@dataclass
+class _Lane:
+    """One queue and the backend thread that runs its batches, one at a time."""
+
+    executor: ThreadPoolExecutor
+    runners: dict[str, Runner]
+    # backend thread: run after a batch when less than a full batch is queued in this lane
+    # (the device pipeline's flush of the batches a push left running, --pipeline-overlap)
+    idle: Callable[[], None] | None = None
+    queue: deque[Job] = field(default_factory=deque)
+    queued: int = 0  # units
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
 class Batcher:
-    """Queue → batches → backend thread → futures. Create and use it on the event loop."""
+    """Queue → batches → backend thread → futures, in one lane or several. Create and use it on
+    the event loop."""
 
     def __init__(
         self,
@@ -104,21 +125,36 @@ class Batcher:
         if max_batch > self.sizes[-1]:
             raise ValueError(f"max_batch {max_batch} exceeds the largest warmed size {self.sizes[-1]}")
         self.max_batch, self.max_delay_s, self.capacity = max_batch, max_delay_s, capacity
-        self._runners: dict[str, Runner] = {
+        # lane 0: ``executor`` is one thread, the backend's (see Worker.backend_thread)
+        self._lanes = [_Lane(executor, {
             "window": lambda windows: self._run_windows(windows, raw=False),
-            "raw": lambda windows: self._run_windows(windows, raw=True), **(runners or {})}
-        self._queue: deque[Job] = deque()
-        self._queued = 0  # units in the queue
+            "raw": lambda windows: self._run_windows(windows, raw=True), **(runners or {})})]
+        self._queued = 0  # units queued, all lanes
         self._reserved = 0  # units
-        self._wake = asyncio.Event()
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        self._executor = executor  # one thread: the backend's (see Worker.backend_thread)
         self._batch_s = 0.0  # moving average of one batch's network time, for Retry-After
         self.batches = 0
-        # backend thread: run after a batch when less than a full batch is queued (the device
-        # pipeline's flush of the batches a push left running, --pipeline-overlap)
-        self.idle: Callable[[], None] | None = None
+
+    def add_lane(self, executor: ThreadPoolExecutor, runners: Mapping[str, Runner],
+                 idle: Callable[[], None] | None = None) -> int:
+        """Another lane: its jobs (``submit_job(..., lane=i)``) run on ``executor`` (one thread)
+        by ``runners``, at the same time as other lanes' batches. Its index. Before
+        :meth:`start`."""
+        self._lanes.append(_Lane(executor, dict(runners), idle))
+        return len(self._lanes) - 1
+
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
+
+    @property
+    def idle(self) -> Callable[[], None] | None:
+        """Lane 0's idle work (see :class:`_Lane`)."""
+        return self._lanes[0].idle
+
+    @idle.setter
+    def idle(self, work: Callable[[], None] | None) -> None:
+        self._lanes[0].idle = work
 
     # -- admission ----------------------------------------------------------------------------
     @property
@@ -143,78 +179,88 @@ class Batcher:
 
     def _retry_after(self) -> int:
         batches_ahead = math.ceil((self._queued + self._reserved) / (self.max_batch * WINDOW))
-        return max(1, math.ceil(batches_ahead * self._batch_s))
+        return max(1, math.ceil(batches_ahead * self._batch_s / len(self._lanes)))
 
     def submit(self, window: Window, raw: bool = False) -> asyncio.Future[np.ndarray]:
         """Queue one reserved window; the future gets its output row."""
         return self.submit_job("raw" if raw else "window", window)
 
-    def submit_job(self, kind: str, item: Any, cost: int = WINDOW) -> asyncio.Future[Any]:
-        """Queue one reserved job of ``kind``; the future gets its runner's result."""
+    def submit_job(self, kind: str, item: Any, cost: int = WINDOW,
+                   lane: int = 0) -> asyncio.Future[Any]:
+        """Queue one reserved job of ``kind`` in ``lane``; the future gets its runner's result."""
+        queue = self._lanes[lane]
+        if kind not in queue.runners:
+            raise ValueError(f"lane {lane} has no runner for {kind!r} jobs")
         self.release(1, cost)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(Job(item, future, kind, time.perf_counter(), cost))
+        queue.queue.append(Job(item, future, kind, time.perf_counter(), cost))
+        queue.queued += cost
         self._queued += cost
         self.metrics.queue_depth.set(self.depth)
-        self._wake.set()
+        queue.wake.set()
         return future
 
     # -- the loop -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="ttball-batcher")
+        loop = asyncio.get_running_loop()
+        for i, lane in enumerate(self._lanes):
+            lane.task = loop.create_task(self._loop(lane), name=f"ttball-batcher-{i}")
 
     async def stop(self) -> None:
         """Run what is queued, then stop. New reservations get 503 from now on."""
         self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
+        for lane in self._lanes:
+            lane.wake.set()
+        await asyncio.gather(*(lane.task for lane in self._lanes if lane.task is not None))
 
-    async def _loop(self) -> None:
+    async def _loop(self, lane: _Lane) -> None:
         while True:
-            if not self._queue:
+            if not lane.queue:
                 if self._stopping:
                     return
-                self._wake.clear()
-                await self._wake.wait()
+                lane.wake.clear()
+                await lane.wake.wait()
                 continue
-            await self._gather()
-            jobs = self._take()
+            await self._gather(lane)
+            jobs = self._take(lane)
             if jobs:
-                await self._run(jobs)
-            if self.idle is not None and self._queued < self.max_batch * WINDOW:
-                await self._run_idle()
+                await self._run(lane, jobs)
+            if lane.idle is not None and lane.queued < self.max_batch * WINDOW:
+                await self._run_idle(lane)
 
-    async def _run_idle(self) -> None:
-        assert self.idle is not None
+    async def _run_idle(self, lane: _Lane) -> None:
+        assert lane.idle is not None
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.idle)
+            await asyncio.get_running_loop().run_in_executor(lane.executor, lane.idle)
         except Exception:  # the rows of that work are lost; the worker goes on
             self.metrics.errors.labels("backend").inc()
             log.exception("the backend thread's idle work failed")
 
-    async def _gather(self) -> None:
-        """Wait until max_batch windows of work are queued or the oldest has waited max_delay."""
-        deadline = self._queue[0].enqueued + self.max_delay_s
-        while self._queued < self.max_batch * WINDOW and not self._stopping:
+    async def _gather(self, lane: _Lane) -> None:
+        """Wait until max_batch windows of work are queued in ``lane`` or its oldest job has
+        waited max_delay."""
+        deadline = lane.queue[0].enqueued + self.max_delay_s
+        while lane.queued < self.max_batch * WINDOW and not self._stopping:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return
-            self._wake.clear()
+            lane.wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), left)
+                await asyncio.wait_for(lane.wake.wait(), left)
             except TimeoutError:
                 return
 
-    def _take(self) -> list[Job]:
-        """Jobs of one kind from the head, up to ``max_batch`` windows of work (at least one)."""
+    def _take(self, lane: _Lane) -> list[Job]:
+        """Jobs of one kind from the head of ``lane``, up to ``max_batch`` windows of work (at
+        least one)."""
         jobs: list[Job] = []
         units = 0
-        while self._queue:
-            head = self._queue[0]
+        while lane.queue:
+            head = lane.queue[0]
             if jobs and (head.kind != jobs[0].kind or units + head.cost > self.max_batch * WINDOW):
                 break
-            self._queue.popleft()
+            lane.queue.popleft()
+            lane.queued -= head.cost
             self._queued -= head.cost
             if head.future.done():  # its client went away
                 continue
@@ -226,14 +272,14 @@ class Batcher:
     def padded_size(self, n: int) -> int:
         return self.sizes[bisect.bisect_left(self.sizes, n)]
 
-    async def _run(self, jobs: list[Job]) -> None:
+    async def _run(self, lane: _Lane, jobs: list[Job]) -> None:
         started = time.perf_counter()
         for job in jobs:
             self.metrics.stage_seconds.labels("queue").observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
-        run = self._runners[jobs[0].kind]
+        run = lane.runners[jobs[0].kind]
         try:
-            out = await loop.run_in_executor(self._executor, run, [j.item for j in jobs])
+            out = await loop.run_in_executor(lane.executor, run, [j.item for j in jobs])
         except Exception as exc:  # noqa: BLE001  (every waiting client hears about it)
             self.metrics.errors.labels("backend").inc()
             for job in jobs:
@@ -304,7 +350,7 @@ class Worker:
         self.model: Any = None
         self.config: WeightsConfig | None = None
         self.batcher: Batcher | None = None
-        self.device: DevicePath | None = None  # --device-pipeline
+        self.device: DeviceLanes | None = None  # --device-pipeline
         self.feeder: Feeder | None = None
         self.store: SessionStore | None = None
         self.verification: Any = None
@@ -326,6 +372,8 @@ class Worker:
         self.backend_thread = ThreadPoolExecutor(
             1, thread_name_prefix="ttball-backend",
             initializer=torch.set_num_threads, initargs=(threads,))
+        self._torch_threads = threads
+        self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._abort = threading.Event()
@@ -377,12 +425,14 @@ class Worker:
             os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
         if s.backend == AUTO and s.backend_factory is None:
             self.choice = self._timed("choose", self._choose_backend)
+        if s.pipeline_lanes > 1:  # lane 0 (this thread) on a CUDA stream of its own too
+            _own_stream(resolve_device(s.device))
         self.backend = self._timed("build", self._build_backend)
         if s.device_pipeline:
-            from ttball.serve.device import DevicePath
+            from ttball.serve.device import DeviceLanes, DevicePath
 
-            self.device = DevicePath(self.backend, self.config, s, self.metrics,
-                                     self.backend_thread)
+            self.device = DeviceLanes(DevicePath(self.backend, self.config, s, self.metrics,
+                                                 self.backend_thread))
         self._timed("warmup", self._warm)
         if s.verify:
             self._timed("verify", self._verify)
@@ -439,8 +489,34 @@ class Worker:
                 self.backend.warmup([size], h, w)
             self.warmup_s[size] = float(seconds.get(size, 0.0))
             self.metrics.warmup_seconds.labels(str(size)).set(self.warmup_s[size])
-        if self.device is not None:
-            self.device.warm(self.settings.warmup_batches)
+        if self.device is None:
+            return
+        self.device.paths[0].warm(self.settings.warmup_batches)
+        for lane in range(1, self.settings.pipeline_lanes):
+            if self._abort.is_set():
+                raise RuntimeError("shutting down during warm-up")
+            thread = ThreadPoolExecutor(1, thread_name_prefix=f"ttball-backend-{lane}",
+                                        initializer=_lane_thread,
+                                        initargs=(self._torch_threads, self.backend.device))
+            self.lane_threads.append(thread)
+            self.device.add(thread.submit(self._build_lane, thread).result())
+        if self.settings.pipeline_lanes > 1:
+            self.device.freeze_graphs()
+
+    def _build_lane(self, thread: ThreadPoolExecutor) -> DevicePath:
+        """On a lane's own thread: its backend, warmed as lane 0's, and its pipeline, warmed."""
+        from ttball.serve.device import DevicePath
+
+        assert self.config is not None
+        h, w = self.config.input_size
+        backend = self._build_backend()
+        calls = CUDA_WARM_CALLS if backend.device.type == "cuda" else 1
+        for size in sorted(self.settings.warmup_batches):
+            for _ in range(calls):
+                backend.warmup([size], h, w)
+        path = DevicePath(backend, self.config, self.settings, self.metrics, thread)
+        path.warm(self.settings.warmup_batches)
+        return path
 
     def _verify(self) -> None:
         """The warm backend against eager FP32 on the bundled reference clips (ttball.verify)."""
@@ -463,23 +539,28 @@ class Worker:
         from ttball.serve.sessions import Feeder, SessionStore
 
         s = self.settings
-        runners = {KIND: self.device.run} if self.device is not None else {}
+        paths = self.device.paths if self.device is not None else []
+        runners = {KIND: paths[0].run} if paths else {}
         self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
                                capacity=s.max_queue, executor=self.backend_thread,
                                runners=runners)
-        if self.device is not None and s.pipeline_overlap:
-            self.batcher.idle = self.device.flush
+        if paths and s.pipeline_overlap:
+            self.batcher.idle = paths[0].flush
+        for path, thread in zip(paths[1:], self.lane_threads):
+            self.batcher.add_lane(thread, {KIND: path.run},
+                                  idle=path.flush if s.pipeline_overlap else None)
         self.batcher.start()
         self.store = SessionStore(self.config, s, self.metrics, self.device)
-        device = DeviceFeeder(self.batcher, s) if self.device is not None else None
+        device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
         self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
         self._reaper = asyncio.get_running_loop().create_task(self.store.reap_forever())
         self.seconds["total"] = time.monotonic() - self.started
         self.metrics.startup_seconds.labels("total").set(self.seconds["total"])
         self.metrics.ready.set(1)
         self.phase = "ready"
-        pipeline = (f", device pipeline with {self.device.pipeline.decoder.kind} decode"
+        lanes = f" in {len(paths)} lanes" if len(paths) > 1 else ""
+        pipeline = (f", device pipeline{lanes} with {self.device.pipeline.decoder.kind} decode"
                     if self.device is not None else "")
         print(f"ttball serve: ready after {self.seconds['total']:.1f} s "
               f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}{pipeline}, "
@@ -494,7 +575,8 @@ class Worker:
         self._abort.set()
         if was_ready and self.batcher is not None:
             await self.batcher.stop()
-        self.backend_thread.shutdown(wait=False, cancel_futures=True)
+        for thread in (self.backend_thread, *self.lane_threads):
+            thread.shutdown(wait=False, cancel_futures=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # -- what routes ask -----------------------------------------------------------------------
@@ -540,6 +622,19 @@ class Worker:
             "max_sessions": s.max_sessions, "session_ttl_s": s.session_ttl_s,
             "sessions": len(self.store) if self.store else 0,
         }
+
+
+def _own_stream(device: torch.device) -> None:
+    """Make a new CUDA stream this thread's current one (a lane's kernels then queue apart
+    from other lanes'); nothing on another device."""
+    if device.type == "cuda":
+        torch.cuda.set_stream(torch.cuda.Stream(device))
+
+
+def _lane_thread(threads: int, device: torch.device) -> None:
+    """A lane's backend thread: torch's thread count as lane 0's, a CUDA stream of its own."""
+    torch.set_num_threads(threads)
+    _own_stream(device)
 
 
 def _windows(units: int) -> str:

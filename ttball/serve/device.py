@@ -20,6 +20,13 @@ only. The routes do not decode them:
 Sessions with ``dedup_ssim`` (the SSIM filter needs host pixels), ``/v1/track`` and ``/v2``
 keep the host path (:class:`~.sessions.Feeder`, windows in the same batcher). PNG and raw RGB
 frames of a device session get 415.
+
+With ``--pipeline-lanes N`` the worker holds N such pipelines (:class:`DeviceLanes`), each
+with its own backend, CUDA stream and backend thread (a lane of the batcher). A session lives
+in one lane, dealt to the one with the fewest open sessions; its uploads run on that lane's
+thread, so the lanes' host work (decode calls, bookkeeping, the tracker) overlaps wherever it
+leaves the interpreter lock, and their kernels share one CUDA context. On CUDA the lanes'
+graphs are frozen once all are warm: a graph captured while another thread works fails.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from ttball.serve.uploads import PNG_MAGIC, Part, header_size
 from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
+# a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
+_KEYS = itertools.count()
 
 
 class FrameRefused(ApiError):
@@ -79,7 +88,6 @@ class DevicePath:
                                     compile_resize=settings.pipeline_compile_resize)
         self.config = config
         metrics.watch_device()
-        self._keys = itertools.count()
         # backend thread: each open session's delivery (with overlap, a push returns rows of
         # sessions that are not among its uploads)
         self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
@@ -96,7 +104,7 @@ class DevicePath:
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
         """A session's stream in the pipeline, under a key of its own (a session removed and
         opened again under the same id, as a Ray replica resumes it, never meets its old self)."""
-        return self.pipeline.open(f"{sid}#{next(self._keys)}", options, fps)
+        return self.pipeline.open(f"{sid}#{next(_KEYS)}", options, fps)
 
     def close(self, key: str) -> None:
         """Drop a session on the backend thread, after any push in flight."""
@@ -233,6 +241,62 @@ class DevicePath:
         return rows
 
 
+class DeviceLanes:
+    """The worker's pipelines, one :class:`DevicePath` a lane (``--pipeline-lanes``; one lane
+    without it). The session store and the routes see one object: a session opens in the lane
+    with the fewest open sessions and stays there; :meth:`lane_of` says which, for its uploads."""
+
+    def __init__(self, first: DevicePath) -> None:
+        self.paths = [first]
+        self._lane_of: dict[str, int] = {}  # session key → lane
+        self._open = [0]  # open sessions a lane
+
+    def add(self, path: DevicePath) -> int:
+        """Another lane's path (built and warmed on its own backend thread); its index."""
+        self.paths.append(path)
+        self._open.append(0)
+        return len(self.paths) - 1
+
+    @property
+    def pipeline(self) -> GpuPipeline:
+        """Lane 0's pipeline (every lane's has the same decoder and settings)."""
+        return self.paths[0].pipeline
+
+    def describe(self) -> dict[str, object]:
+        return {**self.paths[0].describe(), "lanes": len(self.paths),
+                "lane_sessions": list(self._open)}
+
+    def freeze_graphs(self) -> None:
+        """No CUDA graph captured from now on in any lane (what has none runs eagerly): with
+        several lanes, a capture while another lane's thread works fails."""
+        for path in self.paths:
+            path.pipeline.freeze_graphs()
+
+    @property
+    def uncaptured(self) -> int:
+        """Calls of every lane that ran without a graph since their graphs were frozen."""
+        return sum(path.pipeline.uncaptured for path in self.paths)
+
+    # -- sessions (event loop) ---------------------------------------------------------------------
+    def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
+        lane = min(range(len(self.paths)), key=self._open.__getitem__)
+        stream = self.paths[lane].open(sid, options, fps)
+        self._lane_of[stream.stream_id] = lane
+        self._open[lane] += 1
+        return stream
+
+    def lane_of(self, key: str) -> int:
+        """The lane of the session ``key`` (0 for one this object never opened)."""
+        return self._lane_of.get(key, 0)
+
+    def close(self, key: str) -> None:
+        lane = self._lane_of.pop(key, None)
+        if lane is None:
+            return
+        self._open[lane] -= 1
+        self.paths[lane].close(key)
+
+
 def _refusal(exc: FrameRejected, frame: int) -> FrameRefused:
     if exc.reason == "size":
         return FrameRefused(422, "frame_size", f"frame {frame}: {exc.detail}", frame=frame)
@@ -245,8 +309,13 @@ class DeviceFeeder:
     uploads; each push or finish returns a *step* (a task) that ends once its rows are in the
     session's outbox, as :class:`~.sessions.Feeder`'s steps do."""
 
-    def __init__(self, batcher: Batcher, settings: ServeSettings) -> None:
-        self.batcher, self.settings = batcher, settings
+    def __init__(self, batcher: Batcher, settings: ServeSettings,
+                 lanes: DeviceLanes | None = None) -> None:
+        """``lanes``: which lane of ``batcher`` each session's uploads go to (None: lane 0)."""
+        self.batcher, self.settings, self.lanes = batcher, settings, lanes
+
+    def _lane(self, session: Session) -> int:
+        return 0 if self.lanes is None else self.lanes.lane_of(session.stream.stream_id)
 
     def push(self, session: Session, parts: list[Part], frame: int | None = None,
              t: float | None = None) -> asyncio.Task[None]:
@@ -261,7 +330,7 @@ class DeviceFeeder:
         self.batcher.reserve(1, cost)
         upload = Upload(session.stream.stream_id, tuple(p.data for p in parts), tuple(stamps),
                         session.deliver)
-        future = self.batcher.submit_job(KIND, upload, cost)
+        future = self.batcher.submit_job(KIND, upload, cost, lane=self._lane(session))
         session.last_index = stamps[-1][0]
         return self._step(session, future, stamps[0][0], stamps[-1][0])
 
@@ -271,7 +340,8 @@ class DeviceFeeder:
         self.batcher.reserve(1)
         session.finished = True
         upload = Upload(session.stream.stream_id, (), (), session.deliver, finish=True)
-        return self._step(session, self.batcher.submit_job(KIND, upload), None, None)
+        future = self.batcher.submit_job(KIND, upload, lane=self._lane(session))
+        return self._step(session, future, None, None)
 
     def _jpeg_size(self, part: Part) -> tuple[int, int]:
         if part.raw_size is not None or part.data.startswith(PNG_MAGIC):

@@ -34,7 +34,7 @@ from ttball.serve.uploads import Part, decode
 from ttball.stream import FrameStream, StreamOptions, Window
 
 if TYPE_CHECKING:
-    from ttball.serve.device import DeviceFeeder, DevicePath
+    from ttball.serve.device import DeviceFeeder, DeviceLanes
 
 T = TypeVar("T")
 
@@ -318,7 +318,7 @@ class SessionStore:
     """Open sessions by id, bounded in number; idle ones expire after ``session_ttl_s``."""
 
     def __init__(self, config: WeightsConfig, settings: ServeSettings, metrics: Metrics,
-                 device: DevicePath | None = None) -> None:
+                 device: DeviceLanes | None = None) -> None:
         """``device``: open sessions on it unless they need the host path (``dedup_ssim``)."""
         self.config, self.settings, self.metrics = config, settings, metrics
         self.device = device

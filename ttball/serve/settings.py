@@ -65,6 +65,10 @@ class ServeSettings:
     # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
     # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
     pipeline_decoder: str = "nvjpeg"
+    # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
+    # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
+    # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
+    pipeline_lanes: int = 1
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -105,6 +109,10 @@ class ServeSettings:
                             f"{self.pipeline_decoder!r}")
         if self.pipeline_decoder != "nvjpeg" and not self.device_pipeline:
             raise UserError("--jpeg-decoder needs --device-pipeline")
+        if self.pipeline_lanes < 1:
+            raise UserError(f"--pipeline-lanes must be >= 1, got {self.pipeline_lanes}")
+        if self.pipeline_lanes > 1 and not self.device_pipeline:
+            raise UserError("--pipeline-lanes needs --device-pipeline")
         if self.max_sessions < 1 or self.session_ttl_s <= 0:
             raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
         if not self.loopback and not self.token:
