@@ -199,6 +199,7 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     client = laned[mode]
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
+    assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
     assert client.readiness()["device_pipeline"]["lane_sessions"] == [2, 2]
@@ -319,6 +320,8 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     client = servers["device"]
     assert client.readiness()["device_pipeline"]["decoder"] == "cv2"
     assert client.readiness()["device_pipeline"]["overlap"] is False
+    assert client.readiness()["device_pipeline"]["lanes"] == 1
+    assert client.readiness()["device_pipeline"]["graphs_frozen"] is False  # one lane: lazy
     assert client.readiness()["device_pipeline"]["compile_resize"] is False
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None

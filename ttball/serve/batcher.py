@@ -436,6 +436,9 @@ class Worker:
         self._timed("warmup", self._warm)
         if s.verify:
             self._timed("verify", self._verify)
+        if self.device is not None and s.pipeline_lanes > 1:
+            # from here on lanes run at once, and a capture while another thread works fails
+            self.device.freeze_graphs()
 
     def _compile_cache(self) -> Path | None:
         """``--compile-cache`` as an absolute path (None: not given)."""
@@ -500,8 +503,6 @@ class Worker:
                                         initargs=(self._torch_threads, self.backend.device))
             self.lane_threads.append(thread)
             self.device.add(thread.submit(self._build_lane, thread).result())
-        if self.settings.pipeline_lanes > 1:
-            self.device.freeze_graphs()
 
     def _build_lane(self, thread: ThreadPoolExecutor) -> DevicePath:
         """On a lane's own thread: its backend, warmed as lane 0's, and its pipeline, warmed."""

@@ -250,6 +250,7 @@ class DeviceLanes:
         self.paths = [first]
         self._lane_of: dict[str, int] = {}  # session key → lane
         self._open = [0]  # open sessions a lane
+        self.frozen = False
 
     def add(self, path: DevicePath) -> int:
         """Another lane's path (built and warmed on its own backend thread); its index."""
@@ -264,13 +265,15 @@ class DeviceLanes:
 
     def describe(self) -> dict[str, object]:
         return {**self.paths[0].describe(), "lanes": len(self.paths),
-                "lane_sessions": list(self._open)}
+                "lane_sessions": list(self._open), "graphs_frozen": self.frozen,
+                "uncaptured_calls": self.uncaptured}
 
     def freeze_graphs(self) -> None:
         """No CUDA graph captured from now on in any lane (what has none runs eagerly): with
         several lanes, a capture while another lane's thread works fails."""
         for path in self.paths:
             path.pipeline.freeze_graphs()
+        self.frozen = True
 
     @property
     def uncaptured(self) -> int:
