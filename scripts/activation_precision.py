@@ -16,8 +16,12 @@ inputs (Cin ≥ 4·Cout: transition1's 128→16) computed as a 1×1 convolution 
 stored in the format, then summed shifted (the "tap split" a kernel would do to read its wide
 input once instead of nine times): named ``FORMAT+split``.
 
+``--steps 0-6`` rounds only the outputs of those plan steps to the format and the others to
+FP16 (named ``FORMAT@0-6``): whether 8-bit storage passes where the bytes are largest, e.g.
+the full-resolution steps before the first branch, or x5 (step 4's output) alone.
+
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
-       [--split-taps]
+       [--split-taps] [--steps 0-6,4]
 """
 
 from __future__ import annotations
@@ -90,26 +94,47 @@ def run_split(step: Conv, bufs: dict[str, Tensor], quantize: Callable[[Tensor], 
     bufs[step.out] = torch.relu(acc) if step.relu else acc
 
 
+def parse_steps(spec: str) -> frozenset[int]:
+    """``"0-6"`` → {0, …, 6}; ``"4"`` → {4}; ``"1-2+5"`` → {1, 2, 5}."""
+    chosen: set[int] = set()
+    for part in spec.split("+"):
+        first, _, last = part.partition("-")
+        try:
+            lo, hi = int(first), int(last or first)
+        except ValueError:
+            raise SystemExit(f"--steps: {spec!r} is not like 0-6, 4 or 1-2+5") from None
+        if lo > hi or lo < 0:
+            raise SystemExit(f"--steps: {part!r} is not a range of step indices")
+        chosen.update(range(lo, hi + 1))
+    return frozenset(chosen)
+
+
 class Emulated:
     """A backend: the plan with FP16 weights, FP32 arithmetic, outputs stored as ``fmt``
-    (``fmt+split``: and the steps :func:`splits` selects computed by :func:`run_split`)."""
+    (``fmt+split``: and the steps :func:`splits` selects computed by :func:`run_split`;
+    ``fmt@SPEC``: only the outputs of the steps :func:`parse_steps` reads from SPEC, the
+    others as FP16)."""
 
     def __init__(self, plan: Plan, fmt: str) -> None:
-        base, _, split = fmt.partition("+")
+        fmt_split, _, spec = fmt.partition("@")
+        base, _, split = fmt_split.partition("+")
         self.plan, self.quantize, self.split = plan, FORMATS[base], split == "split"
+        self.steps = parse_steps(spec) if spec else None
         self.name, self.device, self.warmed = f"plan-{fmt}", torch.device("cpu"), set()
 
     @torch.inference_mode()
     def __call__(self, batch: Tensor) -> Tensor:
         bufs, sums = {ref.INPUT: batch.float().permute(0, 2, 3, 1)}, {}
-        for step in self.plan.steps:
+        for i, step in enumerate(self.plan.steps):
             before = set(bufs)
             if self.split and splits(step):
                 run_split(step, bufs, self.quantize)
             else:
                 (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
+            quantize = (self.quantize if self.steps is None or i in self.steps
+                        else FORMATS["fp16"])
             for name in set(bufs) - before - {ref.OUTPUT}:
-                bufs[name] = self.quantize(bufs[name])
+                bufs[name] = quantize(bufs[name])
         return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
 
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
@@ -130,6 +155,9 @@ def main() -> None:
     p.add_argument("--weights", default=None)
     p.add_argument("--split-taps", action="store_true",
                    help="also each format with the tap split (FORMAT+split)")
+    p.add_argument("--steps", default=None,
+                   help="comma-separated step sets (0-6, 4, 1-2+5): each format also with only "
+                        "those steps' outputs in it, the rest FP16 (FORMAT@SET)")
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model = load_model(args.weights).eval()
@@ -141,6 +169,10 @@ def main() -> None:
         print("tap split: steps " + ", ".join(
             str(i) for i, step in enumerate(plan.steps) if splits(step)))
         formats += [f"{f}+split" for f in formats]
+    if args.steps:
+        for spec in args.steps.split(","):
+            parse_steps(spec)  # a bad set fails before minutes of verifying
+        formats = [f"{f}@{spec}" for f in formats for spec in args.steps.split(",")]
     candidates = {f"plan-{f}": Emulated(plan, f) for f in formats}
     reports = verify_many(
         candidates, reference, args.clips, config=model.config,
