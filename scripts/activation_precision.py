@@ -20,8 +20,15 @@ input once instead of nine times): named ``FORMAT+split``.
 FP16 (named ``FORMAT@0-6``): whether 8-bit storage passes where the bytes are largest, e.g.
 the full-resolution steps before the first branch, or x5 (step 4's output) alone.
 
+``--calibrate N`` adds ``u8-cal`` (and ``u8-cal-hH`` for each ``--headroom H``: the range H
+times the calibrated maximum): 8-bit storage with **static** per-channel scales, as a
+kernel's epilogue would need them (it cannot wait for the whole map's maximum): each stored
+tensor's per-channel maximum over N synthetic clips of other seeds than the bundled ones
+(``ttball.synth``), unsigned after ReLU, values above it clamped. With ``--steps 4``, x5
+alone (transition1's 128-channel full-resolution map, the largest the network stores).
+
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
-       [--split-taps] [--steps 0-6,4]
+       [--split-taps] [--steps 0-6,4] [--calibrate 2]
 """
 
 from __future__ import annotations
@@ -109,18 +116,62 @@ def parse_steps(spec: str) -> frozenset[int]:
     return frozenset(chosen)
 
 
+class Calibrated:
+    """Static per-channel 8-bit storage: ``observe`` records each buffer's per-channel maximum
+    (absolute, and whether it was ever negative); then ``quantize(name, x)`` rounds to 255
+    levels (never negative: after ReLU) or ±127, clamped at the recorded maximum."""
+
+    def __init__(self) -> None:
+        self.amax: dict[str, Tensor] = {}
+        self.signed: dict[str, bool] = {}
+
+    def observe(self, name: str, x: Tensor) -> None:
+        amax = x.abs().amax(dim=(0, 1, 2))
+        self.amax[name] = torch.maximum(self.amax[name], amax) if name in self.amax else amax
+        self.signed[name] = self.signed.get(name, False) or bool((x < 0).any())
+
+    def quantize(self, name: str, x: Tensor, headroom: float = 1.0) -> Tensor:
+        """``headroom``: the range is that many times the recorded maximum (coarser steps,
+        less clamping)."""
+        levels = 127.0 if self.signed[name] else 255.0
+        scale = headroom * self.amax[name].clamp_min(1e-12) / levels
+        low = -levels if self.signed[name] else 0.0
+        return torch.round(x / scale).clamp(low, levels) * scale
+
+
 class Emulated:
     """A backend: the plan with FP16 weights, FP32 arithmetic, outputs stored as ``fmt``
     (``fmt+split``: and the steps :func:`splits` selects computed by :func:`run_split`;
     ``fmt@SPEC``: only the outputs of the steps :func:`parse_steps` reads from SPEC, the
     others as FP16)."""
 
-    def __init__(self, plan: Plan, fmt: str) -> None:
+    def __init__(self, plan: Plan, fmt: str, calibrated: Calibrated | None = None) -> None:
+        """``calibrated``: the scales of ``u8-cal``; while observing (``observe=True`` below)
+        it records them instead."""
         fmt_split, _, spec = fmt.partition("@")
         base, _, split = fmt_split.partition("+")
-        self.plan, self.quantize, self.split = plan, FORMATS[base], split == "split"
+        self.calibrated, self.observe = calibrated, False
+        self.headroom = 1.0
+        if base.startswith("u8-cal"):
+            if calibrated is None:
+                raise SystemExit("u8-cal needs --calibrate N")
+            self.quantize = None
+            self.headroom = float(base.partition("-h")[2] or 1.0)
+        else:
+            self.quantize = FORMATS[base]
+        self.plan, self.split = plan, split == "split"
         self.steps = parse_steps(spec) if spec else None
         self.name, self.device, self.warmed = f"plan-{fmt}", torch.device("cpu"), set()
+
+    def _store(self, name: str, x: Tensor, chosen: bool) -> Tensor:
+        if self.observe and self.calibrated is not None:
+            self.calibrated.observe(name, x)
+        if not chosen:
+            return FORMATS["fp16"](x)
+        if self.quantize is None:
+            assert self.calibrated is not None
+            return self.calibrated.quantize(name, x, self.headroom)
+        return self.quantize(x)
 
     @torch.inference_mode()
     def __call__(self, batch: Tensor) -> Tensor:
@@ -128,13 +179,13 @@ class Emulated:
         for i, step in enumerate(self.plan.steps):
             before = set(bufs)
             if self.split and splits(step):
+                assert self.quantize is not None, "--split-taps with u8-cal is not emulated"
                 run_split(step, bufs, self.quantize)
             else:
                 (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
-            quantize = (self.quantize if self.steps is None or i in self.steps
-                        else FORMATS["fp16"])
+            chosen = self.steps is None or i in self.steps
             for name in set(bufs) - before - {ref.OUTPUT}:
-                bufs[name] = quantize(bufs[name])
+                bufs[name] = self._store(name, bufs[name], chosen)
         return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
 
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
@@ -147,6 +198,33 @@ def _half_weights(plan: Plan) -> None:
             term.weight.copy_(term.weight.half().float())
 
 
+def calibrate(plan: Plan, clips: int, max_frames: int | None) -> Calibrated:
+    """Every stored tensor's per-channel maximum over ``clips`` synthetic clips (seeds the
+    bundled clips do not use; ``max_frames`` frames each), the plan run with FP16 storage."""
+    import tempfile
+    from pathlib import Path
+
+    from ttball.pipeline import track
+    from ttball.synth import ClipConfig, clip_seed, plan_clip, write_clip
+    from ttball.verify._inputs import BUNDLED_SIZE
+
+    calibrated = Calibrated()
+    recorder = Emulated(plan, "fp16", calibrated)
+    recorder.observe = True
+    config = ClipConfig(size=BUNDLED_SIZE, frames=max_frames or 48)
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(clips):
+            name = f"calib_{k:04d}"
+            write_clip(plan_clip(clip_seed(CALIBRATION_SEED, k), config), Path(tmp), name)
+            track(Path(tmp) / f"{name}.mp4", backend=recorder, device="cpu")
+    print(f"calibrated {len(calibrated.amax)} tensors on {clips} synthetic clips "
+          f"(seed {CALIBRATION_SEED})")
+    return calibrated
+
+
+CALIBRATION_SEED = 1234  # not ttball.verify's BUNDLED_SEED
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("clips", nargs="+")
@@ -155,6 +233,12 @@ def main() -> None:
     p.add_argument("--weights", default=None)
     p.add_argument("--split-taps", action="store_true",
                    help="also each format with the tap split (FORMAT+split)")
+    p.add_argument("--calibrate", type=int, default=0, metavar="N",
+                   help="add u8-cal: static per-channel scales from N synthetic clips of other "
+                        "seeds than the bundled ones")
+    p.add_argument("--headroom", default="1",
+                   help="with --calibrate: comma-separated range factors over the calibrated "
+                        "maximum, one u8-cal format each (u8-cal-h2: twice the maximum)")
     p.add_argument("--steps", default=None,
                    help="comma-separated step sets (0-6, 4, 1-2+5): each format also with only "
                         "those steps' outputs in it, the rest FP16 (FORMAT@SET)")
@@ -165,6 +249,11 @@ def main() -> None:
     _half_weights(plan)
     reference = create("eager-fp32", model, "cpu")
     formats = args.formats.split(",")
+    calibrated = None
+    if args.calibrate > 0:
+        calibrated = calibrate(plan, args.calibrate, args.max_frames)
+        formats += [f"u8-cal-h{h}" if float(h) != 1 else "u8-cal"
+                    for h in args.headroom.split(",")]
     if args.split_taps:
         print("tap split: steps " + ", ".join(
             str(i) for i, step in enumerate(plan.steps) if splits(step)))
@@ -173,7 +262,7 @@ def main() -> None:
         for spec in args.steps.split(","):
             parse_steps(spec)  # a bad set fails before minutes of verifying
         formats = [f"{f}@{spec}" for f in formats for spec in args.steps.split(",")]
-    candidates = {f"plan-{f}": Emulated(plan, f) for f in formats}
+    candidates = {f"plan-{f}": Emulated(plan, f, calibrated) for f in formats}
     reports = verify_many(
         candidates, reference, args.clips, config=model.config,
         options=VerifyOptions(max_frames=args.max_frames),
