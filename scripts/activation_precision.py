@@ -105,9 +105,9 @@ def parse_steps(spec: str) -> frozenset[int]:
     """``"0-6"`` → {0, …, 6}; ``"4"`` → {4}; ``"1-2+5"`` → {1, 2, 5}."""
     chosen: set[int] = set()
     for part in spec.split("+"):
-        first, _, last = part.partition("-")
+        first, dash, last = part.partition("-")
         try:
-            lo, hi = int(first), int(last or first)
+            lo, hi = int(first), int(last if dash else first)
         except ValueError:
             raise SystemExit(f"--steps: {spec!r} is not like 0-6, 4 or 1-2+5") from None
         if lo > hi or lo < 0:
