@@ -584,3 +584,39 @@ SERVER = textwrap.dedent("""
 def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path, jpegs) -> None:
     assert_sigterm_finishes_in_flight(SERVER, small_weights, tmp_path, jpegs,
                                       'ttball_stage_seconds_count{stage="queue"} 3.0')
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_lanes_on_cuda_give_one_lanes_rows_with_frozen_graphs(small_weights, jpegs) -> None:
+    """On the GPU: two lanes of a CUDA-graph backend, each on a CUDA stream of its own, pushed
+    at once from their threads once their graphs are frozen. Every session's rows match those
+    of a one-lane worker (batches are composed differently, so positions within 0.5 px), and
+    no call ran without a graph."""
+    base = {"weights": str(small_weights), "device": "cuda", "backend": "cudagraph-fp32",
+            "warmup_batches": (1, 2, 4), "max_frame_bytes": 300_000,
+            "max_body_bytes": 1_000_000, "device_pipeline": True}
+
+    def rows(client) -> list[list[dict]]:
+        def one(step: int) -> list[dict]:
+            with client.open_session(step=step, fps=30).stream() as ws:
+                for data in jpegs:
+                    ws.send(data)
+                return ws.finish()
+
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(one, [3, 1, 3, 1, 3, 1]))
+
+    with serve_in_thread(create_app(ServeSettings(**base))) as one_url, \
+            serve_in_thread(create_app(ServeSettings(**base, pipeline_lanes=2))) as two_url, \
+            Client(one_url) as one, Client(two_url) as two:
+        for client in (one, two):
+            client.wait_ready(timeout=300, poll=0.2)
+        want, got = rows(one), rows(two)
+        ready = two.readiness()["device_pipeline"]
+    assert ready["lanes"] == 2 and ready["graphs_frozen"] is True
+    assert ready["uncaptured_calls"] == 0, ready
+    for g, w in zip(got, want):
+        assert [r["frame"] for r in g] == [r["frame"] for r in w]
+        assert [r["visible"] for r in g] == [r["visible"] for r in w]
+        assert max(abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for a, b in zip(g, w)) < 0.5
