@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -481,17 +481,9 @@ class Worker:
         torch.compile's CUDA graphs are recorded on the second call and replayed from the third;
         the reported time is the first call's. With the device pipeline, a push of every size
         follows (its decoder and post-processing graphs)."""
-        assert self.config is not None
-        h, w = self.config.input_size
-        calls = CUDA_WARM_CALLS if self.backend.device.type == "cuda" else 1
-        for size in sorted(self.settings.warmup_batches):
-            if self._abort.is_set():
-                raise RuntimeError("shutting down during warm-up")
-            seconds = self.backend.warmup([size], h, w)
-            for _ in range(calls - 1):
-                self.backend.warmup([size], h, w)
-            self.warmup_s[size] = float(seconds.get(size, 0.0))
-            self.metrics.warmup_seconds.labels(str(size)).set(self.warmup_s[size])
+        for size, seconds in self._warm_sizes(self.backend):
+            self.warmup_s[size] = seconds
+            self.metrics.warmup_seconds.labels(str(size)).set(seconds)
         if self.device is None:
             return
         self.device.paths[0].warm(self.settings.warmup_batches)
@@ -504,17 +496,28 @@ class Worker:
             self.lane_threads.append(thread)
             self.device.add(thread.submit(self._build_lane, thread).result())
 
+    def _warm_sizes(self, backend: Any) -> Iterator[tuple[int, float]]:
+        """Warm ``backend`` at every warm-up batch size (see :meth:`_warm`), yielding each
+        size and its first call's seconds as it is done."""
+        assert self.config is not None
+        h, w = self.config.input_size
+        calls = CUDA_WARM_CALLS if backend.device.type == "cuda" else 1
+        for size in sorted(self.settings.warmup_batches):
+            if self._abort.is_set():
+                raise RuntimeError("shutting down during warm-up")
+            seconds = backend.warmup([size], h, w)
+            for _ in range(calls - 1):
+                backend.warmup([size], h, w)
+            yield size, float(seconds.get(size, 0.0))
+
     def _build_lane(self, thread: ThreadPoolExecutor) -> DevicePath:
         """On a lane's own thread: its backend, warmed as lane 0's, and its pipeline, warmed."""
         from ttball.serve.device import DevicePath
 
         assert self.config is not None
-        h, w = self.config.input_size
         backend = self._build_backend()
-        calls = CUDA_WARM_CALLS if backend.device.type == "cuda" else 1
-        for size in sorted(self.settings.warmup_batches):
-            for _ in range(calls):
-                backend.warmup([size], h, w)
+        for _ in self._warm_sizes(backend):
+            pass
         path = DevicePath(backend, self.config, self.settings, self.metrics, thread)
         path.warm(self.settings.warmup_batches)
         return path

@@ -248,15 +248,21 @@ class DeviceLanes:
 
     def __init__(self, first: DevicePath) -> None:
         self.paths = [first]
-        self._lane_of: dict[str, int] = {}  # session key → lane
-        self._open = [0]  # open sessions a lane
+        self._lane_of: dict[str, int] = {}  # open session's key → lane
         self.frozen = False
 
     def add(self, path: DevicePath) -> int:
         """Another lane's path (built and warmed on its own backend thread); its index."""
         self.paths.append(path)
-        self._open.append(0)
         return len(self.paths) - 1
+
+    @property
+    def lane_sessions(self) -> list[int]:
+        """Open sessions a lane."""
+        counts = [0] * len(self.paths)
+        for lane in self._lane_of.values():
+            counts[lane] += 1
+        return counts
 
     @property
     def pipeline(self) -> GpuPipeline:
@@ -265,7 +271,7 @@ class DeviceLanes:
 
     def describe(self) -> dict[str, object]:
         return {**self.paths[0].describe(), "lanes": len(self.paths),
-                "lane_sessions": list(self._open), "graphs_frozen": self.frozen,
+                "lane_sessions": self.lane_sessions, "graphs_frozen": self.frozen,
                 "uncaptured_calls": self.uncaptured}
 
     def freeze_graphs(self) -> None:
@@ -282,10 +288,10 @@ class DeviceLanes:
 
     # -- sessions (event loop) ---------------------------------------------------------------------
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
-        lane = min(range(len(self.paths)), key=self._open.__getitem__)
+        counts = self.lane_sessions
+        lane = counts.index(min(counts))
         stream = self.paths[lane].open(sid, options, fps)
         self._lane_of[stream.stream_id] = lane
-        self._open[lane] += 1
         return stream
 
     def lane_of(self, key: str) -> int:
@@ -294,10 +300,8 @@ class DeviceLanes:
 
     def close(self, key: str) -> None:
         lane = self._lane_of.pop(key, None)
-        if lane is None:
-            return
-        self._open[lane] -= 1
-        self.paths[lane].close(key)
+        if lane is not None:
+            self.paths[lane].close(key)
 
 
 def _refusal(exc: FrameRejected, frame: int) -> FrameRefused:
