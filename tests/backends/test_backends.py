@@ -143,6 +143,16 @@ def test_converting_backends_leave_the_model_alone(model: BlurBall) -> None:
     assert model.conv1.weight.is_contiguous()
 
 
+def test_warmup_draws_from_its_own_generator(model: BlurBall) -> None:
+    """Warm-up windows come from a generator of their own, never the device's shared one: on
+    CUDA, drawing from the shared generator while another thread captures a graph fails."""
+    backend = EagerBackend(model, torch.device("cpu"))
+    before = torch.get_rng_state()
+    seconds = backend.warmup([1, 2], 24, 32)
+    assert set(seconds) == {1, 2} and backend.warmed == {1, 2}
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 MY_FAMILIES = ("eager-", "folded-", "compile-", "cudagraph-", "tensorrt-")
 
 

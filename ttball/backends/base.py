@@ -79,8 +79,12 @@ class BackendBase:
 
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
         seconds = {}
+        # random windows drawn on the CPU: the CUDA generator is shared by every thread, and
+        # drawing from it while another thread captures a CUDA graph fails ("Offset increment
+        # outside graph capture")
+        gen = torch.Generator().manual_seed(0)
         for b in batch_sizes:
-            x = torch.randn(b, 9, height, width, device=self.device)
+            x = torch.randn(b, 9, height, width, generator=gen).to(self.device)
             start = time.perf_counter()
             self(x)
             synchronize(self.device)
