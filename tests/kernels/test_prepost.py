@@ -387,6 +387,29 @@ def test_pipeline_on_cuda_with_graphs_matches_the_cpu_path(small_config: Weights
             assert max(abs(g.x - w.x) + abs(g.y - w.y) for g, w in zip(got[sid], want)) < 0.5
 
 
+def test_post_processing_sees_only_warmed_batch_sizes(small_config: WeightsConfig,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call of 3 windows is padded to 4 for the network and for the statistics too: their
+    CUDA graph is then one of a warmed size, so a frozen pipeline (lanes) never runs them
+    without a graph. The rows stay those of the CPU path."""
+    pipeline = cpu_pipeline(small_config)
+    seen: list[int] = []
+    packed = pipeline._packed
+
+    def spy(logits: Tensor, thresholds: Tensor) -> Tensor:
+        assert thresholds.shape[0] == 3 * logits.shape[0]
+        seen.append(logits.shape[0])
+        return packed(logits, thresholds)
+
+    monkeypatch.setattr(pipeline, "_packed", spy)
+    sessions = {sid: (session_frames(10, (256, 144), streak=True), StreamOptions(step=1))
+                for sid in "abc"}
+    got = gpu_rows(pipeline, sessions, 60.0, chunk=9)  # three windows a call
+    assert seen and set(seen) <= {1, 2, 4} and 4 in seen, seen
+    for sid, (blobs, options) in sessions.items():
+        assert_rows_match(got[sid], cpu_rows(BrightBackend(), small_config, blobs, options, 60.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> None:

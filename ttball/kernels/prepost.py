@@ -457,14 +457,18 @@ class GpuPipeline:
         with self.timer.stage("preprocess"):
             batch = self._normalize(stack_windows([w.frames for w in padded]))  # type: ignore[attr-defined]
         with self.timer.stage("network"):
-            logits = self.backend(batch)[: len(windows)]
+            logits = self.backend(batch)
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
+            # the statistics of the padded batch, so their graph is one of a warmed size (a
+            # frozen pipeline never meets a new shape); the padding's rows are dropped after
+            padding = [sessions[-1]] * (size - len(windows))
             thresholds = host_to_device(  # no wait for the network just launched
-                torch.tensor([s.stream.threshold for s in sessions for _ in range(3)],
+                torch.tensor([s.stream.threshold for s in sessions + padding for _ in range(3)],
                              dtype=torch.float32), logits.device)
-            packed = self._packed(logits, thresholds)
+            packed = self._packed(logits, thresholds)[: 3 * len(windows)]
+            logits = logits[: len(windows)]
             ready = None
             if self.overlap:
                 logits = logits.clone()
