@@ -109,6 +109,7 @@ for n in $SESSIONS; do
     --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
     --out "$S/loadtest-$n.json"
   fetch "$URL/metrics" > "$S/metrics-$n.txt"
+  fetch "$URL/readyz" > "$S/ready-after-$n.json"  # lanes: graphs_frozen, uncaptured_calls
   [ -f "$S/loadtest-$n.json" ] || { say "loadtest $n: no report"; break; }
   read -r ok dropped < <(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(int(r['latency_ms']['p99'] < 50 and r['dropped'] == 0), r['dropped'])" "$S/loadtest-$n.json")
   if [ "$ok" = 1 ]; then BEST=$n
