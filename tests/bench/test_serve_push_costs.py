@@ -1,0 +1,38 @@
+"""scripts/serve_push_costs.py: per-run host milliseconds a frame by push stage, from the
+cumulative /metrics snapshots of a load test, on hand-made snapshots."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _snapshot(frames: int, windows: int, calls: int, decode: float, total: float) -> str:
+    return "\n".join([
+        "# HELP ttball_frames_total frames", f"ttball_frames_total {frames}.0",
+        f"ttball_windows_total {windows}.0", f"ttball_batch_size_count {calls}.0",
+        f"ttball_batch_size_sum {windows}.0",
+        f'ttball_push_seconds_sum{{stage="decode"}} {decode}',
+        f'ttball_push_seconds_sum{{stage="total"}} {total}',
+        'ttball_push_seconds_bucket{stage="total",le="0.005"} 3.0', ""])
+
+
+def test_runs_are_differences_of_the_cumulative_snapshots(tmp_path: Path) -> None:
+    (tmp_path / "metrics-4.txt").write_text(_snapshot(1000, 300, 100, 0.2, 0.5))
+    (tmp_path / "metrics-16.txt").write_text(_snapshot(5000, 1500, 200, 1.0, 2.5))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    # run 4: 1000 frames, 3 windows a call, decode 0.2 ms a frame, total 0.5;
+    # run 16 (sorted by count, not by name): 4000 frames, 1200/100 = 12, 0.8 s / 4000, 2.0 s / 4000
+    assert rows[0][:4] == ["4", "1000", "3.000", "0.200"] and rows[0][-1] == "0.500"
+    assert rows[1][:4] == ["16", "4000", "12.000", "0.200"] and rows[1][-1] == "0.500"
+
+
+def test_a_folder_without_snapshots_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "no metrics-N.txt snapshots" in done.stderr
