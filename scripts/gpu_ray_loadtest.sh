@@ -9,7 +9,7 @@
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
 # Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
-#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -63,6 +63,7 @@ start() {
     $([ -n "${DIRECT_STREAMS:-}" ] && echo --direct-streams) $([ -n "${OVERLAP:-}" ] && echo --pipeline-overlap) \
     $([ -n "${COMPILE_RESIZE:-}" ] && echo --pipeline-compile-resize) \
     $([ -n "${DECODER:-}" ] && echo --jpeg-decoder "$DECODER") \
+    $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
