@@ -12,25 +12,23 @@ each other (their threads share one interpreter lock)::
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
-_SAMPLE = re.compile(r'^(ttball_[a-z_]+)(?:\{stage="([a-z]+)"\})? ([0-9.e+-]+)$')
+COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 
 
 def read_metrics(path: Path) -> dict[str, float]:
     """The counters this report needs from one Prometheus text snapshot."""
     out: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, stage, value = match.groups()
-        if name == "ttball_push_seconds_sum" and stage in STAGES:
-            out[f"push_{stage}"] = float(value)
-        elif name in ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count"):
-            out[name.removeprefix("ttball_")] = float(value)
+    for family in text_string_to_metric_families(path.read_text()):
+        for sample in family.samples:
+            if sample.name == "ttball_push_seconds_sum" and sample.labels.get("stage") in STAGES:
+                out[f"push_{sample.labels['stage']}"] = sample.value
+            elif sample.name in COUNTERS:
+                out[sample.name.removeprefix("ttball_")] = sample.value
     return out
 
 
