@@ -110,8 +110,7 @@ def _write_cache(path: Path, key: str, choice: Choice) -> None:
 
 
 def _time_one_window(backend: base.Backend, height: int, width: int) -> float:
-    gen = torch.Generator().manual_seed(0)  # not the CUDA generator (see Backend.warmup)
-    x = torch.randn(1, 9, height, width, generator=gen).to(backend.device)
+    x = base.random_windows(1, height, width, backend.device)
     backend(x)  # warm-up (compiles where the backend compiles)
     times: list[float] = []
     fewest, most = TIMED_CALLS

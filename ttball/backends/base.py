@@ -79,17 +79,24 @@ class BackendBase:
 
     def warmup(self, batch_sizes: Iterable[int], height: int, width: int) -> dict[int, float]:
         seconds = {}
-        # random windows drawn on the CPU: the CUDA generator is shared by every thread, and
-        # drawing from it while another thread captures a CUDA graph fails ("Offset increment
-        # outside graph capture")
         gen = torch.Generator().manual_seed(0)
         for b in batch_sizes:
-            x = torch.randn(b, 9, height, width, generator=gen).to(self.device)
+            x = random_windows(b, height, width, self.device, gen)
             start = time.perf_counter()
             self(x)
             synchronize(self.device)
             seconds[b] = time.perf_counter() - start
         return seconds
+
+
+def random_windows(batch: int, height: int, width: int, device: torch.device | str,
+                   generator: torch.Generator | None = None) -> Tensor:
+    """``(batch, 9, height, width)`` standard-normal windows on ``device``, drawn on the CPU
+    (from ``generator``, default seed 0): the CUDA generator is shared by every thread, and
+    drawing from it while another thread captures a CUDA graph fails ("Offset increment
+    outside graph capture")."""
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    return torch.randn(batch, 9, height, width, generator=gen).to(device)
 
 
 Factory = Callable[..., Backend]

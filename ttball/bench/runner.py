@@ -234,7 +234,7 @@ class _Run:
         self.ceilings = roofline.Ceilings(config.device)
         gen = torch.Generator().manual_seed(config.seed)
         self.inputs = {
-            b: torch.randn(b, 9, config.height, config.width, generator=gen).to(config.device)
+            b: base.random_windows(b, config.height, config.width, config.device, gen)
             for b in config.batches
         }
         self.reference: dict[int, torch.Tensor] = {}
