@@ -463,9 +463,9 @@ class GpuPipeline:
         with self.timer.stage("postprocess"):
             # the statistics of the padded batch, so their graph is one of a warmed size (a
             # frozen pipeline never meets a new shape); the padding's rows are dropped after
-            padding = [sessions[-1]] * (size - len(windows))
             thresholds = host_to_device(  # no wait for the network just launched
-                torch.tensor([s.stream.threshold for s in sessions + padding for _ in range(3)],
+                torch.tensor([self._sessions[w.stream_id].stream.threshold
+                              for w in padded for _ in range(3)],
                              dtype=torch.float32), logits.device)
             packed = self._packed(logits, thresholds)[: 3 * len(windows)]
             logits = logits[: len(windows)]
