@@ -9,7 +9,7 @@
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
 # Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
-#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -98,7 +98,8 @@ for n in $REPLICAS; do
   if [ "$(left)" -lt 120 ]; then say "$n replica(s): skipped, $(left) s left"; break; fi
   say "serve --ray --replicas $n ($BACKEND, batches $BATCHES, $GPUS_PER_REPLICA GPU each)"
   start "$n" || { stop; continue; }
-  for s in $SESSIONS; do
+  counts="SESSIONS_$n"  # SESSIONS_<n>: this replica count's own session counts
+  for s in ${!counts:-$SESSIONS}; do
     need=$(( DURATION + 20 ))
     if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
@@ -130,7 +131,7 @@ summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
 json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
-lines = [f"# ttball serve --ray on 2 GPUs: {backend}, warm-up batches {batches}, {mode}", "",
+lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
 lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
 lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors |",

