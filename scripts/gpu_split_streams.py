@@ -111,7 +111,7 @@ def main() -> None:
     backend = create(args.backend, model, dev)
     plan = TimingPlan(3, 7, 20)
     rows = []
-    with torch.no_grad():
+    with torch.inference_mode():  # as the backend runs: its buffers are inference tensors
         x = random_windows(args.batch, args.height, args.width, dev)
         for s in splits:
             sub = args.batch // s
