@@ -185,6 +185,10 @@ nocg_fp32_23() {
   step nocg_fp32_23 570 --batch 2,3 --warmup 10 --groups 5 --calls 20 --no-warm \
     --variants compile-max-autotune-no-cudagraphs-fp32
 }
+nocg_fp32_3() {  # batch 3 alone: after batch 2's 304-s cold compile, nocg_fp32_23 ran out of time
+  step nocg_fp32_3 570 --batch 3 --warmup 10 --groups 5 --calls 20 --no-warm \
+    --variants compile-max-autotune-no-cudagraphs-fp32
+}
 nocg_autocast_23() {
   step nocg_autocast_23 570 --batch 2,3 --warmup 10 --groups 5 --calls 20 --no-warm \
     --variants compile-max-autotune-no-cudagraphs-fp16-autocast
@@ -213,8 +217,8 @@ for arg in "$@"; do
     default) latency; graphs; compile; sweep ;;
     more) compile_rest; autotune64 ;;
     extra) autotune1; autotune_nocg; onnx ;;
-    latency|graphs|versus|versus64|versus_all|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
-    *) say "unknown step $arg (steps: latency graphs versus versus64 versus_all onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_autocast_23 pdl tma tuner branches direct)" ;;
+    latency|graphs|versus|versus64|versus_all|onnx|compile|sweep|autotune1|compile_rest|autotune64|autotune_nocg|autotune23|nograph|autotune_nocg_rest|nocg_fp32|nocg_fp16_23|nocg_fp32_23|nocg_fp32_3|nocg_autocast_23|pdl|tma|tuner|branches|direct) "$arg" ;;
+    *) say "unknown step $arg (steps: latency graphs versus versus64 versus_all onnx compile sweep autotune1 compile_rest autotune64 autotune_nocg autotune23 nograph autotune_nocg_rest nocg_fp32 nocg_fp16_23 nocg_fp32_23 nocg_fp32_3 nocg_autocast_23 pdl tma tuner branches direct)" ;;
   esac
 done
 

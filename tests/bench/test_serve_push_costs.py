@@ -36,3 +36,26 @@ def test_a_folder_without_snapshots_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
                            str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "no metrics-N.txt snapshots" in done.stderr
+
+
+def test_ray_snapshots_sum_their_replicas_and_restart_with_each_server(tmp_path: Path) -> None:
+    def two_replicas(frames: int, windows: int, calls: int, total: float) -> str:
+        lines = []
+        for name in ("a", "b"):  # each replica half of everything
+            lines += [f'ttball_frames_total{{replica="{name}"}} {frames / 2}',
+                      f'ttball_windows_total{{replica="{name}"}} {windows / 2}',
+                      f'ttball_batch_size_count{{replica="{name}"}} {calls / 2}',
+                      f'ttball_push_seconds_sum{{replica="{name}",stage="total"}} {total / 2}']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-1-32.txt").write_text(_snapshot(2000, 600, 300, 0.4, 1.0))
+    (tmp_path / "metrics-4-64.txt").write_text(two_replicas(4000, 1200, 400, 2.0))
+    (tmp_path / "metrics-4-128.txt").write_text(two_replicas(12000, 3600, 600, 5.0))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    # the 4-replica server's first run is counted from zero, not from the 1-replica server's
+    assert rows[0][:5] == ["1", "32", "2000", "2.000", "0.200"] and rows[0][-1] == "0.500"
+    assert rows[1][:4] == ["4", "64", "4000", "3.000"] and rows[1][-1] == "0.500"
+    # 128 sessions: 8000 frames, 2400 windows in 200 calls, 3.0 s of pushes
+    assert rows[2][:4] == ["4", "128", "8000", "12.000"] and rows[2][-1] == "0.375"
