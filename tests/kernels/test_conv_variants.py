@@ -37,8 +37,8 @@ def run_variant(step: Conv, bufs: dict[str, Tensor], device: torch.device, cout_
         k: v.to(device) if k == INPUT else v.to(device, torch.float16).contiguous()
         for k, v in bufs.items()
     }
-    out = torch.empty(B, H >> cout_level, W >> cout_level, step.cout, device=device,
-                      dtype=torch.float16)
+    out = torch.full((B, H >> cout_level, W >> cout_level, step.cout), float("nan"),
+                     device=device, dtype=torch.float16)  # a pixel left unwritten fails
     dev_bufs[step.out] = out
     dev_sums = {name: torch.zeros(B, step.cout, device=device) for name in sums}
     launch = _ConvLaunch(step, device)
