@@ -3,7 +3,7 @@
 # 10 minutes (first run in the fifteenth session, for two candidates the fourteenth built
 # without a GPU; then for the direct kernels with registers capped for three blocks an SM).
 # Stops after the tests if they fail: timing a wrong kernel tells nothing.
-#   1. the direct kernels' GPU tests (tests/kernels/test_direct.py);
+#   1. the direct kernels' GPU tests (tests/kernels/test_direct.py; TESTS: other files);
 #   2. the network A/B at batch 1 and 64 (AB_BATCHES) with the tuner's three best candidates of
 #      SHOW_STEPS (default 0 and 5: the input kernel and transition1; SHOW_TOP of them, default
 #      3) printed per variant (AB_VARIANTS, any of gpu_branches_ab.py's);
@@ -22,7 +22,7 @@ trap 'tar czf "$DEST/candidates.tgz" --exclude=images -C "$OUT" . 2>/dev/null;
       cp "$OUT/tests.log" "$OUT/candidates-ab.json" "$DEST/" 2>/dev/null' EXIT
 
 say "tests"
-gpu_tests 200 tests/kernels/test_direct.py || { say "tests failed (rc=$?): stop"; exit 1; }
+gpu_tests 200 ${TESTS:-tests/kernels/test_direct.py} || { say "tests failed (rc=$?): stop"; exit 1; }
 
 say "network A/B (limit 200s)"
 timeout -k 10 200 python3 scripts/gpu_branches_ab.py --batches "${AB_BATCHES:-1,64}" \
