@@ -98,6 +98,7 @@ for n in $REPLICAS; do
   if [ "$(left)" -lt 120 ]; then say "$n replica(s): skipped, $(left) s left"; break; fi
   say "serve --ray --replicas $n ($BACKEND, batches $BATCHES, $GPUS_PER_REPLICA GPU each)"
   start "$n" || { stop; continue; }
+  fetch "$URL/metrics" > "$S/metrics-$n-0.txt"  # after warm-up: serve_push_costs.py's baseline
   counts="SESSIONS_$n"  # SESSIONS_<n>: this replica count's own session counts
   for s in ${!counts:-$SESSIONS}; do
     need=$(( DURATION + 20 ))

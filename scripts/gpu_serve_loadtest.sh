@@ -100,6 +100,7 @@ if [ -z "${COLD_ONLY:-}" ]; then
   start warm || exit 1
 fi
 
+fetch "$URL/metrics" > "$S/metrics-0.txt"  # after warm-up: serve_push_costs.py's baseline
 BEST=0
 for n in $SESSIONS; do
   need=$(( DURATION + 20 ))  # clips, connect, send, drain (at most 8 s), close

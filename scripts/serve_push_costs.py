@@ -4,8 +4,9 @@ after each run (``metrics-S.txt`` for S sessions; ``metrics-R-S.txt`` for R Ray 
 sample labelled with its replica and summed over them here).
 
 The snapshots are cumulative, so each run's figures are the difference from the run before
-(the first run's from zero; each replica count is a server of its own, so its first run's
-too). Push stages are summed over every lane: with two lanes a stage
+(the first run's from zero, or from ``metrics-0.txt`` / ``metrics-R-0.txt`` where the script
+saved one once the server was ready, which leaves the warm-up's pushes out; each replica count
+is a server of its own, so its first run's too). Push stages are summed over every lane: with two lanes a stage
 that takes 0.1 ms a frame on each thread reads 0.1 here, as with one, unless the lanes slow
 each other (their threads share one interpreter lock)::
 
@@ -57,6 +58,8 @@ def runs(folder: Path) -> list[dict[str, float]]:
         now = read_metrics(path)
         delta = {k: v - before.get(k, 0.0) for k, v in now.items()}
         before = now
+        if sessions == 0:  # taken once the server was ready: the warm-up's pushes, left out
+            continue
         frames = delta.get("frames_total", 0.0)
         calls = delta.get("batch_size_count", 0.0)
         row = {"replicas": float(replicas), "sessions": float(sessions), "frames": frames,

@@ -59,3 +59,14 @@ def test_ray_snapshots_sum_their_replicas_and_restart_with_each_server(tmp_path:
     assert rows[1][:4] == ["4", "64", "4000", "3.000"] and rows[1][-1] == "0.500"
     # 128 sessions: 8000 frames, 2400 windows in 200 calls, 3.0 s of pushes
     assert rows[2][:4] == ["4", "128", "8000", "12.000"] and rows[2][-1] == "0.375"
+
+
+def test_a_snapshot_at_zero_sessions_is_the_warm_ups_baseline(tmp_path: Path) -> None:
+    (tmp_path / "metrics-0.txt").write_text(_snapshot(0, 40, 10, 0.1, 0.3))  # warm-up pushes
+    (tmp_path / "metrics-8.txt").write_text(_snapshot(1000, 340, 110, 0.3, 0.8))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    # one row: 1000 frames, 300 windows in 100 calls, 0.2 s of decode and 0.5 s in all
+    assert len(rows) == 1 and rows[0][:4] == ["8", "1000", "3.000", "0.200"]
+    assert rows[0][-1] == "0.500"
