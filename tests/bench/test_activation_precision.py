@@ -3,27 +3,17 @@ static per-channel scales, and that ``FORMAT@STEPS`` rounds only those steps' ou
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from script_env import load_script
 
 from ttball.kernels import build_plan
 from ttball.kernels import reference as ref
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("activation_precision",
-                                                  ROOT / "scripts" / "activation_precision.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["activation_precision"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("activation_precision")
 
 
 def test_step_sets_parse_and_bad_ones_are_refused(script) -> None:

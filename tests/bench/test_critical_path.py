@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from script_env import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("critical_path", ROOT / "scripts" / "critical_path.py")
-assert spec is not None and spec.loader is not None
-critical_path = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(critical_path)
+critical_path = load_script("critical_path")
 
 
 def test_every_tail_but_the_heads_costs_the_extra() -> None:

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from script_env import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gpu_conv_tiles", ROOT / "scripts" / "gpu_conv_tiles.py")
-gpu_conv_tiles = sys.modules["gpu_conv_tiles"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_conv_tiles)
+gpu_conv_tiles = load_script("gpu_conv_tiles")
 
 
 def test_tiles_are_rows_by_columns_with_optional_warpgroups_and_variant() -> None:

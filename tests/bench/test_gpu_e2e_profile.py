@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from script_env import load_script
 from torch.autograd import DeviceType
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))  # the script's own helpers (_stages)
-spec = importlib.util.spec_from_file_location("gpu_e2e", ROOT / "scripts" / "gpu_e2e.py")
-gpu_e2e = sys.modules["gpu_e2e"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_e2e)
+gpu_e2e = load_script("gpu_e2e")
 
 
 def _event(name: str, start: int, end: int, device: DeviceType = DeviceType.CPU,

@@ -3,15 +3,11 @@ not a dependency): a loop of two instructions run 100 times, and once-run code."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import ClassVar
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("ncu_source", ROOT / "scripts" / "ncu_source.py")
-ncu_source = sys.modules["ncu_source"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ncu_source)
+from script_env import load_script
+
+ncu_source = load_script("ncu_source")
 
 
 class _Ids:

@@ -3,17 +3,11 @@ not (so two sub-batches can run at once); on the CPU through Triton's interprete
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from script_env import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("split_streams", ROOT / "scripts" / "gpu_split_streams.py")
-assert spec is not None and spec.loader is not None
-split_streams = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(split_streams)
+split_streams = load_script("gpu_split_streams")
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
