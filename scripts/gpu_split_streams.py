@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.backends import create
 from ttball.backends.base import random_windows
+from ttball.backends.cudagraph import GraphCache
 from ttball.bench.timing import TimingPlan, time_calls
 from ttball.kernels.executor import TritonExecutor, _Buffers
 from ttball.model import BlurBall, randomize_batchnorm
@@ -41,17 +42,10 @@ def twin(ex: TritonExecutor, like: TritonExecutor, shape: tuple[int, ...]) -> No
     ex._buffers[shape] = _Buffers(like.plan, shape[0], shape[2], shape[3], like.device)
 
 
-def graph_of(fn: Callable[[], None], device: torch.device) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+def graph_of(fn: Callable[[], None], anchor: Tensor) -> torch.cuda.CUDAGraph:
+    """``fn`` captured as the backends capture (:meth:`GraphCache.capture`: warm-up runs on a
+    side stream first); ``anchor``, a tensor on the device, stands for its unused input."""
+    return GraphCache(lambda _: fn(), anchor.device, 2).capture(anchor, copy=False)[0]
 
 
 def measure(backend: Any, parts: list[Tensor], make: Callable[[], Any],
@@ -79,7 +73,7 @@ def measure(backend: Any, parts: list[Tensor], make: Callable[[], Any],
         for ex, part in zip(execs, parts):
             ex(part)
 
-    g_conc, g_serial = graph_of(concurrent, dev), graph_of(serial, dev)
+    g_conc, g_serial = graph_of(concurrent, parts[0]), graph_of(serial, parts[0])
     conc = time_calls(g_conc.replay, dev, plan)["median_ms"]
     ser = time_calls(g_serial.replay, dev, plan)["median_ms"]
     # the last sub-batch's logits from the concurrent graph against the backend's own
