@@ -9,7 +9,8 @@
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
 # Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
-#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), MPS=1 (the replicas share the GPU through
+#   CUDA MPS, started here before Ray and stopped at the end, instead of time slices), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -41,9 +42,17 @@ install_wheels || { say "installing the carried wheels failed"; exit 1; }
 SERVER_PID=""
 cleanup() {
   if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; sleep 5; kill -KILL "$SERVER_PID" 2>/dev/null; fi
+  [ -n "${MPS:-}" ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
   rm -rf "$W"
 }
 trap cleanup EXIT
+
+if [ -n "${MPS:-}" ]; then  # every process started from here (Ray's, the replicas) is an MPS client
+  export CUDA_MPS_PIPE_DIRECTORY="$W/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$S/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { say "MPS: nvidia-cuda-mps-control -d failed"; exit 1; }
+  say "MPS daemon started ($CUDA_MPS_PIPE_DIRECTORY)"
+fi
 
 say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -128,6 +137,7 @@ runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
+mode += ", CUDA MPS" if os.environ.get("MPS") else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}

@@ -21,6 +21,12 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
+# --quantiles: (label in the report, metric, stage label or None)
+HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
+              ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
+              ("preprocess", "ttball_push_seconds", "preprocess"),
+              ("postprocess", "ttball_push_seconds", "postprocess"))
+QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 
 
@@ -37,6 +43,72 @@ def read_metrics(path: Path) -> dict[str, float]:
                 continue
             out[key] = out.get(key, 0.0) + sample.value  # summed over replicas
     return out
+
+
+def read_histograms(path: Path) -> dict[str, dict[float | str, float]]:
+    """The :data:`HISTOGRAMS` of one snapshot, summed over replicas: per label, the cumulative
+    count at each bucket's upper edge (``le``), and ``"sum"`` and ``"count"``."""
+    wanted = {(metric, stage): label for label, metric, stage in HISTOGRAMS}
+    out: dict[str, dict[float | str, float]] = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        for sample in family.samples:
+            for suffix in ("_bucket", "_sum", "_count"):
+                if sample.name.endswith(suffix):
+                    metric = sample.name.removesuffix(suffix)
+                    break
+            else:
+                continue
+            label = wanted.get((metric, sample.labels.get("stage")))
+            if label is None:
+                continue
+            key: float | str = float(sample.labels["le"]) if suffix == "_bucket" else suffix[1:]
+            series = out.setdefault(label, {})
+            series[key] = series.get(key, 0.0) + sample.value
+    return out
+
+
+def quantile(q: float, buckets: dict[float | str, float]) -> float:
+    """The ``q`` quantile of a histogram's cumulative ``{le: count}`` (other keys ignored),
+    linear within its bucket; NaN when empty, the last finite edge when it lies in ``+Inf``."""
+    edges = sorted((le, n) for le, n in buckets.items() if isinstance(le, float))
+    total = edges[-1][1] if edges else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, low, below = q * total, 0.0, 0.0
+    for le, n in edges:
+        if n >= rank:
+            if le == float("inf"):
+                return low
+            return low + (le - low) * ((rank - below) / (n - below) if n > below else 1.0)
+        low, below = le, n
+    return low
+
+
+def stage_quantiles(folder: Path) -> list[dict[str, float]]:
+    """One row per run in ``folder``, as :func:`runs`: for each of :data:`HISTOGRAMS`, its
+    mean and :data:`QUANTILES` in milliseconds over that run's observations."""
+    snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
+    rows, before, server = [], {}, None
+    for path in snapshots:
+        replicas, sessions = _counts(path)
+        if replicas != server:
+            before, server = {}, replicas
+        now = read_histograms(path)
+        delta = {label: {k: v - before.get(label, {}).get(k, 0.0) for k, v in series.items()}
+                 for label, series in now.items()}
+        before = now
+        if sessions == 0:
+            continue
+        row = {"replicas": float(replicas), "sessions": float(sessions)}
+        for label, _, _ in HISTOGRAMS:
+            series = delta.get(label, {})
+            count = series.get("count", 0.0)
+            row[f"{label}_n"] = count
+            row[f"{label}_mean"] = 1e3 * series.get("sum", 0.0) / count if count else float("nan")
+            for q in QUANTILES:
+                row[f"{label}_p{round(100 * q)}"] = 1e3 * quantile(q, series)
+        rows.append(row)
+    return rows
 
 
 def _counts(path: Path) -> tuple[int, int]:
@@ -74,10 +146,15 @@ def runs(folder: Path) -> list[dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="a load test's serve/ folder")
+    parser.add_argument("--quantiles", action="store_true",
+                        help="a job's stay, its queue wait and its push: mean, p50, p95, p99 ms")
     args = parser.parse_args()
     for folder in args.folders:
         if not any(folder.glob("metrics-*.txt")):
             parser.error(f"{folder}: no metrics-N.txt snapshots")
+        if args.quantiles:
+            _print_quantiles(folder)
+            continue
         rows = runs(folder)
         ray = any(row["replicas"] for row in rows)
         head = (["replicas"] if ray else []) + ["sessions", "frames", "windows_a_call"]
@@ -89,6 +166,20 @@ def main() -> None:
             cells = [f"{row[h]:14.0f}" if h in ("replicas", "sessions", "frames")
                      else f"{row[h]:14.3f}" for h in head]
             print("  " + " ".join(cells))
+
+
+def _print_quantiles(folder: Path) -> None:
+    rows = stage_quantiles(folder)
+    print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
+          "and replicas)")
+    print("  " + " ".join(f"{h:>8}" for h in ("replicas", "sessions"))
+          + "".join(f" {label:>24}" for label, _, _ in HISTOGRAMS))
+    for row in rows:
+        cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}"]
+        for label, _, _ in HISTOGRAMS:
+            values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
+            cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))
+        print("  " + " ".join(cells[:2]) + "".join(cells[2:]))
 
 
 if __name__ == "__main__":

@@ -3,11 +3,15 @@ cumulative /metrics snapshots of a load test, on hand-made snapshots."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.script_env import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
+push_costs = load_script("serve_push_costs")
 
 
 def _snapshot(frames: int, windows: int, calls: int, decode: float, total: float) -> str:
@@ -70,3 +74,46 @@ def test_a_snapshot_at_zero_sessions_is_the_warm_ups_baseline(tmp_path: Path) ->
     # one row: 1000 frames, 300 windows in 100 calls, 0.2 s of decode and 0.5 s in all
     assert len(rows) == 1 and rows[0][:4] == ["8", "1000", "3.000", "0.200"]
     assert rows[0][-1] == "0.500"
+
+
+def test_quantiles_interpolate_within_a_bucket_as_histogram_quantile_does() -> None:
+    buckets = {0.001: 10.0, 0.002: 50.0, 0.005: 90.0, 0.01: 100.0, float("inf"): 100.0,
+               "sum": 0.3, "count": 100.0}
+    # p50: rank 50 is the 0.002 bucket's top; p70: halfway through 0.002-0.005 (50 → 90)
+    assert math.isclose(push_costs.quantile(0.5, buckets), 0.002)
+    assert math.isclose(push_costs.quantile(0.7, buckets), 0.0035)
+    assert math.isclose(push_costs.quantile(0.05, buckets), 0.0005)  # from 0 to the first edge
+    assert math.isclose(push_costs.quantile(0.99, buckets), 0.0095)
+    # all in +Inf: the last finite edge; empty: NaN
+    assert push_costs.quantile(0.5, {0.01: 0.0, float("inf"): 4.0}) == 0.01
+    assert math.isnan(push_costs.quantile(0.5, {0.01: 0.0, float("inf"): 0.0}))
+
+
+def test_stage_quantiles_are_per_run_and_summed_over_replicas(tmp_path: Path) -> None:
+    def snapshot(fast: float, slow: float) -> str:
+        """Two replicas' queue waits: ``fast`` waits under 1 ms and ``slow`` in 5-10 ms each."""
+        lines = []
+        for name in ("a", "b"):
+            for le, n in (("0.001", fast), ("0.005", fast), ("0.01", fast + slow),
+                          ("+Inf", fast + slow)):
+                lines.append(f'ttball_stage_seconds_bucket{{le="{le}",replica="{name}",'
+                             f'stage="queue"}} {n}')
+            lines += [f'ttball_stage_seconds_count{{replica="{name}",stage="queue"}} {fast + slow}',
+                      f'ttball_stage_seconds_sum{{replica="{name}",stage="queue"}} '
+                      f'{0.0005 * fast + 0.0075 * slow}']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-4-0.txt").write_text(snapshot(5, 0))  # the warm-up, left out
+    (tmp_path / "metrics-4-40.txt").write_text(snapshot(55, 50))  # this run: 50 fast, 50 slow
+    (tmp_path / "metrics-4-56.txt").write_text(snapshot(55, 150))  # then 100 slow only
+    rows = push_costs.stage_quantiles(tmp_path)
+    assert [(r["replicas"], r["sessions"]) for r in rows] == [(4, 40), (4, 56)]
+    first, second = rows
+    assert first["queue_n"] == 200 and math.isclose(first["queue_mean"], 4.0)
+    assert math.isclose(first["queue_p50"], 1.0) and math.isclose(first["queue_p99"], 9.9)
+    assert second["queue_n"] == 200 and math.isclose(second["queue_p50"], 7.5)
+    assert math.isnan(second["push_mean"])  # no push histogram in these snapshots
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--quantiles", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert "4.0/1.0/" in done.stdout.splitlines()[2]

@@ -21,9 +21,12 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-# Latency buckets from 0.5 ms to 10 s: GPU windows take 4-15 ms (seed, section 5), CPU ~0.5 s.
+# Latency buckets from 0.5 ms to 10 s: GPU windows take 4-15 ms (seed, section 5), CPU ~0.5 s;
+# finer from 2 to 50 ms, where a GPU worker's pushes and waits lie (a p99 read off them is
+# the upper edge of its bucket: scripts/serve_push_costs.py --quantiles).
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0
+    0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03,
+    0.04, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 RATE_WINDOW_S = 10.0
