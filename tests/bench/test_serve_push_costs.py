@@ -99,8 +99,8 @@ def test_stage_quantiles_are_per_run_and_summed_over_replicas(tmp_path: Path) ->
                 lines.append(f'ttball_stage_seconds_bucket{{le="{le}",replica="{name}",'
                              f'stage="queue"}} {n}')
             lines += [f'ttball_stage_seconds_count{{replica="{name}",stage="queue"}} {fast + slow}',
-                      f'ttball_stage_seconds_sum{{replica="{name}",stage="queue"}} '
-                      f'{0.0005 * fast + 0.0075 * slow}']
+                      (f'ttball_stage_seconds_sum{{replica="{name}",stage="queue"}} '
+                       f'{0.0005 * fast + 0.0075 * slow}')]
         return "\n".join(lines) + "\n"
 
     (tmp_path / "metrics-4-0.txt").write_text(snapshot(5, 0))  # the warm-up, left out
