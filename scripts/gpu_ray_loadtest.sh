@@ -10,7 +10,8 @@
 # Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
 #   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), MPS=1 (the replicas share the GPU through
-#   CUDA MPS, started here before Ray and stopped at the end, instead of time slices), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   CUDA MPS, started here before Ray and stopped at the end, instead of time slices; MPS_PCT=50: each
+#   replica on at most half of the SMs), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -50,6 +51,8 @@ trap cleanup EXIT
 if [ -n "${MPS:-}" ]; then  # every process started from here (Ray's, the replicas) is an MPS client
   export CUDA_MPS_PIPE_DIRECTORY="$W/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$S/mps-log"
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  # MPS_PCT: each client (replica) may use at most this % of the SMs (the daemon's default)
+  [ -n "${MPS_PCT:-}" ] && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$MPS_PCT"
   nvidia-cuda-mps-control -d || { say "MPS: nvidia-cuda-mps-control -d failed"; exit 1; }
   say "MPS daemon started ($CUDA_MPS_PIPE_DIRECTORY)"
 fi
@@ -138,6 +141,7 @@ keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "droppe
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
+mode += f" ({os.environ['MPS_PCT']} % of the SMs a replica)" if os.environ.get("MPS") and os.environ.get("MPS_PCT") else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
