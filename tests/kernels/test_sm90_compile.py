@@ -90,6 +90,12 @@ def compile_conv_steps() -> list[dict[str, Any]]:
     cases.append(("32->32 rows se pdl",
                   Conv("y", (term("x", 32, 32, 3),), torch.zeros(32), se_sum="s"),
                   {"x": (2, 144, 256, 32), "y": (2, 144, 256, 32)}, Config(64, 4, 1, rows=16)))
+    bottleneck = (Conv("y", (term("h", 128, 32, 1), term("x", 128, 64, 1)), torch.zeros(128),
+                       relu=True),
+                  {"h": (2, 288, 512, 32), "x": (2, 288, 512, 64), "y": (2, 288, 512, 128)})
+    cases.append(("bottleneck resident", *bottleneck, Config(64, 4, 3, resident=True)))
+    cases.append(("bottleneck resident m128 pdl", *bottleneck,
+                  Config(128, 8, 2, resident=True)))
     report = []
     for name, step, shapes, config in cases:
         bufs = {k: torch.empty(*s, dtype=torch.float16) for k, s in shapes.items()}
@@ -111,7 +117,8 @@ def _ptx_report(name: str, kernel: Any) -> dict[str, Any]:
     ptx = kernel.asm["ptx"]
     wait = ptx.find("griddepcontrol.wait")
     reads = [m.start() for m in re.finditer(r"ld\.global|cp\.async", ptx)]
-    return {"name": name, "shared": kernel.metadata.shared,
+    return {"name": name, "kernel": kernel.name, "shared": kernel.metadata.shared,
+            "cp_async": len(re.findall(r"cp\.async\.c[ag]\.", ptx)),
             "cp_async_ca": len(re.findall(r"cp\.async\.ca", ptx)),
             "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
             "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx)),
@@ -161,6 +168,18 @@ def test_variants_compile_for_sm90(tmp_path: Path) -> None:
     # the row-walking kernel (ttball.kernels.rows) with PDL: one wait (its weights are read
     # before it, so the count of reads before the wait does not tell activations apart)
     assert report["32->32 rows se pdl"]["gdc_wait"] == 1
+    # the resident 1×1 kernel (ttball.kernels.pointwise): activations through cp.async (its
+    # tile loop pipelined), the shared memory of as many programs as its grid puts on an SM
+    # in one SM's 228 KB (1 KB reserved per block); with PDL, the weights (plain loads) before
+    # the wait
+    from ttball.kernels.pointwise import programs_per_sm
+
+    for name, warps in (("bottleneck resident", 4), ("bottleneck resident m128 pdl", 8)):
+        r = report[name]
+        assert r["kernel"] == "pointwise_kernel" and r["cp_async"] > 0, r
+        assert programs_per_sm(warps) * (r["shared"] + 1024) <= 228 * 1024, r
+    pdl = report["bottleneck resident m128 pdl"]
+    assert pdl["gdc_wait"] == 1 and pdl["reads_before_wait"] > 0, pdl
 
 
 def compile_post_kernels() -> list[dict[str, Any]]:

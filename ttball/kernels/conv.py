@@ -11,10 +11,10 @@ term 0 reads a source with explicit strides (the network's float32 NCHW batch is
 terms 1-3 read contiguous NHWC FP16 buffers. A 1×1 term with ``UP > 0`` reads its source at
 ``(h >> UP, w >> UP)``: a convolution of a ``2**UP`` coarser map followed by nearest upsampling.
 
-Epilogue: ``+ bias``, ``+ addend`` (an NHWC buffer of Cout channels, optionally ``2**ADD_UP``
-coarser), the per-(image, channel) sum of the result before ReLU atomically added to a float32
-``(B, Cout)`` buffer (squeeze-excitation's global mean), optional ReLU, store (any strides, any
-dtype: the result is cast to the output's element type).
+Epilogue (:func:`epilogue`): ``+ bias``, ``+ addend`` (an NHWC buffer of Cout channels,
+optionally ``2**ADD_UP`` coarser), the per-(image, channel) sum of the result before ReLU
+atomically added to a float32 ``(B, Cout)`` buffer (squeeze-excitation's global mean), optional
+ReLU, store (any strides, any dtype: the result is cast to the output's element type).
 
 Weights are packed by :func:`pack_weight`: ``(k * k * CIN_PAD, BLOCK_N)`` FP16, row
 ``(kh * k + kw) * CIN_PAD + c``, zero-padded in both dimensions.
@@ -367,7 +367,6 @@ def _conv_tile(
         m_mask = m < Ho * Wo
         ho = m // Wo
         wo = m % Wo
-    rn = tl.arange(0, BLOCK_N)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     x0_base = b.to(tl.int64) * sx0b
@@ -399,6 +398,22 @@ def _conv_tile(
         acc = accumulate_term(acc, x3_ptr, w3_ptr, b, ho, wo, m_mask, Ho, Wo, C3, K3, S3, U3,
                               BK3, BLOCK_N, T3, L1)
 
+    epilogue(acc, out_ptr, bias_ptr, add_ptr, sum_ptr, b, ho, wo, m_mask, Ho, Wo,
+             sob, soh, sow, soc, COUT, HAS_ADD, ADD_UP, HAS_SUM, RELU, BLOCK_N)
+
+
+@triton.jit
+def epilogue(
+    acc, out_ptr, bias_ptr, add_ptr, sum_ptr, b, ho, wo, m_mask, Ho, Wo, sob, soh, sow, soc,
+    COUT: tl.constexpr, HAS_ADD: tl.constexpr, ADD_UP: tl.constexpr, HAS_SUM: tl.constexpr,
+    RELU: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The conv kernel's epilogue on ``acc (BLOCK_M, BLOCK_N)`` float32, the sum of the terms
+    at output pixels ``(ho, wo)`` of image ``b`` (``m_mask``: those inside the image): + bias,
+    + addend (NHWC FP16, ``2**ADD_UP`` coarser), SE sums (one atomic add per channel), ReLU,
+    store through the output's strides cast to its element type. Also the epilogue of
+    :mod:`ttball.kernels.pointwise`."""
+    rn = tl.arange(0, BLOCK_N)
     n_mask = rn < COUT
     acc += tl.load(bias_ptr + rn)[None, :]
     if HAS_ADD:

@@ -5,6 +5,8 @@ Optionally every kernel is launched with programmatic dependent launch
 tuner gets candidates that read a 3×3 step's input through the tensor memory accelerator
 (``tma=True``, :func:`tma_configs`) or, for the 16- and 32-channel 3×3 steps, walk down the
 image a row at a time (``rows=True``, :func:`rows_configs`, :mod:`ttball.kernels.rows`).
+Steps of 1×1 stride-1 terms (the bottleneck's) also get candidates that keep the weights
+resident in a persistent grid (:func:`pointwise_configs`, :mod:`ttball.kernels.pointwise`).
 
 Weights are packed once (FP16, padded; biases and SE weights float32). Activations are NHWC
 FP16 buffers allocated per input shape and reused along the plan by liveness (a buffer whose
@@ -58,6 +60,13 @@ from ttball.kernels.direct import (
 )
 from ttball.kernels.elementwise import se_tail_kernel
 from ttball.kernels.plan import INPUT, LEVELS, OUTPUT, Conv, Plan, SqueezeTail, Step
+from ttball.kernels.pointwise import (
+    pointwise_applies,
+    pointwise_grid,
+    pointwise_kernel,
+    programs_per_sm,
+    sm_count,
+)
 from ttball.kernels.precompile import Precompiled, TritonCall, compile_threads, precompile
 from ttball.kernels.refine import Refinement, refine
 from ttball.kernels.rows import conv3x3_rows_kernel, rows_grid
@@ -83,6 +92,11 @@ class Config:
     ``programs`` > 0 (the conv kernel, not ``rows`` or ``direct``): a grid of that many
     programs, each looping over tiles, so the step leaves the rest of the GPU to the steps
     beside it (candidates of :meth:`TritonExecutor.refine`, not of the per-step tuner).
+    ``resident`` runs a step :func:`~ttball.kernels.pointwise.pointwise_applies` to with
+    :mod:`ttball.kernels.pointwise`: a persistent grid (``programs``, else
+    :func:`~ttball.kernels.pointwise.programs_per_sm` per SM) of programs that load the weights
+    once and loop over tiles of ``block_m`` pixels, ``num_stages`` of them in flight (other
+    steps ignore it).
     ``pair`` (``direct`` > 0): 1 runs the step and the next one, a residual block's conv1 and
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
     × ``block_m`` columns); 2 marks the next one, which then launches nothing. ``rs``
@@ -101,15 +115,17 @@ class Config:
     programs: int = 0
     pair: int = 0
     rs: bool = False
+    resident: bool = False
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the
-        pair kernel, ``=prev`` computed by it)."""
+        ``RES`` resident weights, ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32``
+        programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "") + ("RS" if self.rs else "")
+        text += "RES" if self.resident else ""
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
         text += f"p{self.programs}" if self.programs else ""
@@ -193,6 +209,20 @@ def rows_configs(step: Conv, pixels: int) -> list[Config]:
     return [Config(64, 4, 1, rows=16), Config(128, 4, 1, rows=16), Config(64, 4, 1, rows=32)]
 
 
+def pointwise_configs(step: Conv, pixels: int) -> list[Config]:
+    """Resident-weight candidates (:mod:`ttball.kernels.pointwise`) for a step
+    :func:`~ttball.kernels.pointwise.pointwise_applies` to: 64-pixel tiles (4 warps, three
+    stages, three programs an SM) and 128-pixel tiles (8 warps, two stages, one program an SM;
+    :data:`~ttball.kernels.pointwise.WARPS_PER_SM`), 32 and 64 pixels for small grids as in
+    :func:`conv_configs`. After the conv kernel's, so never a default; not measured yet: the
+    tuner decides."""
+    if not pointwise_applies(step):
+        return []
+    if pixels < 132 * 128:
+        return [Config(32, 4, 3, resident=True), Config(64, 4, 3, resident=True)]
+    return [Config(64, 4, 3, resident=True), Config(128, 8, 2, resident=True)]
+
+
 def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]:
     """Candidates of the CUDA direct kernel (:mod:`ttball.kernels.direct`) for a step it
     applies to: its compiled tiles, ``direct`` rows × ``block_m`` columns (``num_warps`` is
@@ -272,6 +302,7 @@ class _ConvLaunch:
         # offer tma_configs / rows_configs / direct_configs to the tuner
         self.tma, self.rows, self.direct = tma, rows, direct
         self.wgmma = direct and wgmma_available(device)  # the wgmma kernel's tiles too
+        self.sms = sm_count(device)  # the resident kernel's grid: programs_per_sm per SM
         self._descs: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Any] = {}
         self.weights = [pack_weight(t.weight, device) for t in step.terms]
         t0 = step.terms[0]
@@ -334,7 +365,7 @@ class _ConvLaunch:
         extra = tma_configs(self.step, pixels) if self.tma else []
         extra += rows_configs(self.step, pixels) if self.rows else []
         extra += direct_configs(self.step, pixels, self.wgmma) if self.direct else []
-        return conv_configs(self.step, pixels) + extra
+        return conv_configs(self.step, pixels) + pointwise_configs(self.step, pixels) + extra
 
     def descriptor(self, x: Tensor, box: tuple[int, ...]) -> Any:
         """A TMA descriptor of the NHWC buffer ``x`` (one per buffer and box; a buffer is
@@ -387,6 +418,8 @@ class _ConvLaunch:
         se_sum = sums[step.se_sum] if step.se_sum else self.bias
         if cfg.rows and rows_applies(step):
             return self._rows(bufs, out, add, se_sum, cfg)
+        if cfg.resident and pointwise_applies(step):
+            return self._resident(bufs, out, add, se_sum, cfg)
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
         w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
@@ -411,6 +444,29 @@ class _ConvLaunch:
              x0.shape[1], x0.shape[2], *x0.stride(), B),
             {**meta, "BLOCK_M": cfg.block_m, "num_warps": cfg.num_warps,
              "num_stages": cfg.num_stages, **self.pdl_args},
+        )
+
+    def _resident(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
+                  cfg: Config) -> TritonCall:
+        """The step through :func:`~ttball.kernels.pointwise.pointwise_kernel` (``add``,
+        ``se_sum``: as for the conv kernel); unused term slots repeat term 0."""
+        B, Ho, Wo, _ = out.shape
+        terms, m = self.step.terms, self.meta
+        pairs: list[Tensor] = []
+        cins: dict[str, int] = {}
+        for k in range(MAX_TERMS):
+            j = k if k < len(terms) else 0
+            pairs += [_nhwc(bufs[terms[j].src]), self.weights[j]]
+            cins.update({f"C{k}": terms[j].cin, f"P{k}": padded(terms[j].cin)})
+        tiles = B * triton.cdiv(Ho * Wo, cfg.block_m)
+        grid = pointwise_grid(tiles, cfg.programs or programs_per_sm(cfg.num_warps) * self.sms)
+        return TritonCall(
+            pointwise_kernel, grid,
+            (out, self.bias, add, se_sum, *pairs, Ho, Wo, *out.stride(), B),
+            dict(COUT=m["COUT"], N_TERMS=m["N_TERMS"], **cins, HAS_ADD=m["HAS_ADD"],
+                 ADD_UP=m["ADD_UP"], HAS_SUM=m["HAS_SUM"], RELU=m["RELU"],
+                 BLOCK_M=cfg.block_m, BLOCK_N=m["BLOCK_N"], NUM_STAGES=cfg.num_stages,
+                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, **self.pdl_args),
         )
 
     def _rows(self, bufs: dict[str, Tensor], out: Tensor, add: Tensor, se_sum: Tensor,
