@@ -11,7 +11,8 @@
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
 #   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), MPS=1 (the replicas share the GPU through
 #   CUDA MPS, started here before Ray and stopped at the end, instead of time slices; MPS_PCT=50: each
-#   replica on at most half of the SMs), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   replica on at most half of the SMs, as the daemon's default; SM_PERCENT=50: the same through
+#   `serve --ray --mps-sm-percent`, set in each replica only), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -76,6 +77,7 @@ start() {
     $([ -n "${COMPILE_RESIZE:-}" ] && echo --pipeline-compile-resize) \
     $([ -n "${DECODER:-}" ] && echo --jpeg-decoder "$DECODER") \
     $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
+    $([ -n "${SM_PERCENT:-}" ] && echo --mps-sm-percent "$SM_PERCENT") \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
@@ -142,6 +144,7 @@ mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
 mode += f" ({os.environ['MPS_PCT']} % of the SMs a replica)" if os.environ.get("MPS") and os.environ.get("MPS_PCT") else ""
+mode += f" (--mps-sm-percent {os.environ['SM_PERCENT']})" if os.environ.get("SM_PERCENT") else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}

@@ -94,7 +94,7 @@ def url(ray_cluster, port: int, small_weights: Path, mode: str):
     """The application in ``mode`` (pytest tears one mode's down before it deploys the next)."""
     settings = RayServeSettings(
         worker=worker_settings(small_weights, port=port, **MODES[mode]),
-        replicas=2, cpus_per_replica=1)
+        replicas=2, cpus_per_replica=1, mps_sm_percent=50)  # no effect without MPS and CUDA
     started = start(settings)
     base = f"http://127.0.0.1:{settings.worker.port}"
     with Client(base) as client:
@@ -191,6 +191,10 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
         assert metrics.count("ttball_ready{replica=") == 2
         assert 'ttball_requests_total{method="POST",route="/v2/models/{model}/infer"' in metrics
         assert "ttball_replicas 2.0" in metrics
+        # --mps-sm-percent reached each replica's environment (runtime_env), as /readyz says
+        replicas = client.readiness()["replicas"]
+        assert [r["gpu"] for r in replicas] == [
+            {"multiprocessors": None, "mps_active_thread_percentage": 50}] * 2
         assert client.http.get("/v2/models/blurball/ready").status_code == 200
         with pytest.raises(ServeError) as refused:
             client.open_session(step=2)
@@ -357,12 +361,21 @@ def test_cli_options_are_checked(small_weights: Path) -> None:
             RayServeSettings(worker=worker_settings(small_weights), **bad).validate()
     with pytest.raises(UserError, match="gpus-per-replica"):
         RayServeSettings(worker=worker_settings(small_weights, device="cuda")).validate()
+    for percent in (0, 101):
+        with pytest.raises(UserError, match="mps-sm-percent"):
+            RayServeSettings(worker=worker_settings(small_weights),
+                             mps_sm_percent=percent).validate()
+    plain = RayServeSettings(worker=worker_settings(small_weights), gpus_per_replica=0.25)
+    assert plain.actor_options() == {"num_cpus": 1.0, "num_gpus": 0.25}
+    capped = RayServeSettings(worker=worker_settings(small_weights), mps_sm_percent=50)
+    assert capped.actor_options()["runtime_env"] == {
+        "env_vars": {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}}
     from ray.serve import Application
 
     from ttball.distributed.serve import app_builder
 
     app = app_builder({"weights": str(small_weights), "device": "cpu", "replicas": 2,
-                       "warmup_batches": "1,2"})
+                       "warmup_batches": "1,2", "mps_sm_percent": 50})
     assert isinstance(app, Application)
     with pytest.raises(UserError, match="unknown ttball serve option"):
         app_builder({"replica": 2})

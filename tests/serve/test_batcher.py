@@ -228,3 +228,20 @@ def test_worker_threads_use_one_torch_thread_except_a_cpu_backend(torch_threads)
         worker.pool.shutdown()
         worker.backend_thread.shutdown()
     assert torch.get_num_threads() == default  # the caller's thread is left alone
+
+
+def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> None:
+    """/readyz's ``gpu``: nothing on a CPU backend without a cap; the cap from the environment
+    (what ``serve --ray --mps-sm-percent`` sets in a replica) even where no CUDA context exists
+    to report multiprocessors; CUDA is not initialized by asking."""
+    from ttball.serve.batcher import gpu_share
+    from ttball.serve.settings import MPS_PERCENT_ENV
+
+    monkeypatch.delenv(MPS_PERCENT_ENV, raising=False)
+    assert gpu_share(None) is None and gpu_share("cpu") is None
+    monkeypatch.setenv(MPS_PERCENT_ENV, "50")
+    assert gpu_share(torch.device("cpu")) == {"multiprocessors": None,
+                                             "mps_active_thread_percentage": 50}
+    if not torch.cuda.is_initialized():
+        assert gpu_share("cuda:0")["multiprocessors"] is None
+        assert not torch.cuda.is_initialized()

@@ -82,6 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "auto and this machine has one; else 0)")
     ray.add_argument("--cpus-per-replica", type=float, default=1.0,
                      help="with --ray: CPU slots each replica holds")
+    ray.add_argument("--mps-sm-percent", type=int, default=None, metavar="P",
+                     help="with --ray, replicas sharing a GPU through CUDA MPS (a daemon started "
+                          "before Ray): each on at most P%% of the GPU's multiprocessors "
+                          "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); without MPS it has no effect. "
+                          "50 with four replicas an H200 kept p99 under 50 ms to 64 sessions")
     ray.add_argument("--direct-streams", action="store_true",
                      help="with --ray: each replica serves its sessions' WebSockets on a port of "
                           "its own; POST /v1/sessions answers with its stream_url, so frames skip "

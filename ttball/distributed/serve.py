@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ttball.errors import UserError
-from ttball.serve.settings import ServeSettings
+from ttball.serve.settings import MPS_PERCENT_ENV, ServeSettings
 
 APP_NAME = "ttball"
 ROUTER = "ttball.distributed.serve_router.SessionRouter"
@@ -42,6 +42,8 @@ class RayServeSettings:
     cpus_per_replica: float = 1.0
     address: str | None = None
     num_cpus: int | None = None  # CPUs of a local cluster (None: all)
+    # under CUDA MPS: each replica on at most this % of its GPU's multiprocessors (None: all)
+    mps_sm_percent: int | None = None
     app_name: str = APP_NAME
 
     @property
@@ -67,6 +69,18 @@ class RayServeSettings:
             raise UserError("--gpus-per-replica and --cpus-per-replica must be >= 0")
         if self.worker.device == "cuda" and self.gpus_per_replica <= 0:
             raise UserError("--device cuda needs --gpus-per-replica > 0, or Ray hides the GPUs")
+        if self.mps_sm_percent is not None and not 1 <= self.mps_sm_percent <= 100:
+            raise UserError(f"--mps-sm-percent must be 1-100, got {self.mps_sm_percent}")
+
+    def actor_options(self) -> dict[str, Any]:
+        """A replica's Ray actor options: its CPU and GPU slots, and with ``mps_sm_percent`` the
+        CUDA MPS client's cap, set in its environment before it creates its CUDA context."""
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_replica,
+                                   "num_gpus": self.gpus_per_replica}
+        if self.mps_sm_percent is not None:
+            env = {MPS_PERCENT_ENV: str(self.mps_sm_percent)}
+            options["runtime_env"] = {"env_vars": env}
+        return options
 
     def scaling(self) -> dict[str, Any]:
         if self.autoscale is None:
@@ -92,8 +106,7 @@ def build_app(settings: RayServeSettings) -> Any:
         request_router_kwargs={"forget_after_s": 2 * settings.worker.session_ttl_s})
     worker = serve.deployment(
         ReplicaWorker, name="TTBallWorker", max_ongoing_requests=settings.max_ongoing,
-        ray_actor_options={"num_cpus": settings.cpus_per_replica,
-                           "num_gpus": settings.gpus_per_replica},
+        ray_actor_options=settings.actor_options(),
         request_router_config=router, health_check_period_s=5, **settings.scaling())
     ingress = serve.deployment(
         serve.ingress()(Ingress), name="TTBallIngress", num_replicas=1,
@@ -149,7 +162,7 @@ def settings_from(args: Any) -> RayServeSettings:
     return RayServeSettings(worker=worker, replicas=args.replicas,
                             autoscale=parse_autoscale(args.autoscale),
                             gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
-                            address=args.address)
+                            address=args.address, mps_sm_percent=args.mps_sm_percent)
 
 
 def app_builder(args: dict[str, Any]) -> Any:

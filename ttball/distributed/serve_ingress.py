@@ -252,6 +252,7 @@ class Ingress:
                 **{k: first.get(k) for k in keys},
                 "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],
                               "device": r["readiness"]["device"],
+                              "gpu": r["readiness"].get("gpu"),
                               "sessions": len(r["sessions"])} for r in self.replicas]}
 
     def require_ready(self) -> None:

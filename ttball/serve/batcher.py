@@ -53,7 +53,7 @@ from ttball.backends import Backend, resolve_device
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
-from ttball.serve.settings import AUTO, ApiError, ServeSettings
+from ttball.serve.settings import AUTO, MPS_PERCENT_ENV, ApiError, ServeSettings
 from ttball.stream import Window
 
 if TYPE_CHECKING:
@@ -71,6 +71,23 @@ Runner = Callable[[list[Any]], Sequence[Any]]  # backend thread: items → one r
 class Overloaded(ApiError):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(429, "overloaded", message, {"Retry-After": str(retry_after_s)})
+
+
+def gpu_share(device: object) -> dict[str, Any] | None:
+    """What of its GPU this process may use: the multiprocessors CUDA reports for the
+    backend's device (under CUDA MPS with an active-thread percentage only the capped share:
+    66 of an H200's 132 at 50 %; None before the backend holds a CUDA device, and CUDA is
+    never initialized here) and the percentage its environment asks for. None if neither."""
+    import torch
+
+    cap = os.environ.get(MPS_PERCENT_ENV) or None
+    sms = None
+    if device is not None and torch.device(str(device)).type == "cuda" and torch.cuda.is_initialized():
+        sms = torch.cuda.get_device_properties(torch.device(str(device))).multi_processor_count
+    if sms is None and cap is None:
+        return None
+    return {"multiprocessors": sms,
+            "mps_active_thread_percentage": int(cap) if cap and cap.isdigit() else cap}
 
 
 @dataclass
@@ -606,6 +623,7 @@ class Worker:
                 "trials": [{"name": t.name, "status": t.status, "ms": t.ms, "reason": t.reason}
                            for t in self.choice.trials]},
             "device_pipeline": self.device.describe() if self.device is not None else None,
+            "gpu": gpu_share(getattr(self.backend, "device", None)),
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }

@@ -20,6 +20,9 @@ MiB = 1 << 20
 JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
 # --backend auto: the fastest backend that passes verification here (ttball.backends.auto)
 AUTO = "auto"
+# a CUDA MPS client's cap on its GPU's multiprocessors, in % (`serve --ray --mps-sm-percent`)
+MPS_PERCENT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
 
 @dataclass(frozen=True)
 class ServeSettings:
