@@ -12,7 +12,8 @@
 #   (serve --pipeline-overlap, with DEVICE_PIPELINE=1), MPS=1 (the replicas share the GPU through
 #   CUDA MPS, started here before Ray and stopped at the end, instead of time slices; MPS_PCT=50: each
 #   replica on at most half of the SMs, as the daemon's default; SM_PERCENT=50: the same through
-#   `serve --ray --mps-sm-percent`, set in each replica only), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   `serve --ray --mps-sm-percent`, set in each replica only), BLOCKING_SYNC=1 (serve
+#   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -78,6 +79,7 @@ start() {
     $([ -n "${DECODER:-}" ] && echo --jpeg-decoder "$DECODER") \
     $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
     $([ -n "${SM_PERCENT:-}" ] && echo --mps-sm-percent "$SM_PERCENT") \
+    $([ -n "${BLOCKING_SYNC:-}" ] && echo --cuda-blocking-sync) \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
@@ -118,9 +120,11 @@ for n in $REPLICAS; do
     need=$(( DURATION + 20 ))
     if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
+    head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
     timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
       --out "$S/loadtest-$n-$s.json"
+    head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
   done
   stop
@@ -139,12 +143,27 @@ for p in glob.glob(f"{s}/loadtest-*-*.json"):
     n = int(os.path.basename(p).split("-")[1])
     runs.append({"replicas": n, **json.load(open(p))})
 runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
-keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors")
+
+
+def cpu_busy(path):  # % of the host's CPU time busy between two /proc/stat "cpu" lines
+    try:
+        a, b = ([int(x) for x in line.split()[1:]] for line in open(path).read().splitlines()[:2])
+    except (OSError, ValueError):
+        return None
+    total, idle = sum(b) - sum(a), (b[3] + b[4]) - (a[3] + a[4])  # idle + iowait
+    return round(100 * (1 - idle / total), 1) if total > 0 else None
+
+
+for r in runs:
+    r["host_cpu_busy_pct"] = cpu_busy(f"{s}/cpu-{r['replicas']}-{r['sessions']}.txt")
+keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors",
+        "host_cpu_busy_pct")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
 mode += f" ({os.environ['MPS_PCT']} % of the SMs a replica)" if os.environ.get("MPS") and os.environ.get("MPS_PCT") else ""
 mode += f" (--mps-sm-percent {os.environ['SM_PERCENT']})" if os.environ.get("SM_PERCENT") else ""
+mode += ", blocking sync" if os.environ.get("BLOCKING_SYNC") else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
@@ -152,11 +171,11 @@ json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
 lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
 lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
-lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:
     l = r["latency_ms"]
-    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} |")
+    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} |")
 open(f"{s}/SUMMARY.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -194,7 +194,8 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
         # --mps-sm-percent reached each replica's environment (runtime_env), as /readyz says
         replicas = client.readiness()["replicas"]
         assert [r["gpu"] for r in replicas] == [
-            {"multiprocessors": None, "mps_active_thread_percentage": 50}] * 2
+            {"multiprocessors": None, "mps_active_thread_percentage": 50, "sched": None,
+             "sched_note": None}] * 2
         assert client.http.get("/v2/models/blurball/ready").status_code == 200
         with pytest.raises(ServeError) as refused:
             client.open_session(step=2)

@@ -304,3 +304,15 @@ def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_pa
         again = client.wait_ready(timeout=60, poll=0.1)
     assert again["auto"]["cached"] is True and again["backend"] == body["backend"]
     assert seen == [str((tmp_path / "compiled" / "triton").resolve())] * 2
+
+
+def test_cuda_blocking_sync_without_cuda_says_why_and_serves(start, capfd) -> None:
+    """--cuda-blocking-sync on a machine whose process cannot set it (no driver or no device
+    here): the worker still comes up, and its log says why the option was not applied."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device: the GPU test in tests/test_cudasched.py covers it")
+    client = start(cuda_blocking_sync=True)
+    assert client.readiness()["ready"] is True
+    assert "--cuda-blocking-sync not applied: " in capfd.readouterr().out

@@ -241,7 +241,8 @@ def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> Non
     assert gpu_share(None) is None and gpu_share("cpu") is None
     monkeypatch.setenv(MPS_PERCENT_ENV, "50")
     assert gpu_share(torch.device("cpu")) == {"multiprocessors": None,
-                                             "mps_active_thread_percentage": 50}
+                                             "mps_active_thread_percentage": 50,
+                                             "sched": None, "sched_note": None}
     if not torch.cuda.is_initialized():
         assert gpu_share("cuda:0")["multiprocessors"] is None
         assert not torch.cuda.is_initialized()

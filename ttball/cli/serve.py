@@ -66,6 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
                         "fewest (docs/serve.md)")
+    p.add_argument("--cuda-blocking-sync", action="store_true",
+                   help="on CUDA: threads that wait for the GPU sleep instead of spinning on a "
+                        "core (CU_CTX_SCHED_BLOCKING_SYNC), for hosts where several workers or "
+                        "replicas share the cores; /readyz's gpu.sched shows the mode")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -117,6 +121,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
         pipeline_lanes=args.pipeline_lanes,
+        cuda_blocking_sync=args.cuda_blocking_sync,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

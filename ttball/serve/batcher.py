@@ -73,21 +73,29 @@ class Overloaded(ApiError):
         super().__init__(429, "overloaded", message, {"Retry-After": str(retry_after_s)})
 
 
-def gpu_share(device: object) -> dict[str, Any] | None:
+def gpu_share(device: object, sched_note: str | None = None) -> dict[str, Any] | None:
     """What of its GPU this process may use: the multiprocessors CUDA reports for the
     backend's device (under CUDA MPS with an active-thread percentage only the capped share:
     66 of an H200's 132 at 50 %; None before the backend holds a CUDA device, and CUDA is
-    never initialized here) and the percentage its environment asks for. None if neither."""
+    never initialized here), the percentage its environment asks for, and how its threads
+    wait for the GPU (``sched``: ``auto``, ``spin``, ``yield`` or ``blocking_sync``; with
+    ``sched_note``, why ``--cuda-blocking-sync`` was not applied). None if none of it."""
     import torch
 
     cap = os.environ.get(MPS_PERCENT_ENV) or None
-    sms = None
+    sms = sched = None
     if device is not None and torch.device(str(device)).type == "cuda" and torch.cuda.is_initialized():
-        sms = torch.cuda.get_device_properties(torch.device(str(device))).multi_processor_count
+        index = torch.device(str(device)).index or 0
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        from ttball.cudasched import primary_context
+
+        state = primary_context(index)
+        sched = state[0] if state else None
     if sms is None and cap is None:
         return None
     return {"multiprocessors": sms,
-            "mps_active_thread_percentage": int(cap) if cap and cap.isdigit() else cap}
+            "mps_active_thread_percentage": int(cap) if cap and cap.isdigit() else cap,
+            "sched": sched, "sched_note": sched_note}
 
 
 @dataclass
@@ -394,6 +402,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._abort = threading.Event()
+        self.sched_note: str | None = None  # why --cuda-blocking-sync was not applied
 
     # -- start-up ---------------------------------------------------------------------------------
     @asynccontextmanager
@@ -434,6 +443,13 @@ class Worker:
         from ttball.model import load_model
 
         s = self.settings
+        if s.cuda_blocking_sync:  # before anything creates the CUDA context
+            from ttball.cudasched import request_blocking_sync
+
+            self.sched_note = request_blocking_sync()
+            if self.sched_note:
+                print(f"ttball serve: --cuda-blocking-sync not applied: {self.sched_note}",
+                      flush=True)
         self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
         self.config = self.model.config
         cache = self._compile_cache()
@@ -623,7 +639,7 @@ class Worker:
                 "trials": [{"name": t.name, "status": t.status, "ms": t.ms, "reason": t.reason}
                            for t in self.choice.trials]},
             "device_pipeline": self.device.describe() if self.device is not None else None,
-            "gpu": gpu_share(getattr(self.backend, "device", None)),
+            "gpu": gpu_share(getattr(self.backend, "device", None), self.sched_note),
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }

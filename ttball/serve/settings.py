@@ -72,6 +72,9 @@ class ServeSettings:
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
     pipeline_lanes: int = 1
+    # On CUDA: host threads sleep while they wait for the GPU instead of spinning on a core
+    # (ttball.cudasched; set before the process's first CUDA work; /readyz says if it could not).
+    cuda_blocking_sync: bool = False
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").

@@ -1,0 +1,93 @@
+"""ttball.cudasched against a fake CUDA driver (ctypes out-parameters written as the driver
+would), and on a GPU against the real one in a fresh process."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ttball.cudasched import primary_context, request_blocking_sync
+
+
+class FakeDriver:
+    """Two devices; device 1's primary context optionally active; records the flags set."""
+
+    def __init__(self, flags: tuple[int, int] = (0, 0), active: tuple[int, int] = (0, 0),
+                 devices: int = 2, init_rc: int = 0) -> None:
+        self.flags, self.active = list(flags), list(active)
+        self.devices, self.init_rc = devices, init_rc
+        self.set_calls: list[tuple[int, int]] = []
+
+    def cuInit(self, flags: int) -> int:
+        return self.init_rc
+
+    def cuDeviceGetCount(self, count) -> int:
+        count._obj.value = self.devices
+        return 0
+
+    def cuDeviceGet(self, dev, index: int) -> int:
+        dev._obj.value = 10 + index  # handles differ from ordinals
+        return 0
+
+    def cuDevicePrimaryCtxGetState(self, dev: int, flags, active) -> int:
+        flags._obj.value, active._obj.value = self.flags[dev - 10], self.active[dev - 10]
+        return 0
+
+    def cuDevicePrimaryCtxSetFlags_v2(self, dev: int, flags: int) -> int:
+        self.set_calls.append((dev, flags))
+        self.flags[dev - 10] = flags
+        return 0
+
+
+def test_blocking_sync_is_set_on_every_idle_device_and_kept_flags_survive() -> None:
+    driver = FakeDriver(flags=(0x08, 0x00))  # device 0 with another flag (MAP_HOST) set
+    assert request_blocking_sync(driver) is None
+    assert driver.set_calls == [(10, 0x0C), (11, 0x04)]
+    assert primary_context(0, driver) == ("blocking_sync", False)
+    assert request_blocking_sync(driver) is None and len(driver.set_calls) == 2  # already set
+
+
+def test_an_active_context_or_no_device_is_reported_not_raised() -> None:
+    driver = FakeDriver(flags=(0x01, 0x00), active=(0, 1))
+    reason = request_blocking_sync(driver)
+    assert reason is not None and "device 1" in reason and "already active" in reason
+    assert primary_context(0, driver) == ("blocking_sync", False)  # device 0 was idle: set
+    assert primary_context(1, driver) == ("auto", True)
+    assert "no CUDA device" in str(request_blocking_sync(FakeDriver(devices=0)))
+    assert "cuInit failed (CUresult 100)" == request_blocking_sync(FakeDriver(init_rc=100))
+    assert primary_context(5, FakeDriver()) is None
+
+
+def test_without_a_driver_it_says_so(monkeypatch) -> None:
+    from ttball import cudasched
+
+    monkeypatch.setattr(cudasched, "_driver", lambda: None)
+    assert request_blocking_sync() == "no CUDA driver (libcuda.so.1)"
+    assert primary_context() is None
+
+
+def test_fake_out_parameters_are_ctypes_objects() -> None:
+    """The fake reads ``byref(x)._obj``: the object byref wraps (what a real driver writes)."""
+    value = ctypes.c_int(3)
+    assert ctypes.byref(value)._obj is value
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pytorch_context_keeps_the_requested_blocking_sync() -> None:
+    """In a fresh process: requested before PyTorch's first CUDA call, the primary context
+    PyTorch then creates sleeps on waits; a second request once it is active is refused."""
+    code = (
+        "import torch\n"
+        "from ttball.cudasched import primary_context, request_blocking_sync\n"
+        "assert request_blocking_sync() is None\n"
+        "x = torch.ones(1 << 20, device='cuda'); torch.cuda.synchronize()\n"
+        "assert primary_context(0) == ('blocking_sync', True), primary_context(0)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -1,0 +1,91 @@
+"""How this process's host threads wait for the GPU: spin (CUDA's default on a host with more
+cores than CUDA contexts) or sleep until the GPU is done (``CU_CTX_SCHED_BLOCKING_SYNC``).
+
+A thread that spins on a ``cudaStreamSynchronize``, an event or a device-to-host copy holds a
+core for the whole wait. One process does not notice; four replicas of two lanes on one host,
+each lane waiting on the GPU at every push, may take cores from their own event loops
+(``serve --cuda-blocking-sync``, docs/ray.md). The flag belongs to the device's primary
+context, so it must be set before anything in the process creates that context (PyTorch's
+first CUDA call): :func:`request_blocking_sync` says why it could not, rather than raise.
+
+Through the CUDA driver API (``libcuda.so.1``, loaded with ctypes), which every CUDA runtime
+in the process shares; nothing here initializes PyTorch's CUDA state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+CU_CTX_SCHED_MASK = 0x07
+SCHED_NAMES = {0x00: "auto", 0x01: "spin", 0x02: "yield", 0x04: "blocking_sync"}
+CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+
+
+@functools.cache
+def _driver() -> Any | None:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def _devices(driver: Any) -> list[int] | str:
+    """The visible devices' handles, or why there are none."""
+    if (rc := driver.cuInit(0)) != 0:
+        return f"cuInit failed (CUresult {rc})"
+    count = ctypes.c_int(0)
+    if (rc := driver.cuDeviceGetCount(ctypes.byref(count))) != 0 or count.value == 0:
+        return f"no CUDA device (CUresult {rc})"
+    handles = []
+    for index in range(count.value):
+        dev = ctypes.c_int(0)
+        if (rc := driver.cuDeviceGet(ctypes.byref(dev), index)) != 0:
+            return f"cuDeviceGet({index}) failed (CUresult {rc})"
+        handles.append(dev.value)
+    return handles
+
+
+def primary_context(index: int = 0, driver: Any | None = None) -> tuple[str, bool] | None:
+    """Device ``index``'s primary context: its scheduling mode (a key of :data:`SCHED_NAMES`'
+    values) and whether it is active. None without a CUDA driver or device."""
+    driver = driver if driver is not None else _driver()
+    if driver is None:
+        return None
+    devices = _devices(driver)
+    if isinstance(devices, str) or index >= len(devices):
+        return None
+    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+    if driver.cuDevicePrimaryCtxGetState(devices[index], ctypes.byref(flags),
+                                         ctypes.byref(active)) != 0:
+        return None
+    mode = flags.value & CU_CTX_SCHED_MASK
+    return SCHED_NAMES.get(mode, hex(mode)), bool(active.value)
+
+
+def request_blocking_sync(driver: Any | None = None) -> str | None:
+    """Ask every visible device's primary context to put waiting host threads to sleep. Returns
+    None when set, else why not (no driver, no device, a context already active: call this
+    before the process's first CUDA work)."""
+    driver = driver if driver is not None else _driver()
+    if driver is None:
+        return "no CUDA driver (libcuda.so.1)"
+    devices = _devices(driver)
+    if isinstance(devices, str):
+        return devices
+    for index, dev in enumerate(devices):
+        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+        if (rc := driver.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags),
+                                                    ctypes.byref(active))) != 0:
+            return f"cuDevicePrimaryCtxGetState({index}) failed (CUresult {rc})"
+        if (flags.value & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC:
+            continue
+        if active.value:
+            return f"device {index}'s CUDA context is already active: set it before any CUDA work"
+        new = (flags.value & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_BLOCKING_SYNC
+        set_flags = (getattr(driver, "cuDevicePrimaryCtxSetFlags_v2", None)
+                     or driver.cuDevicePrimaryCtxSetFlags)
+        if (rc := set_flags(dev, new)) != 0:
+            return f"cuDevicePrimaryCtxSetFlags({index}) failed (CUresult {rc})"
+    return None
