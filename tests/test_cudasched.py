@@ -80,7 +80,7 @@ def test_fake_out_parameters_are_ctypes_objects() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_pytorch_context_keeps_the_requested_blocking_sync() -> None:
     """In a fresh process: requested before PyTorch's first CUDA call, the primary context
-    PyTorch then creates sleeps on waits; a second request once it is active is refused."""
+    PyTorch then creates sleeps on waits."""
     code = (
         "import torch\n"
         "from ttball.cudasched import primary_context, request_blocking_sync\n"

@@ -47,8 +47,18 @@ def _devices(driver: Any) -> list[int] | str:
     return handles
 
 
+def _state(driver: Any, dev: int) -> tuple[int, bool] | int:
+    """Device handle ``dev``'s primary context: its flags and whether it is active, or the
+    driver's error code."""
+    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+    if (rc := driver.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags),
+                                                ctypes.byref(active))) != 0:
+        return int(rc)
+    return flags.value, bool(active.value)
+
+
 def primary_context(index: int = 0, driver: Any | None = None) -> tuple[str, bool] | None:
-    """Device ``index``'s primary context: its scheduling mode (a key of :data:`SCHED_NAMES`'
+    """Device ``index``'s primary context: its scheduling mode (one of :data:`SCHED_NAMES`'
     values) and whether it is active. None without a CUDA driver or device."""
     driver = driver if driver is not None else _driver()
     if driver is None:
@@ -56,12 +66,11 @@ def primary_context(index: int = 0, driver: Any | None = None) -> tuple[str, boo
     devices = _devices(driver)
     if isinstance(devices, str) or index >= len(devices):
         return None
-    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
-    if driver.cuDevicePrimaryCtxGetState(devices[index], ctypes.byref(flags),
-                                         ctypes.byref(active)) != 0:
+    state = _state(driver, devices[index])
+    if isinstance(state, int):
         return None
-    mode = flags.value & CU_CTX_SCHED_MASK
-    return SCHED_NAMES.get(mode, hex(mode)), bool(active.value)
+    mode = state[0] & CU_CTX_SCHED_MASK
+    return SCHED_NAMES.get(mode, hex(mode)), state[1]
 
 
 def request_blocking_sync(driver: Any | None = None) -> str | None:
@@ -75,15 +84,15 @@ def request_blocking_sync(driver: Any | None = None) -> str | None:
     if isinstance(devices, str):
         return devices
     for index, dev in enumerate(devices):
-        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
-        if (rc := driver.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags),
-                                                    ctypes.byref(active))) != 0:
-            return f"cuDevicePrimaryCtxGetState({index}) failed (CUresult {rc})"
-        if (flags.value & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC:
+        state = _state(driver, dev)
+        if isinstance(state, int):
+            return f"cuDevicePrimaryCtxGetState({index}) failed (CUresult {state})"
+        flags, active = state
+        if (flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC:
             continue
-        if active.value:
+        if active:
             return f"device {index}'s CUDA context is already active: set it before any CUDA work"
-        new = (flags.value & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_BLOCKING_SYNC
+        new = (flags & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_BLOCKING_SYNC
         set_flags = (getattr(driver, "cuDevicePrimaryCtxSetFlags_v2", None)
                      or driver.cuDevicePrimaryCtxSetFlags)
         if (rc := set_flags(dev, new)) != 0:
