@@ -43,7 +43,26 @@ T0=$(date +%s)
 source scripts/_loadtest.sh  # install_wheels, elapsed, say, left, fetch, pick_clip
 install_wheels || { say "installing the carried wheels failed"; exit 1; }
 SERVER_PID=""
+SAMPLER_PID=""
+# nvidia-smi's utilization.gpu: % of each sample period in which at least one kernel ran (any
+# process, MPS clients included) -- a GPU-time busy fraction, not how many SMs were in use. Beside
+# it, once a second, Hopper's GPU performance metrics where the driver gives them: 1 graphics
+# activity, 2 SM utilization (% of SMs busy), 3 SM occupancy (warps), 10 DRAM bandwidth.
+gpu_sampler() {
+  SAMPLER_PID=""
+  [ "$DEVICE" = cuda ] && command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits \
+    -lms 100 > "$1" 2>/dev/null &
+  SAMPLER_PID=$!
+  nvidia-smi dmon --gpm-metrics 1,2,3,10 -d 1 > "${1%.csv}-gpm.txt" 2>&1 &
+  SAMPLER_PID="$SAMPLER_PID $!"
+}
+gpu_sampler_stop() {
+  for p in $SAMPLER_PID; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  SAMPLER_PID=""
+}
 cleanup() {
+  gpu_sampler_stop
   if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; sleep 5; kill -KILL "$SERVER_PID" 2>/dev/null; fi
   [ -n "${MPS:-}" ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
   rm -rf "$W"
@@ -121,10 +140,12 @@ for n in $REPLICAS; do
     if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
     head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
+    gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)
     timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
       --out "$S/loadtest-$n-$s.json"
     head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
+    gpu_sampler_stop
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
   done
   stop
@@ -154,10 +175,37 @@ def cpu_busy(path):  # % of the host's CPU time busy between two /proc/stat "cpu
     return round(100 * (1 - idle / total), 1) if total > 0 else None
 
 
+def gpu_busy(path):  # mean of nvidia-smi's utilization.gpu samples over the load test
+    try:
+        busy = [float(line.split(",")[1]) for line in open(path) if line.count(",") >= 3]
+    except (OSError, ValueError):
+        return None
+    return round(sum(busy) / len(busy), 1) if busy else None
+
+
+def gpm_means(path):  # {column: mean} of `nvidia-smi dmon --gpm-metrics` (header "# gpu ...")
+    try:
+        text = open(path).read().splitlines()
+    except OSError:
+        return {}
+    names = next((l[1:].split() for l in text if l.startswith("#") and "gpu" in l.split()), None)
+    rows = [l.split() for l in text if l.strip() and not l.startswith("#")]
+    if not names:
+        return {}
+    means = {}
+    for i, name in enumerate(names[1:], 1):
+        vals = [float(r[i]) for r in rows if len(r) == len(names) and r[i].replace(".", "", 1).isdigit()]
+        if vals:
+            means[name] = round(sum(vals) / len(vals), 1)
+    return means
+
+
 for r in runs:
     r["host_cpu_busy_pct"] = cpu_busy(f"{s}/cpu-{r['replicas']}-{r['sessions']}.txt")
+    r["gpu_busy_pct"] = gpu_busy(f"{s}/gpu-{r['replicas']}-{r['sessions']}.csv")
+    r["gpm"] = gpm_means(f"{s}/gpu-{r['replicas']}-{r['sessions']}-gpm.txt")
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors",
-        "host_cpu_busy_pct")
+        "host_cpu_busy_pct", "gpu_busy_pct", "gpm")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
@@ -171,11 +219,11 @@ json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
 lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
 lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
-lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:
     l = r["latency_ms"]
-    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} |")
+    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {' '.join(f'{k} {v}' for k, v in r['gpm'].items())} |")
 open(f"{s}/SUMMARY.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
