@@ -246,3 +246,29 @@ def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> Non
     if not torch.cuda.is_initialized():
         assert gpu_share("cuda:0")["multiprocessors"] is None
         assert not torch.cuda.is_initialized()
+
+
+def test_readiness_asks_cuda_for_the_gpu_share_until_ready_then_keeps_it(monkeypatch) -> None:
+    """/readyz is polled: once the worker is ready its ``gpu`` is the one answer kept, not a
+    driver query on each poll; before, each call asks again (the device may not be held yet)."""
+    from ttball.serve import batcher
+    from ttball.serve.batcher import Worker
+
+    calls = []
+
+    def fake_share(device, sched_note=None):
+        calls.append(device)
+        return {"multiprocessors": len(calls), "mps_active_thread_percentage": None,
+                "sched": "auto", "sched_note": sched_note}
+
+    monkeypatch.setattr(batcher, "gpu_share", fake_share)
+    worker = Worker(ServeSettings(device="cpu"), Metrics())
+    try:
+        assert worker.readiness()["gpu"]["multiprocessors"] == 1
+        assert worker.readiness()["gpu"]["multiprocessors"] == 2  # not ready: asked again
+        worker.phase = "ready"
+        assert worker.readiness()["gpu"]["multiprocessors"] == 3
+        assert worker.readiness()["gpu"]["multiprocessors"] == 3 and len(calls) == 3
+    finally:
+        worker.pool.shutdown()
+        worker.backend_thread.shutdown()

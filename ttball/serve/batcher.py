@@ -403,6 +403,7 @@ class Worker:
         self._reaper: asyncio.Task[None] | None = None
         self._abort = threading.Event()
         self.sched_note: str | None = None  # why --cuda-blocking-sync was not applied
+        self._gpu: dict[str, Any] | None = None  # gpu_share, kept once the worker is ready
 
     # -- start-up ---------------------------------------------------------------------------------
     @asynccontextmanager
@@ -639,10 +640,20 @@ class Worker:
                 "trials": [{"name": t.name, "status": t.status, "ms": t.ms, "reason": t.reason}
                            for t in self.choice.trials]},
             "device_pipeline": self.device.describe() if self.device is not None else None,
-            "gpu": gpu_share(getattr(self.backend, "device", None), self.sched_note),
+            "gpu": self._gpu_share(),
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }
+
+    def _gpu_share(self) -> dict[str, Any] | None:
+        """gpu_share for /readyz: asked of CUDA on each call until the worker is ready (the
+        backend may not hold its device yet), then kept, as none of it changes after."""
+        if self._gpu is not None:
+            return self._gpu
+        share = gpu_share(getattr(self.backend, "device", None), self.sched_note)
+        if self.ready:
+            self._gpu = share
+        return share
 
     def require_ready(self) -> None:
         if not self.ready:
