@@ -25,7 +25,8 @@ STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
               ("preprocess", "ttball_push_seconds", "preprocess"),
-              ("postprocess", "ttball_push_seconds", "postprocess"))
+              ("postprocess", "ttball_push_seconds", "postprocess"),
+              ("loop_lag", "ttball_event_loop_lag_seconds", None))
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 

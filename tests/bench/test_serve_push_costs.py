@@ -117,3 +117,20 @@ def test_stage_quantiles_are_per_run_and_summed_over_replicas(tmp_path: Path) ->
                            "--quantiles", str(tmp_path)], capture_output=True, text=True,
                           timeout=60, check=True)
     assert "4.0/1.0/" in done.stdout.splitlines()[2]
+
+
+def test_stage_quantiles_include_the_event_loops_lag(tmp_path: Path) -> None:
+    """``ttball_event_loop_lag_seconds`` (no stage label) is a column of its own."""
+    def snapshot(low: float, high: float) -> str:  # lags under 0.25 ms, and in 10-20 ms
+        lines = [f'ttball_event_loop_lag_seconds_bucket{{le="{le}",replica="a"}} {n}'
+                 for le, n in (("0.00025", low), ("0.01", low), ("0.02", low + high),
+                               ("+Inf", low + high))]
+        lines += [f'ttball_event_loop_lag_seconds_count{{replica="a"}} {low + high}',
+                  f'ttball_event_loop_lag_seconds_sum{{replica="a"}} {0.0001 * low + 0.015 * high}']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-4-0.txt").write_text(snapshot(100, 0))
+    (tmp_path / "metrics-4-64.txt").write_text(snapshot(190, 10))  # this run: 90 low, 10 high
+    (row,) = push_costs.stage_quantiles(tmp_path)
+    assert row["loop_lag_n"] == 100 and math.isclose(row["loop_lag_mean"], 1.59)
+    assert math.isclose(row["loop_lag_p50"], 0.25 * 50 / 90) and 10 < row["loop_lag_p99"] < 20

@@ -316,3 +316,18 @@ def test_cuda_blocking_sync_without_cuda_says_why_and_serves(start, capfd) -> No
     client = start(cuda_blocking_sync=True)
     assert client.readiness()["ready"] is True
     assert "--cuda-blocking-sync not applied: " in capfd.readouterr().out
+
+
+def test_a_ready_worker_measures_its_event_loops_lag(start) -> None:
+    """Once ready, the worker times its own event loop (``ttball_event_loop_lag_seconds``,
+    a callback due every 10 ms): the count grows while it serves nothing."""
+    client = start()
+
+    def count() -> float:
+        line = next(l for l in client.metrics().splitlines()
+                    if l.startswith("ttball_event_loop_lag_seconds_count"))
+        return float(line.split()[-1])
+
+    first = count()
+    time.sleep(0.3)
+    assert count() >= first + 5

@@ -401,6 +401,7 @@ class Worker:
         self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._loop_watch: asyncio.Task[None] | None = None  # ttball_event_loop_lag_seconds
         self._abort = threading.Event()
         self.sched_note: str | None = None  # why --cuda-blocking-sync was not applied
         self._gpu: dict[str, Any] | None = None  # gpu_share, kept once the worker is ready
@@ -592,7 +593,9 @@ class Worker:
         self.store = SessionStore(self.config, s, self.metrics, self.device)
         device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
         self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
-        self._reaper = asyncio.get_running_loop().create_task(self.store.reap_forever())
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self.store.reap_forever())
+        self._loop_watch = loop.create_task(self.metrics.watch_loop())
         self.seconds["total"] = time.monotonic() - self.started
         self.metrics.startup_seconds.labels("total").set(self.seconds["total"])
         self.metrics.ready.set(1)
@@ -608,8 +611,9 @@ class Worker:
         was_ready = self.phase == "ready"
         self.phase = "stopping"
         self.metrics.ready.set(0)
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for task in (self._reaper, self._loop_watch):
+            if task is not None:
+                task.cancel()
         self._abort.set()
         if was_ready and self.batcher is not None:
             await self.batcher.stop()

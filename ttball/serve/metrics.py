@@ -7,7 +7,10 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 - ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
 - ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
 
-``ttball_window_seconds`` is a window's whole stay, queued → result. With ``--device-pipeline``
+``ttball_window_seconds`` is a window's whole stay, queued → result.
+``ttball_event_loop_lag_seconds`` is how late the event loop (which reads and answers every
+session's messages) runs a callback due every :data:`LOOP_LAG_INTERVAL_S`: near zero while
+the loop keeps up, and the time other work held it (or the interpreter lock) when it does not. With ``--device-pipeline``
 (:meth:`Metrics.watch_device`) ``ttball_push_seconds{stage=...}`` splits each GpuPipeline push
 (``decode``, ``preprocess``, ``network``, ``postprocess``, ``track``, ``total``). The full list
 with meanings is in docs/serve.md.
@@ -15,6 +18,7 @@ with meanings is in docs/serve.md.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -30,6 +34,9 @@ LATENCY_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 RATE_WINDOW_S = 10.0
+LOOP_LAG_INTERVAL_S = 0.01  # the event loop's lag is measured this often (100 callbacks a second)
+LOOP_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
+                    0.5, 1.0)
 
 
 class RateMeter:
@@ -91,6 +98,10 @@ class Metrics:
                                      ["phase"], registry=r)
         self.warmup_seconds = Gauge("ttball_warmup_seconds",
                                     "Warm-up (compile) time per batch size", ["batch"], registry=r)
+        self.loop_lag = Histogram("ttball_event_loop_lag_seconds",
+                                  "How late the event loop ran a callback due every "
+                                  f"{LOOP_LAG_INTERVAL_S * 1e3:g} ms", buckets=LOOP_LAG_BUCKETS,
+                                  registry=r)
         self.info = Info("ttball_worker", "Backend, device and weights of this worker",
                          registry=r)
         self._gpu: list[Gauge] = []
@@ -109,6 +120,15 @@ class Metrics:
     def frame_accepted(self, n: int = 1) -> None:
         self.frames.inc(n)
         self._frame_rate.add(n)
+
+    async def watch_loop(self, interval_s: float = LOOP_LAG_INTERVAL_S) -> None:
+        """Until cancelled: sleep ``interval_s`` on the running loop and observe how much later
+        than due it woke (``ttball_event_loop_lag_seconds``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + interval_s
+            await asyncio.sleep(interval_s)
+            self.loop_lag.observe(max(0.0, loop.time() - due))
 
     def watch_cuda(self, device: object) -> None:
         """Export the CUDA caching allocator's memory (read at scrape time)."""
