@@ -5,7 +5,9 @@
 #   2. `serve --ray --replicas 2`: time to ready (cache of step 1), the same counts, SIGTERM
 #   3. SUMMARY.md: rows/s and p50/p95/p99 per replica count and session count
 # Writes $OUT/ray/ (server-N.log, ready-N.json, loadtest-N-S.json, metrics-N-S.txt, summary.json,
-# SUMMARY.md). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
+# SUMMARY.md; per load test also gpu-N-S.csv and gpu-N-S-gpm.txt, the GPU's busy % and GPM
+# metrics, cpu-N-S.txt, the host's, and procs-N-S.json, each replica's CPU % and its busiest
+# threads: scripts/proc_cpu.py). Every step runs under `timeout`; the whole script stops by BUDGET_S (480 s).
 # Usage (GPU machine, repo root; Ray, fastapi, uvicorn importable): OUT=/some/dir bash scripts/gpu_ray_loadtest.sh
 # Knobs: DEVICE_PIPELINE=1 (replicas decode on the GPU: serve --device-pipeline), DIRECT_STREAMS=1
 #   (serve --direct-streams: the load test's WebSockets go to the replicas, not through the ingress), OVERLAP=1
@@ -141,11 +143,14 @@ for n in $REPLICAS; do
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
     head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
     gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)
+    python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-before.json" 2>/dev/null
     timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
       --out "$S/loadtest-$n-$s.json"
     head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
     gpu_sampler_stop
+    python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-after.json" 2>/dev/null \
+      && python3 scripts/proc_cpu.py diff --json "$W/procs-before.json" "$W/procs-after.json" > "$S/procs-$n-$s.json"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
   done
   stop
@@ -183,6 +188,15 @@ def gpu_busy(path):  # mean of nvidia-smi's utilization.gpu samples over the loa
     return round(sum(busy) / len(busy), 1) if busy else None
 
 
+def replica_cpu(path):  # per worker replica: [its CPU % of a core, its busiest thread's %]
+    try:
+        rows = json.load(open(path))
+    except (OSError, ValueError):
+        return []
+    return [[r["cpu_pct"], r["top"][0][2] if r["top"] else 0.0] for r in rows
+            if "TTBallWorker" in r["cmd"]]
+
+
 def gpm_means(path):  # {column: mean} of `nvidia-smi dmon --gpm-metrics` (header "# gpu ...")
     try:
         text = open(path).read().splitlines()
@@ -204,8 +218,9 @@ for r in runs:
     r["host_cpu_busy_pct"] = cpu_busy(f"{s}/cpu-{r['replicas']}-{r['sessions']}.txt")
     r["gpu_busy_pct"] = gpu_busy(f"{s}/gpu-{r['replicas']}-{r['sessions']}.csv")
     r["gpm"] = gpm_means(f"{s}/gpu-{r['replicas']}-{r['sessions']}-gpm.txt")
+    r["replica_cpu"] = replica_cpu(f"{s}/procs-{r['replicas']}-{r['sessions']}.json")
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors",
-        "host_cpu_busy_pct", "gpu_busy_pct", "gpm")
+        "host_cpu_busy_pct", "gpu_busy_pct", "gpm", "replica_cpu")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
@@ -219,11 +234,11 @@ json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
 lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", "",
          "| replicas | time to ready s |", "|---|---|"]
 lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
-lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means | replicas' CPU % (busiest thread) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:
     l = r["latency_ms"]
-    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {' '.join(f'{k} {v}' for k, v in r['gpm'].items())} |")
+    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {' '.join(f'{k} {v}' for k, v in r['gpm'].items())} | {', '.join(f'{a:.0f} ({b:.0f})' for a, b in r['replica_cpu'])} |")
 open(f"{s}/SUMMARY.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

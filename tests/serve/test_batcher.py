@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -269,6 +270,29 @@ def test_readiness_asks_cuda_for_the_gpu_share_until_ready_then_keeps_it(monkeyp
         worker.phase = "ready"
         assert worker.readiness()["gpu"]["multiprocessors"] == 3
         assert worker.readiness()["gpu"]["multiprocessors"] == 3 and len(calls) == 3
+    finally:
+        worker.pool.shutdown()
+        worker.backend_thread.shutdown()
+
+
+def test_worker_threads_carry_their_names_to_the_kernel() -> None:
+    """The decode pool's and the backend's threads are named in /proc (what per-thread CPU
+    tools show), ``tt-`` and the Python name, cut to the kernel's 15 bytes."""
+    import sys
+    from pathlib import Path
+
+    from ttball.serve.batcher import Worker
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("thread names in /proc are Linux's")
+    worker = Worker(ServeSettings(device="cpu", decode_threads=2), Metrics())
+
+    def comm() -> str:
+        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+    try:
+        assert worker.backend_thread.submit(comm).result() == "tt-backend_0"
+        assert worker.pool.submit(comm).result().startswith("tt-decode_")
     finally:
         worker.pool.shutdown()
         worker.backend_thread.shutdown()

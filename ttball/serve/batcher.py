@@ -35,6 +35,7 @@ import concurrent.futures
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -387,7 +388,7 @@ class Worker:
         # instead of 6.0 ms, and p50 latency 110 ms instead of 42 ms
         # (docs/benchmarks/serve-h200.md).
         self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode",
-                                       initializer=torch.set_num_threads, initargs=(1,))
+                                       initializer=_pool_thread, initargs=(1,))
         # Everything that touches the backend (build, warm-up, verify, batches) runs on this one
         # thread: CUDA graphs recorded by torch.compile belong to the thread that recorded them,
         # and oneDNN's thread count (--torch-threads) is per thread: the given count, else one for
@@ -396,7 +397,7 @@ class Worker:
             1 if resolve_device(settings.device).type == "cuda" else torch.get_num_threads())
         self.backend_thread = ThreadPoolExecutor(
             1, thread_name_prefix="ttball-backend",
-            initializer=torch.set_num_threads, initargs=(threads,))
+            initializer=_pool_thread, initargs=(threads,))
         self._torch_threads = threads
         self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -594,6 +595,8 @@ class Worker:
         device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
         self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
         loop = asyncio.get_running_loop()
+        if threading.current_thread() is not threading.main_thread():  # Ray's loop thread: named
+            name_os_thread("tt-event-loop")  # (not the main one, whose name is the process's)
         self._reaper = loop.create_task(self.store.reap_forever())
         self._loop_watch = loop.create_task(self.metrics.watch_loop())
         self.seconds["total"] = time.monotonic() - self.started
@@ -684,9 +687,31 @@ def _own_stream(device: torch.device) -> None:
         torch.cuda.set_stream(torch.cuda.Stream(device))
 
 
+def _pool_thread(threads: int) -> None:
+    """A worker thread: torch's thread count, and its Python name given to the OS too (Linux
+    keeps 15 bytes), so per-thread CPU (top -H, scripts/proc_cpu.py) says which thread is busy."""
+    torch.set_num_threads(threads)
+    name_os_thread("tt-" + threading.current_thread().name.removeprefix("ttball-"))
+
+
+def name_os_thread(name: str) -> bool:
+    """Set the calling thread's kernel name (``/proc/.../task/TID/comm``: ``tt-backend-1_0``
+    for lane 1's thread) to ``name``'s first 15 bytes, all Linux keeps; False where that
+    fails or the platform has no prctl."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(15, name.encode()[:15], 0, 0, 0) == 0  # PR_SET_NAME
+    except (OSError, AttributeError):
+        return False
+
+
 def _lane_thread(threads: int, device: torch.device) -> None:
     """A lane's backend thread: torch's thread count as lane 0's, a CUDA stream of its own."""
-    torch.set_num_threads(threads)
+    _pool_thread(threads)
     _own_stream(device)
 
 
