@@ -15,7 +15,8 @@
 #   CUDA MPS, started here before Ray and stopped at the end, instead of time slices; MPS_PCT=50: each
 #   replica on at most half of the SMs, as the daemon's default; SM_PERCENT=50: the same through
 #   `serve --ray --mps-sm-percent`, set in each replica only), BLOCKING_SYNC=1 (serve
-#   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), SWITCH_MS=0.5 (serve
+#   --switch-interval-ms: Python's switch interval in each replica), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -101,6 +102,7 @@ start() {
     $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
     $([ -n "${SM_PERCENT:-}" ] && echo --mps-sm-percent "$SM_PERCENT") \
     $([ -n "${BLOCKING_SYNC:-}" ] && echo --cuda-blocking-sync) \
+    $([ -n "${SWITCH_MS:-}" ] && echo --switch-interval-ms "$SWITCH_MS") \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
@@ -227,6 +229,7 @@ mode += ", CUDA MPS" if os.environ.get("MPS") else ""
 mode += f" ({os.environ['MPS_PCT']} % of the SMs a replica)" if os.environ.get("MPS") and os.environ.get("MPS_PCT") else ""
 mode += f" (--mps-sm-percent {os.environ['SM_PERCENT']})" if os.environ.get("SM_PERCENT") else ""
 mode += ", blocking sync" if os.environ.get("BLOCKING_SYNC") else ""
+mode += f", switch interval {os.environ['SWITCH_MS']} ms" if os.environ.get("SWITCH_MS") else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}

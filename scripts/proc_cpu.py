@@ -36,18 +36,21 @@ def _ticks(stat: str) -> tuple[str, int]:
     return head.partition("(")[2], int(fields[11]) + int(fields[12])
 
 
-def snapshot(pattern: str, proc: Path = PROC) -> dict[str, Any]:
-    """Every process whose command line matches ``pattern``: its command and, per thread,
-    ``[comm, ticks]``. Processes or threads that end while being read are skipped."""
-    match = re.compile(pattern)
+def snapshot(pattern: str | None = None, proc: Path = PROC,
+             pids: list[int] | None = None) -> dict[str, Any]:
+    """Every process whose command line matches ``pattern`` (never the caller), or the
+    processes ``pids`` (the caller too): its command and, per thread, ``[comm, ticks]``.
+    Processes or threads that end while being read are skipped."""
+    match = re.compile(pattern or "")
     procs: dict[str, Any] = {}
     me = str(os.getpid())
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or entry.name == me:
+    entries = [proc / str(p) for p in pids] if pids is not None else proc.iterdir()
+    for entry in entries:
+        if not entry.name.isdigit() or (pids is None and entry.name == me):
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            if not match.search(cmd):
+            if pids is None and not match.search(cmd):
                 continue
             threads = {}
             for task in (entry / "task").iterdir():

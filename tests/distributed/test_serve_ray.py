@@ -93,7 +93,7 @@ def mode(request) -> str:
 def url(ray_cluster, port: int, small_weights: Path, mode: str):
     """The application in ``mode`` (pytest tears one mode's down before it deploys the next)."""
     settings = RayServeSettings(
-        worker=worker_settings(small_weights, port=port, **MODES[mode]),
+        worker=worker_settings(small_weights, port=port, switch_interval_ms=1.0, **MODES[mode]),
         replicas=2, cpus_per_replica=1, mps_sm_percent=50)  # no effect without MPS and CUDA
     started = start(settings)
     base = f"http://127.0.0.1:{settings.worker.port}"
@@ -196,6 +196,7 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
         assert [r["gpu"] for r in replicas] == [
             {"multiprocessors": None, "mps_active_thread_percentage": 50, "sched": None,
              "sched_note": None}] * 2
+        assert [r["switch_interval_ms"] for r in replicas] == [1.0] * 2  # set in each replica
         assert client.http.get("/v2/models/blurball/ready").status_code == 200
         with pytest.raises(ServeError) as refused:
             client.open_session(step=2)

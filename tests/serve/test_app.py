@@ -272,6 +272,20 @@ def test_direct_streams_is_a_ray_option() -> None:
         run(parser.parse_args(["--direct-streams"]))
 
 
+
+def test_switch_interval_reaches_the_settings_and_a_bad_one_is_refused() -> None:
+    import argparse
+
+    from ttball.cli.serve import add_arguments, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert settings_from(parser.parse_args([])).switch_interval_ms is None
+    assert settings_from(parser.parse_args(["--switch-interval-ms", "0.5"])).switch_interval_ms == 0.5
+    with pytest.raises(UserError, match="--switch-interval-ms must be between 0.01 and 100, got 0"):
+        settings_from(parser.parse_args(["--switch-interval-ms", "0"]))
+
+
 def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_path,
                                                           monkeypatch) -> None:
     pytest.importorskip("ttball.verify")

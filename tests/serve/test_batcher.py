@@ -296,3 +296,31 @@ def test_worker_threads_carry_their_names_to_the_kernel() -> None:
     finally:
         worker.pool.shutdown()
         worker.backend_thread.shutdown()
+
+
+def test_the_switch_interval_is_set_for_the_process_and_shown_in_readyz() -> None:
+    """--switch-interval-ms: Python's switch interval from the worker's start on (the whole
+    process: the event loop and the lanes share one interpreter lock); /readyz shows it."""
+    import sys
+
+    from ttball.errors import UserError
+
+    before = sys.getswitchinterval()
+    try:
+        worker = Worker(ServeSettings(device="cpu", switch_interval_ms=0.5), Metrics())
+        try:
+            assert sys.getswitchinterval() == pytest.approx(0.0005)
+            assert worker.readiness()["switch_interval_ms"] == 0.5
+        finally:
+            worker.pool.shutdown()
+            worker.backend_thread.shutdown()
+        sys.setswitchinterval(before)
+        unset = Worker(ServeSettings(device="cpu"), Metrics())  # None: Python's own, untouched
+        unset.pool.shutdown()
+        unset.backend_thread.shutdown()
+        assert sys.getswitchinterval() == before
+    finally:
+        sys.setswitchinterval(before)
+    for bad in (0.0, -1.0, 250.0):
+        with pytest.raises(UserError, match="--switch-interval-ms must be between"):
+            ServeSettings(switch_interval_ms=bad).validate()

@@ -70,6 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on CUDA: threads that wait for the GPU sleep instead of spinning on a "
                         "core (CU_CTX_SCHED_BLOCKING_SYNC), for hosts where several workers or "
                         "replicas share the cores; /readyz's gpu.sched shows the mode")
+    p.add_argument("--switch-interval-ms", type=float, default=None, metavar="MS",
+                   help="Python's switch interval for this process (default Python's 5 ms): "
+                        "the longest the event loop waits for the interpreter lock while a "
+                        "lane's thread runs Python; shorter keeps the loop answering under "
+                        "load (docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -122,6 +127,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_decoder=args.jpeg_decoder,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
+        switch_interval_ms=args.switch_interval_ms,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

@@ -253,6 +253,7 @@ class Ingress:
                 "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],
                               "device": r["readiness"]["device"],
                               "gpu": r["readiness"].get("gpu"),
+                              "switch_interval_ms": r["readiness"].get("switch_interval_ms"),
                               "sessions": len(r["sessions"])} for r in self.replicas]}
 
     def require_ready(self) -> None:

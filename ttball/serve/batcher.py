@@ -367,6 +367,8 @@ class Worker:
 
     def __init__(self, settings: ServeSettings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
+        if settings.switch_interval_ms is not None:  # the whole process's, from now on
+            sys.setswitchinterval(settings.switch_interval_ms / 1e3)
         self.phase = "starting"
         self.error: str | None = None
         self.started = time.monotonic()
@@ -648,6 +650,7 @@ class Worker:
                            for t in self.choice.trials]},
             "device_pipeline": self.device.describe() if self.device is not None else None,
             "gpu": self._gpu_share(),
+            "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 3),
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }

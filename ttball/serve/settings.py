@@ -75,6 +75,11 @@ class ServeSettings:
     # On CUDA: host threads sleep while they wait for the GPU instead of spinning on a core
     # (ttball.cudasched; set before the process's first CUDA work; /readyz says if it could not).
     cuda_blocking_sync: bool = False
+    # The interpreter's switch interval (sys.setswitchinterval) in ms, set for the whole process
+    # when the worker starts: how long a thread that wants the interpreter lock (the event loop,
+    # which reads and answers every session) waits before its holder (a lane's Python) must
+    # drop it. None: Python's own, 5 ms.
+    switch_interval_ms: float | None = None
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -119,6 +124,9 @@ class ServeSettings:
             raise UserError(f"--pipeline-lanes must be >= 1, got {self.pipeline_lanes}")
         if self.pipeline_lanes > 1 and not self.device_pipeline:
             raise UserError("--pipeline-lanes needs --device-pipeline")
+        if self.switch_interval_ms is not None and not 0.01 <= self.switch_interval_ms <= 100:
+            raise UserError(f"--switch-interval-ms must be between 0.01 and 100, got "
+                            f"{self.switch_interval_ms:g}")
         if self.max_sessions < 1 or self.session_ttl_s <= 0:
             raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
         if not self.loopback and not self.token:
