@@ -230,13 +230,16 @@ mode += f" ({os.environ['MPS_PCT']} % of the SMs a replica)" if os.environ.get("
 mode += f" (--mps-sm-percent {os.environ['SM_PERCENT']})" if os.environ.get("SM_PERCENT") else ""
 mode += ", blocking sync" if os.environ.get("BLOCKING_SYNC") else ""
 mode += f", switch interval {os.environ['SWITCH_MS']} ms" if os.environ.get("SWITCH_MS") else ""
+mode += ", RAY_USE_UVLOOP=0" if os.environ.get("RAY_USE_UVLOOP") == "0" else ""
 summary = {"backend": backend, "warmup_batches": batches, "mode": mode,
            "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
            "runs": [{"replicas": r["replicas"], **{k: r[k] for k in keys}} for r in runs]}
 json.dump(summary, open(f"{s}/summary.json", "w"), indent=2)
 lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", "",
-         "| replicas | time to ready s |", "|---|---|"]
-lines += [f"| {n} | {r.get('time_to_ready_s')} |" for n, r in sorted(ready.items())]
+         "| replicas | time to ready s | replicas' event loops |", "|---|---|---|"]
+lines += [f"| {n} | {r.get('time_to_ready_s')} | "
+          f"{', '.join(sorted({str(x.get('event_loop')) for x in r.get('replicas') or []}))} |"
+          for n, r in sorted(ready.items())]
 lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means | replicas' CPU % (busiest thread) |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:

@@ -140,6 +140,8 @@ def main() -> int:
     parser.add_argument("--switch-interval-ms", type=float,
                         help="sys.setswitchinterval: how long a thread that wants the interpreter "
                         "lock waits before asking its holder to drop it (Python's default 5 ms)")
+    parser.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                        help="the worker's event loop (uvicorn's; auto: uvloop where installed)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.clip is not None and not args.clip.is_file():
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
                                 "pipeline_overlap": not args.no_overlap,
                                 "backend_factory": lambda model, device: ZeroBackend()})
     results = []
-    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(create_app(settings)) as url:
+    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(create_app(settings), loop=args.loop) as url:
         import httpx
 
         deadline = time.monotonic() + 300
@@ -212,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
                 print("loop_cost: the worker was not ready in 300 s", file=sys.stderr)
                 return 1
             time.sleep(0.2)
+        event_loop = httpx.get(f"{url}/readyz").json().get("event_loop")
+        print(f"the worker's event loop: {event_loop}", flush=True)
         for n in args.sessions:
             r = measure(url, args.clip, n, args.fps, args.seconds, Path(tmp))
             results.append(r)
@@ -224,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         args.out.write_text(json.dumps({"lanes": args.lanes, "overlap": not args.no_overlap,
                                         "switch_interval_ms": sys.getswitchinterval() * 1e3,
+                                        "loop": args.loop, "event_loop": event_loop,
                                         "torch": torch.__version__, "cores": os.cpu_count(),
                                         "runs": results}, indent=2))
     return 0

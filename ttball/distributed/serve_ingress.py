@@ -254,6 +254,7 @@ class Ingress:
                               "device": r["readiness"]["device"],
                               "gpu": r["readiness"].get("gpu"),
                               "switch_interval_ms": r["readiness"].get("switch_interval_ms"),
+                              "event_loop": r["readiness"].get("event_loop"),
                               "sessions": len(r["sessions"])} for r in self.replicas]}
 
     def require_ready(self) -> None:

@@ -651,6 +651,7 @@ class Worker:
             "device_pipeline": self.device.describe() if self.device is not None else None,
             "gpu": self._gpu_share(),
             "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 3),
+            "event_loop": None if self._loop is None else type(self._loop).__module__.split(".")[0],
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }

@@ -1,9 +1,11 @@
 # For the next session (not run yet): where does an upload's time go at the MPS cliff? The same
-# four replicas of two lanes under plain MPS, then with Python's switch interval at 0.5 ms in
-# each replica (`serve --switch-interval-ms 0.5`), then with the cap through `serve --ray
-# --mps-sm-percent 50`, 56-72 sessions, now with each replica's event-loop lag
-# (ttball_event_loop_lag_seconds, serve_push_costs --quantiles) and its CPU per thread
-# (procs-4-S.json: tt-event-loop, tt-backend_0, tt-backend-1_0, tt-decode_N).
+# four replicas of two lanes under plain MPS, now with uvloop in .raywhl (Ray gives its workers
+# uvloop's event loop when it is installed; /readyz's replicas[].event_loop says which), then
+# with Ray's asyncio loop (RAY_USE_UVLOOP=0, as every call before this one), then with Python's
+# switch interval at 0.5 ms in each replica (`serve --switch-interval-ms 0.5`), 56-72 sessions,
+# with each replica's event-loop lag (ttball_event_loop_lag_seconds, serve_push_costs
+# --quantiles) and its CPU per thread (procs-4-S.json: tt-event-loop, tt-backend_0,
+# tt-backend-1_0, tt-decode_N). Needs .raywhl rebuilt by a make_raywhl.sh that carries uvloop.
 # Prediction in LOG.md ("Twenty-seventh session").
 set -x
 export TRITON_CACHE_DIR=/tmp/tcache PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
@@ -12,8 +14,8 @@ T0=$(date +%s); t() { echo "$1 $(( $(date +%s)-T0 ))s" >> $W/times.txt; }
 TOTAL=${TOTAL:-585}  # a load test needs 58 s left to start, takes ~18 s; a cold start ~133 s
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
 SESSIONS_4="56 64 72" R mps 250                       # first: compiles the kernels
-SESSIONS_4="56 64 72" R switch 170 SWITCH_MS=0.5      # then ~65 s to ready
-SESSIONS_4="64 72" R option $(( TOTAL - ($(date +%s)-T0) - 15 )) SM_PERCENT=50
+SESSIONS_4="56 64 72" R asyncio 170 RAY_USE_UVLOOP=0  # then ~65 s to ready
+SESSIONS_4="64 72" R switch $(( TOTAL - ($(date +%s)-T0) - 15 )) SWITCH_MS=0.5
 cp $W/times.txt $OUT/
-for l in mps switch option; do cp $W/$l/stages.txt $OUT/stages-$l.txt; cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done
+for l in mps asyncio switch; do cp $W/$l/stages.txt $OUT/stages-$l.txt; cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done
 tar -czf $OUT/lag.tgz -C /tmp lag
