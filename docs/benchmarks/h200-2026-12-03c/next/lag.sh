@@ -17,5 +17,5 @@ SESSIONS_4="56 64 72" R mps 250                       # first: compiles the kern
 SESSIONS_4="56 64 72" R asyncio 170 RAY_USE_UVLOOP=0  # then ~65 s to ready
 SESSIONS_4="64 72" R switch $(( TOTAL - ($(date +%s)-T0) - 15 )) SWITCH_MS=0.5
 cp $W/times.txt $OUT/
-for l in mps asyncio switch; do cp $W/$l/stages.txt $OUT/stages-$l.txt; cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done
+for l in mps asyncio switch; do cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done  # stages.txt: in the tgz (8 files a call)
 tar -czf $OUT/lag.tgz -C /tmp lag

@@ -13,5 +13,5 @@ source docs/benchmarks/h200-2026-12-03c/_ray.sh
 R eight 390 REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.125 CPUS_PER_REPLICA=1.5 SESSIONS_8="64 96 128 160"
 SESSIONS_4="128" R four $(( TOTAL - ($(date +%s)-T0) - 15 ))
 cp $W/times.txt $OUT/
-for l in eight four; do cp $W/$l/stages.txt $OUT/stages-$l.txt; cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done
+for l in eight four; do cp $W/$l/ray/SUMMARY.md $OUT/SUMMARY-$l.md; done  # stages.txt: in the tgz (8 files a call)
 tar -czf $OUT/reps.tgz -C /tmp reps
