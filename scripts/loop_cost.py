@@ -142,6 +142,8 @@ def main() -> int:
                         "lock waits before asking its holder to drop it (Python's default 5 ms)")
     parser.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"),
                         help="the worker's event loop (uvicorn's; auto: uvloop where installed)")
+    parser.add_argument("--ws", default="auto", choices=("auto", "websockets", "websockets-sansio", "wsproto"),
+                        help="uvicorn's WebSocket implementation (auto: websockets' sans-I/O one)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.clip is not None and not args.clip.is_file():
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
                                 "pipeline_overlap": not args.no_overlap,
                                 "backend_factory": lambda model, device: ZeroBackend()})
     results = []
-    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(create_app(settings), loop=args.loop) as url:
+    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(create_app(settings), loop=args.loop, ws=args.ws) as url:
         import httpx
 
         deadline = time.monotonic() + 300
@@ -228,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         args.out.write_text(json.dumps({"lanes": args.lanes, "overlap": not args.no_overlap,
                                         "switch_interval_ms": sys.getswitchinterval() * 1e3,
-                                        "loop": args.loop, "event_loop": event_loop,
+                                        "loop": args.loop, "event_loop": event_loop, "ws": args.ws,
                                         "torch": torch.__version__, "cores": os.cpu_count(),
                                         "runs": results}, indent=2))
     return 0

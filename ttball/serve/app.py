@@ -512,11 +512,13 @@ def _mount_web(app: FastAPI, settings: ServeSettings) -> None:
 
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
-                    log_level: str = "warning", loop: str = "auto") -> Iterator[str]:
+                    log_level: str = "warning", loop: str = "auto",
+                    ws: str = "auto") -> Iterator[str]:
     """Run ``app`` with uvicorn in a background thread (tests, notebooks); yields its base URL.
 
     ``port=0`` takes a free port. ``loop``: uvicorn's event loop, ``"auto"`` (uvloop where it
-    is installed), ``"asyncio"`` or ``"uvloop"``. Leaving the block shuts the server down
+    is installed), ``"asyncio"`` or ``"uvloop"``; ``ws``: its WebSocket implementation
+    (``"auto"``: websockets' sans-I/O protocol). Leaving the block shuts the server down
     gracefully.
     """
     import uvicorn
@@ -525,7 +527,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
-                                           ws_per_message_deflate=False))
+                                           ws=ws, ws_per_message_deflate=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="ttball-uvicorn", daemon=True)
     thread.start()
