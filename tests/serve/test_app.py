@@ -345,3 +345,12 @@ def test_a_ready_worker_measures_its_event_loops_lag(start) -> None:
     first = count()
     time.sleep(0.3)
     assert count() >= first + 5
+
+
+def test_readyz_names_the_event_loop(start) -> None:
+    """``event_loop``: uvloop where uvicorn found it, else asyncio's own."""
+    import importlib.util
+
+    body = start().readiness()
+    want = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    assert body["event_loop"] == want
