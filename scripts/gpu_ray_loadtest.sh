@@ -204,13 +204,17 @@ def gpm_means(path):  # {column: mean} of `nvidia-smi dmon --gpm-metrics` (heade
         text = open(path).read().splitlines()
     except OSError:
         return {}
-    names = next((l[1:].split() for l in text if l.startswith("#") and "gpu" in l.split()), None)
+    heads = [l[1:].split() for l in text if l.startswith("#")]
+    names = next((h for h in heads if "gpu" in h), None)
+    units = next((h for h in heads if "Idx" in h), [])  # "%" or "GPM:%" for percentages
     rows = [l.split() for l in text if l.strip() and not l.startswith("#")]
     if not names:
         return {}
     means = {}
     for i, name in enumerate(names[1:], 1):
+        pct = i < len(units) and units[i].endswith("%")
         vals = [float(r[i]) for r in rows if len(r) == len(names) and r[i].replace(".", "", 1).isdigit()]
+        vals = [v for v in vals if not pct or v <= 100]  # a GPM sample can be garbage (1e7 %)
         if vals:
             means[name] = round(sum(vals) / len(vals), 1)
     return means
