@@ -3,19 +3,27 @@
 # (sourced from the repository root): install_wheels, start_budget, elapsed/say/left against T0
 # and BUDGET_S, gpu_tests LIMIT ARGS, fetch URL, and pick_clip DIR.
 
-# install_wheels: the carried wheels (built for the GPU machine's Python 3.12) into /tmp/site,
+# install_wheels: the carried packages (built for the GPU machine's Python 3.12) into /tmp/site,
 # once per machine and folder (a marker file per folder: later calls, and scripts started
 # beside each other after a first install, skip it; a call with .raywhl/ after one with .whl/
-# does not): .raywhl/ (Ray, stripped, and the server's packages;
-# scripts/make_raywhl.sh) if carried, else .whl/ (the server's packages). Puts the repository and
-# /tmp/site on PYTHONPATH either way. Elsewhere (a CPU smoke test here) it installs nothing.
+# does not): .raywhl/ (Ray, stripped, and the server's packages, pip-installed and packed as
+# site.tar.xz; scripts/make_raywhl.sh) if carried, else .whl/ (the server's packages as
+# wheels). Puts the repository and /tmp/site on PYTHONPATH and /tmp/site/bin (py-spy) on PATH
+# either way. Elsewhere (a CPU smoke test here) it installs nothing.
 install_wheels() {
   local dir=.whl
   [ -d .raywhl ] && dir=.raywhl
-  if compgen -G "$dir/*.whl" > /dev/null && [ ! -f "/tmp/site/.installed-$dir" ] \
+  if { compgen -G "$dir/*.whl" > /dev/null || [ -f "$dir/site.tar.xz" ]; } \
+      && [ ! -f "/tmp/site/.installed-$dir" ] \
       && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$dir"/*.whl || return 1
+    mkdir -p /tmp/site
+    if compgen -G "$dir/*.whl" > /dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$dir"/*.whl || return 1
+    fi
+    if [ -f "$dir/site.tar.xz" ]; then
+      tar xJf "$dir/site.tar.xz" -C /tmp/site || return 1
+    fi
     if [ -f "$dir/ray-stripped.tar.xz" ]; then
       tar xJf "$dir/ray-stripped.tar.xz" -C /tmp/site || return 1
       # the zip's unpacking dropped the executable bits: Ray's own binaries need them back
@@ -23,7 +31,7 @@ install_wheels() {
     fi
     touch "/tmp/site/.installed-$dir"
   fi
-  export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 }
 
 # start_budget DEFAULT_S: OUT must be set (made here), BUDGET_S (default DEFAULT_S) less a

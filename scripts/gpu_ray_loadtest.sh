@@ -16,7 +16,8 @@
 #   replica on at most half of the SMs, as the daemon's default; SM_PERCENT=50: the same through
 #   `serve --ray --mps-sm-percent`, set in each replica only), BLOCKING_SYNC=1 (serve
 #   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), SWITCH_MS=0.5 (serve
-#   --switch-interval-ms: Python's switch interval in each replica), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   --switch-interval-ms: Python's switch interval in each replica), PYSPY=1 (py-spy --gil on one
+#   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -146,11 +147,18 @@ for n in $REPLICAS; do
     head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
     gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)
     python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-before.json" 2>/dev/null
+    GIL_PID=""  # PYSPY=1: who holds one replica's interpreter lock during the load (summary)
+    if [ -n "${PYSPY:-}" ] && command -v py-spy > /dev/null; then
+      pid=$(pgrep -f TTBallWorker | head -1)
+      [ -n "$pid" ] && { py-spy record --gil --threads --nonblocking -r 200 -d "$DURATION" -f raw \
+        -o "$S/gil-$n-$s.txt" --pid "$pid" > "$S/gil-$n-$s.log" 2>&1 & GIL_PID=$!; }
+    fi
     timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
       --out "$S/loadtest-$n-$s.json"
     head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
     gpu_sampler_stop
+    [ -n "$GIL_PID" ] && wait "$GIL_PID"
     python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-after.json" 2>/dev/null \
       && python3 scripts/proc_cpu.py diff --json "$W/procs-before.json" "$W/procs-after.json" > "$S/procs-$n-$s.json"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
@@ -159,9 +167,9 @@ for n in $REPLICAS; do
 done
 
 say "summary"
-timeout 30 python3 - "$S" "$BACKEND" "$BATCHES" <<'PY'
+timeout 30 python3 - "$S" "$BACKEND" "$BATCHES" "$DURATION" <<'PY'
 import glob, json, os, sys
-s, backend, batches = sys.argv[1], sys.argv[2], sys.argv[3]
+s, backend, batches, duration = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 ready = {}
 for p in sorted(glob.glob(f"{s}/ready-*.json")):
     n = int(os.path.basename(p)[6:-5])
@@ -199,6 +207,22 @@ def replica_cpu(path):  # per worker replica: [its CPU % of a core, its busiest 
             if "TTBallWorker" in r["cmd"]]
 
 
+def gil_share(path, seconds, rate=200):  # py-spy --gil raw stacks of one replica (PYSPY=1)
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return None
+    by_tid = {}
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        head = stack.split(";", 1)[0]  # "thread (TID): name" with --threads
+        tid = head[head.find("(") + 1:head.find(")")] if head.startswith("thread (") else "?"
+        by_tid[tid] = by_tid.get(tid, 0) + int(count)
+    total = rate * seconds
+    return {"held_pct": round(100 * sum(by_tid.values()) / total, 1),
+            "by_tid_pct": {t: round(100 * c / total, 1) for t, c in sorted(by_tid.items(), key=lambda x: -x[1])}}
+
+
 def gpm_means(path):  # {column: mean} of `nvidia-smi dmon --gpm-metrics` (header "# gpu ...")
     try:
         text = open(path).read().splitlines()
@@ -225,8 +249,16 @@ for r in runs:
     r["gpu_busy_pct"] = gpu_busy(f"{s}/gpu-{r['replicas']}-{r['sessions']}.csv")
     r["gpm"] = gpm_means(f"{s}/gpu-{r['replicas']}-{r['sessions']}-gpm.txt")
     r["replica_cpu"] = replica_cpu(f"{s}/procs-{r['replicas']}-{r['sessions']}.json")
+    r["gil"] = gil_share(f"{s}/gil-{r['replicas']}-{r['sessions']}.txt", duration)
+    if r["gil"]:  # name the lock's holders by their kernel thread names (procs-R-S.json)
+        try:
+            names = {str(tid): comm for row in json.load(open(f"{s}/procs-{r['replicas']}-{r['sessions']}.json"))
+                     for comm, tid, _ in row["top"]}
+        except (OSError, ValueError):
+            names = {}
+        r["gil"]["by_thread_pct"] = {names.get(t, t): p for t, p in r["gil"].pop("by_tid_pct").items()}
 keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped", "behind_schedule", "errors",
-        "host_cpu_busy_pct", "gpu_busy_pct", "gpm", "replica_cpu")
+        "host_cpu_busy_pct", "gpu_busy_pct", "gpm", "replica_cpu", "gil")
 mode = "device pipeline" if os.environ.get("DEVICE_PIPELINE") else "host path"
 mode += ", direct streams" if os.environ.get("DIRECT_STREAMS") else ", streams through the ingress"
 mode += ", CUDA MPS" if os.environ.get("MPS") else ""
@@ -244,11 +276,18 @@ lines = [f"# ttball serve --ray: {backend}, warm-up batches {batches}, {mode}", 
 lines += [f"| {n} | {r.get('time_to_ready_s')} | "
           f"{', '.join(sorted({str(x.get('event_loop')) for x in r.get('replicas') or []}))} |"
           for n, r in sorted(ready.items())]
-lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means | replicas' CPU % (busiest thread) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+lines += ["", "| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) | dropped | errors | host CPU busy % | GPU busy % | GPM means | replicas' CPU % (busiest thread) | one replica's interpreter lock held % (by thread) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def gil_cell(gil):
+    if not gil:
+        return ""
+    top = ", ".join(f"{t} {p}" for t, p in list(gil["by_thread_pct"].items())[:4])
+    return f"{gil['held_pct']} ({top})"
+
+
 for r in runs:
     l = r["latency_ms"]
-    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {' '.join(f'{k} {v}' for k, v in r['gpm'].items())} | {', '.join(f'{a:.0f} ({b:.0f})' for a, b in r['replica_cpu'])} |")
+    lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} | {l['p50']} | {l['p95']} | {l['p99']} | {r['late']} | {r['dropped']} | {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {' '.join(f'{k} {v}' for k, v in r['gpm'].items())} | {', '.join(f'{a:.0f} ({b:.0f})' for a, b in r['replica_cpu'])} | {gil_cell(r['gil'])} |")
 open(f"{s}/SUMMARY.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

