@@ -1,0 +1,79 @@
+"""scripts/ray_loadtest_summary.py: gpu_ray_loadtest.sh's summary from hand-made files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tests.bench.script_env import load_script
+
+summary = load_script("ray_loadtest_summary")
+
+GPM = """\
+# gpu    pwr  gtemp     sm    jpg   mclk      gract     smutil
+# Idx      W      C      %      %    MHz      GPM:%      GPM:%
+    0    127     37      0      0   3201          -          -
+    0    200     38     40     30   3201   93360294         20
+    0    300     39     60     50   3201         40         30
+"""
+
+
+def test_gpm_means_drop_dashes_and_impossible_percentages() -> None:
+    path = Path(__file__).parent / "_gpm.txt"
+    try:
+        path.write_text(GPM)
+        means = summary.gpm_means(str(path))
+    finally:
+        path.unlink()
+    # gract: the 93-million-% sample and the "-" dropped; mclk (MHz) may exceed 100
+    assert means == {"pwr": 209.0, "gtemp": 38.0, "sm": 33.3, "jpg": 26.7, "mclk": 3201.0,
+                     "gract": 40.0, "smutil": 25.0}
+
+
+def test_busy_shares_from_proc_stat_and_nvidia_smi(tmp_path: Path) -> None:
+    (tmp_path / "cpu.txt").write_text("cpu 100 0 100 700 100 0 0\ncpu 200 0 200 1000 100 0 0\n")
+    assert summary.cpu_busy(str(tmp_path / "cpu.txt")) == 40.0  # 200 busy of 500 ticks
+    (tmp_path / "gpu.csv").write_text("t, 30, 1980, 100\nt, 50, 1980, 120\nbroken line\n")
+    assert summary.gpu_busy(str(tmp_path / "gpu.csv")) == 40.0
+    assert summary.cpu_busy(str(tmp_path / "missing.txt")) is None
+    assert summary.gpu_busy(str(tmp_path / "missing.csv")) is None
+
+
+def test_gil_share_by_thread_named_from_procs(tmp_path: Path) -> None:
+    (tmp_path / "gil.txt").write_text(
+        "thread (11): ttball-uvicorn;Runner.run (x.py:1) 300\n"
+        "thread (12): ttball-backend_0;push (y.py:2) 100\n"
+        "thread (11): ttball-uvicorn;ws_receive (z.py:3) 100\n")
+    procs = [{"pid": 1, "cmd": "ray::ServeReplica:ttball:TTBallWorker", "cpu_pct": 90.0,
+              "threads": 2, "top": [["tt-event-loop", 11, 60.0], ["tt-backend_0", 12, 30.0]]},
+             {"pid": 2, "cmd": "ray::ServeReplica:ttball:TTBallIngress", "cpu_pct": 5.0,
+              "threads": 1, "top": [["ray::IDLE", 21, 5.0]]}]
+    (tmp_path / "procs.json").write_text(json.dumps(procs))
+    gil = summary.gil_share(str(tmp_path / "gil.txt"), seconds=10, rate=100,
+                            names=summary.thread_names(str(tmp_path / "procs.json")))
+    assert gil == {"held_pct": 50.0, "by_thread_pct": {"tt-event-loop": 40.0, "tt-backend_0": 10.0}}
+    assert summary.replica_cpu(str(tmp_path / "procs.json")) == [[90.0, 60.0]]  # workers only
+    assert summary.gil_share(str(tmp_path / "none.txt"), 10) is None
+
+
+def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path: Path) -> None:
+    (tmp_path / "ready-4.json").write_text(json.dumps(
+        {"time_to_ready_s": 65.0, "replicas": [{"event_loop": "uvloop"}] * 4}))
+    load = {"sessions": 64, "achieved_fps": 3800.0, "offered_fps": 3840.0, "late": 3,
+            "dropped": 0, "behind_schedule": 0, "errors": {},
+            "latency_ms": {"p50": 30.0, "p95": 45.0, "p99": 49.0}}
+    (tmp_path / "loadtest-4-64.json").write_text(json.dumps(load))
+    (tmp_path / "loadtest-4-56.json").write_text(json.dumps({**load, "sessions": 56}))
+    lines = summary.summarize(str(tmp_path), "triton-fp16-direct", "1,2", 8.0,
+                              {"MPS": "1", "SM_PERCENT": "50", "DEVICE_PIPELINE": "1"})
+    assert lines[0] == ("# ttball serve --ray: triton-fp16-direct, warm-up batches 1,2, device "
+                        "pipeline, streams through the ingress, CUDA MPS (--mps-sm-percent 50)")
+    assert "| 4 | 65.0 | uvloop |" in lines
+    rows = [line for line in lines if "| 3840.0 |" in line]
+    assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
+    assert rows[1].endswith("| None | None |  |  |  |")
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["runs"][1]["latency_ms"]["p99"] == 49.0 and written["runs"][1]["gil"] is None
+    assert (tmp_path / "SUMMARY.md").read_text().splitlines() == lines
+    assert not math.isnan(written["time_to_ready_s"]["4"])
