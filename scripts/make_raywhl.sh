@@ -36,5 +36,7 @@ done
   --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
   --target "$D/site" "$D"/wheels/*.whl
+# bin/: console scripts whose first line names this machine's Python; only py-spy (a binary) stays
+find "$D/site/bin" -type f ! -name py-spy -delete
 tar cf - -C "$D/site" . | xz -T0 -9 > .raywhl/site.tar.xz
 du -sh .raywhl
