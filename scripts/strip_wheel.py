@@ -6,7 +6,7 @@ carries (uvloop 0.23's extension: 16.1 MB, 1.8 MB stripped)::
     python scripts/strip_wheel.py uvloop-0.23.0-cp312-...whl OUTDIR
 
 The copy keeps the file name; pip installs it like the original. ``scripts/make_raywhl.sh``
-uses it for the event loop (uvloop) and the HTTP parser (httptools) of the Ray replicas.
+uses it for the HTTP parser (httptools) of the Ray replicas.
 """
 
 from __future__ import annotations

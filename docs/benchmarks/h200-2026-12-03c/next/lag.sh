@@ -1,12 +1,12 @@
 # For the next session (not run yet): where does an upload's time go at the MPS cliff? The same
-# four replicas of two lanes under plain MPS, now with uvloop in .raywhl (Ray gives its workers
+# four replicas of two lanes under plain MPS (on uvloop, the GPU image's: Ray gives its workers
 # uvloop's event loop when it is installed; /readyz's replicas[].event_loop says which), then
-# with Ray's asyncio loop (RAY_USE_UVLOOP=0, as every call before this one), then with Python's
+# on asyncio's own loop (RAY_USE_UVLOOP=0), then with Python's
 # switch interval at 0.5 ms in each replica (`serve --switch-interval-ms 0.5`), 56-72 sessions,
 # with each replica's event-loop lag (ttball_event_loop_lag_seconds, serve_push_costs
 # --quantiles) and its CPU per thread (procs-4-S.json: tt-event-loop, tt-backend_0,
 # tt-backend-1_0, tt-decode_N) and who holds one replica's interpreter lock (PYSPY=1: py-spy --gil).
-# Needs .raywhl rebuilt by a make_raywhl.sh that carries uvloop and py-spy.
+# Needs .raywhl rebuilt by a make_raywhl.sh that packs site.tar.xz with py-spy.
 # Prediction in LOG.md ("Twenty-seventh session").
 set -x
 export TRITON_CACHE_DIR=/tmp/tcache PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
