@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import proc_cpu
+import serve_push_costs
 
 from ttball.backends import BackendBase
 from ttball.serve import ServeSettings, create_app
@@ -71,28 +72,22 @@ def cpu_by_group(rows: list[dict[str, Any]], seconds: float) -> dict[str, float]
     give % of a core over ``seconds``)."""
     out = dict.fromkeys((*GROUPS, "other"), 0.0)
     for row in rows:
-        for comm, _, pct in row["all"]:
+        for comm, _, pct in row["top"]:
             out[group_of(comm)] += pct / 100 * seconds
     return out
 
 
-def lag(metrics: str) -> dict[str, float]:
-    """``ttball_event_loop_lag_seconds``: count, sum and cumulative buckets, from /metrics."""
-    out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith("ttball_event_loop_lag_seconds"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+def lag(metrics: str) -> dict[float | str, float]:
+    """``ttball_event_loop_lag_seconds`` of one /metrics text: cumulative bucket counts by
+    upper edge, ``"sum"`` and ``"count"`` (serve_push_costs' reading)."""
+    return serve_push_costs.histograms(metrics).get("loop_lag", {})
 
 
-def lag_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def lag_summary(before: dict[float | str, float], after: dict[float | str, float]) -> dict[str, float]:
     """Mean and p99 (upper bucket edge) of the lag observed between two /metrics reads, ms."""
-    key = "ttball_event_loop_lag_seconds"
-    n = after.get(f"{key}_count", 0.0) - before.get(f"{key}_count", 0.0)
-    total = after.get(f"{key}_sum", 0.0) - before.get(f"{key}_sum", 0.0)
-    edges = sorted((float(k.split('le="')[1].split('"')[0]), v - before.get(k, 0.0))
-                   for k, v in after.items() if "_bucket" in k)
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    n, total = delta.get("count", 0.0), delta.get("sum", 0.0)
+    edges = sorted((le, c) for le, c in delta.items() if isinstance(le, float))
     p99 = next((le for le, c in edges if c >= 0.99 * n), float("inf")) if n else float("nan")
     return {"n": n, "mean_ms": 1e3 * total / n if n else float("nan"), "p99_ms": 1e3 * p99}
 
@@ -111,9 +106,7 @@ def measure(url: str, clip: Path, sessions: int, fps: float, seconds: float,
     after = proc_cpu.snapshot(pids=[os.getpid()])
     metrics_after = lag(httpx.get(f"{url}/metrics").text)
     interval = after["time"] - before["time"]
-    rows = proc_cpu.diff(before, after, top=10_000)
-    for row in rows:
-        row["all"] = row.pop("top")
+    rows = proc_cpu.diff(before, after, top=10_000)  # every thread
     load = json.loads(report.read_text())
     frames = load["achieved_fps"] * seconds  # rows answered in the sending window
     cpu = cpu_by_group(rows, interval)

@@ -47,11 +47,16 @@ def read_metrics(path: Path) -> dict[str, float]:
 
 
 def read_histograms(path: Path) -> dict[str, dict[float | str, float]]:
-    """The :data:`HISTOGRAMS` of one snapshot, summed over replicas: per label, the cumulative
-    count at each bucket's upper edge (``le``), and ``"sum"`` and ``"count"``."""
+    """The :data:`HISTOGRAMS` of one snapshot file (see :func:`histograms`)."""
+    return histograms(path.read_text())
+
+
+def histograms(text: str) -> dict[str, dict[float | str, float]]:
+    """The :data:`HISTOGRAMS` of one Prometheus text, summed over replicas: per label, the
+    cumulative count at each bucket's upper edge (``le``), and ``"sum"`` and ``"count"``."""
     wanted = {(metric, stage): label for label, metric, stage in HISTOGRAMS}
     out: dict[str, dict[float | str, float]] = {}
-    for family in text_string_to_metric_families(path.read_text()):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             for suffix in ("_bucket", "_sum", "_count"):
                 if sample.name.endswith(suffix):
