@@ -73,8 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch-interval-ms", type=float, default=None, metavar="MS",
                    help="Python's switch interval for this process (default Python's 5 ms): "
                         "the longest the event loop waits for the interpreter lock while a "
-                        "lane's thread runs Python; shorter keeps the loop answering under "
-                        "load (docs/serve.md)")
+                        "lane's thread runs Python; no effect measured yet (docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -95,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="with --ray, replicas sharing a GPU through CUDA MPS (a daemon started "
                           "before Ray): each on at most P%% of the GPU's multiprocessors "
                           "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); without MPS it has no effect. "
-                          "50 with four replicas an H200 kept p99 under 50 ms to 64 sessions")
+                          "With four replicas an H200, 50 held 64 sessions without tipping over "
+                          "(docs/ray.md)")
     ray.add_argument("--direct-streams", action="store_true",
                      help="with --ray: each replica serves its sessions' WebSockets on a port of "
                           "its own; POST /v1/sessions answers with its stream_url, so frames skip "

@@ -50,6 +50,8 @@ from ttball.serve.uploads import Part, read_body, split_body
 POLL_S = 2.0  # replica status round: readiness, replica count, session expiry
 CALL_TIMEOUT_S = 5.0  # a status call; a replica slower than this is counted as absent
 RETRY_DELAYS_S = (0.0, 0.5, 2.0)  # a POST's frames, sent again after its replica died
+# what /readyz lists of each replica's own readiness, beside its phase, device and sessions
+REPLICA_KEYS = ("gpu", "switch_interval_ms", "event_loop")
 
 
 class ReplicaLost(ApiError):
@@ -252,9 +254,7 @@ class Ingress:
                 **{k: first.get(k) for k in keys},
                 "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],
                               "device": r["readiness"]["device"],
-                              "gpu": r["readiness"].get("gpu"),
-                              "switch_interval_ms": r["readiness"].get("switch_interval_ms"),
-                              "event_loop": r["readiness"].get("event_loop"),
+                              **{k: r["readiness"].get(k) for k in REPLICA_KEYS},
                               "sessions": len(r["sessions"])} for r in self.replicas]}
 
     def require_ready(self) -> None:

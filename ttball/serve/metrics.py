@@ -10,10 +10,10 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 ``ttball_window_seconds`` is a window's whole stay, queued → result.
 ``ttball_event_loop_lag_seconds`` is how late the event loop (which reads and answers every
 session's messages) runs a callback due every :data:`LOOP_LAG_INTERVAL_S`: near zero while
-the loop keeps up, and the time other work held it (or the interpreter lock) when it does not. With ``--device-pipeline``
-(:meth:`Metrics.watch_device`) ``ttball_push_seconds{stage=...}`` splits each GpuPipeline push
-(``decode``, ``preprocess``, ``network``, ``postprocess``, ``track``, ``total``). The full list
-with meanings is in docs/serve.md.
+the loop keeps up, and the time other work held it (or the interpreter lock) when it does not.
+With ``--device-pipeline`` (:meth:`Metrics.watch_device`) ``ttball_push_seconds{stage=...}``
+splits each GpuPipeline push (``decode``, ``preprocess``, ``network``, ``postprocess``,
+``track``, ``total``). The full list with meanings is in docs/serve.md.
 """
 
 from __future__ import annotations
