@@ -150,6 +150,7 @@ for n in $REPLICAS; do
     GIL_PID=""  # PYSPY=1: who holds one replica's interpreter lock during the load (summary)
     if [ -n "${PYSPY:-}" ] && command -v py-spy > /dev/null; then
       pid=$(pgrep -f TTBallWorker | head -1)
+      # -r 200: the rate scripts/ray_loadtest_summary.py's gil_share assumes
       [ -n "$pid" ] && { py-spy record --gil --threads --nonblocking -r 200 -d "$DURATION" -f raw \
         -o "$S/gil-$n-$s.txt" --pid "$pid" > "$S/gil-$n-$s.log" 2>&1 & GIL_PID=$!; }
     fi
