@@ -1,0 +1,179 @@
+"""JPEG decoding spread over processes on one GPU: does the aggregate rate grow with the
+processes, as ``serve --ray``'s replicas need it to, or is the decoder shared?
+
+Each of P processes (spawned, each with its own CUDA context, or its own MPS client when an MPS
+daemon runs) opens a :class:`ttball.kernels.prepost.JpegDecoder`, decodes batches of ``--batch``
+real frames in a loop for ``--seconds`` (each call to the end of its decode, as a replica's lane
+waits for it), and reports its frames and the time of each call; the processes start together
+at a barrier. Optionally one more process keeps the SMs busy part of the time with FP16
+matmuls (``--busy-duty``: the share of each 10 ms it queues work), as the replicas' network
+does::
+
+    PYTHONPATH=. python scripts/gpu_jpeg_procs.py --video real_rally_a.mp4 --procs 1,2,4,8 \\
+        --library nvjpeg --batch 32 --seconds 4 [--busy-duty 0.4] --out procs.json
+
+One row per process count: frames/s of all the processes together, the median and p99 ms of
+one call, and frames/s per process. If the aggregate stops growing at some P while each call
+slows, the decoder (the JPEG engines, or what the library serializes across processes) is
+shared, and its aggregate is a ceiling for every replica together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import queue
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
+                  seconds: float, barrier: Any, results: Any) -> None:
+    import torch
+
+    from ttball.kernels.prepost import JpegDecoder
+
+    try:
+        device = torch.device(device_name)
+        decoder = JpegDecoder(device, library=library)
+        if decoder.kind != library:
+            raise RuntimeError(f"{library} unavailable: {decoder.gpu_reason}")
+        chunk = (blobs * (batch // len(blobs) + 1))[:batch]
+        cuda = device.type == "cuda"
+        stream = torch.cuda.Stream(device) if cuda else None
+        sync = stream.synchronize if stream is not None else (lambda: None)
+        with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+            for _ in range(3):  # set-up and warm-up
+                decoder(chunk)
+            sync()
+            barrier.wait(timeout=120)
+            calls: list[float] = []
+            start = time.perf_counter()
+            stop = start + seconds
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                decoder(chunk)
+                sync()
+                calls.append(time.perf_counter() - t0)
+            wall = time.perf_counter() - start
+        results.put({"frames": batch * len(calls), "wall_s": wall, "call_s": calls})
+    except Exception as exc:  # noqa: BLE001  (reported in the row, not lost in a child's stderr)
+        try:
+            barrier.abort()
+        finally:
+            results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def busy_worker(duty: float, stop: Any, ready: Any) -> None:
+    """FP16 matmuls for ``duty`` of each 10 ms, until ``stop`` is set."""
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
+    torch.mm(a, a)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, a)
+    torch.cuda.synchronize()
+    per_mm = (time.perf_counter() - start) / 20
+    count = max(1, round(duty * 0.010 / per_mm))
+    ready.set()
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        for _ in range(count):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+        time.sleep(max(0.0, 0.010 - (time.perf_counter() - t0)))
+
+
+def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
+            seconds: float) -> dict[str, Any]:
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=decode_worker, args=(device, library, blobs, batch, seconds,
+                                                       barrier, results)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    outs: list[dict[str, Any]] = []
+    deadline = time.monotonic() + seconds + 300
+    while len(outs) < procs:
+        try:
+            outs.append(results.get(timeout=1.0))
+        except queue.Empty:
+            dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:  # a child that died before it reported
+                for w in workers:
+                    w.kill()
+                why = f"a process exited with code {dead[0]}" if dead else "timed out"
+                return {"procs": procs, "error": why}
+    for w in workers:
+        w.join(timeout=30)
+    errors = [o["error"] for o in outs if "error" in o]
+    if errors:
+        return {"procs": procs, "error": errors[0]}
+    calls = [c for o in outs for c in o["call_s"]]
+    wall = max(o["wall_s"] for o in outs)
+    frames = sum(o["frames"] for o in outs)
+    return {"procs": procs, "batch": batch, "frames_per_s": frames / wall,
+            "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
+            "call_ms_median": 1e3 * statistics.median(calls),
+            "call_ms_p99": 1e3 * quantile(calls, 0.99), "calls": len(calls)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--video", required=True, help="frames from this video")
+    p.add_argument("--frames", type=int, default=96)
+    p.add_argument("--quality", type=int, default=90)
+    p.add_argument("--library", default="nvjpeg", help="comma-separated JpegDecoder libraries")
+    p.add_argument("--procs", default="1,2,4,8")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--device", default="cuda", help="cpu (with --library cv2): a smoke test")
+    p.add_argument("--busy-duty", type=float, default=0.0,
+                   help="one more process keeps the SMs busy this share of the time (0: none)")
+    p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
+    args = p.parse_args()
+    if not 0.0 <= args.busy_duty < 1.0:
+        raise SystemExit("--busy-duty: a share in [0, 1)")
+
+    from gpu_jpeg import video_frames
+
+    blobs, frames = video_frames(args.video, args.frames, args.quality)
+    ctx = mp.get_context("spawn")
+    busy = None
+    if args.busy_duty:
+        stop, ready = ctx.Event(), ctx.Event()
+        busy = ctx.Process(target=busy_worker, args=(args.busy_duty, stop, ready))
+        busy.start()
+        ready.wait(timeout=120)
+    rows = []
+    try:
+        for library in args.library.split(","):
+            for procs in (int(n) for n in args.procs.split(",")):
+                row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
+                       **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    finally:
+        if busy is not None:
+            stop.set()
+            busy.join(timeout=30)
+    Path(args.out).write_text(json.dumps({"frames": frames, "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""scripts/gpu_jpeg_procs.py: decoding spread over processes, run here with the host decoder."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import cv2
+import numpy as np
+import pytest
+
+from tests.bench.script_env import ROOT, load_script
+
+procs = load_script("gpu_jpeg_procs")
+
+
+@pytest.fixture(autouse=True)
+def importable(monkeypatch):
+    """Spawned children import the script by name: from scripts/, on the path they inherit."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+
+
+def blobs(count: int = 4) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [cv2.imencode(".jpg", rng.integers(0, 255, (36, 64, 3), dtype=np.uint8))[1].tobytes()
+            for _ in range(count)]
+
+
+def test_rows_add_up_the_processes_frames():
+    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 2, 4, 0.3)
+    assert row["procs"] == 2 and "error" not in row
+    assert len(row["per_proc_frames_per_s"]) == 2
+    assert row["frames_per_s"] > 0 and row["calls"] >= 2
+    # the aggregate is all frames over the longest process's time: at most the sum of the rates
+    assert row["frames_per_s"] <= sum(row["per_proc_frames_per_s"]) * 1.0001
+    assert 0 < row["call_ms_median"] <= row["call_ms_p99"]
+
+
+def test_a_decoder_that_cannot_run_is_an_error_row():
+    row = procs.run_row(mp.get_context("spawn"), "cpu", "nvjpeg", blobs(), 1, 4, 0.1)
+    assert row["procs"] == 1
+    assert "nvjpeg unavailable" in row["error"]
+
+
+def test_quantile():
+    assert procs.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert procs.quantile([1.0, 2.0], 0.99) == 2.0
+
+
+def test_a_process_that_dies_unreported_is_an_error_row_not_a_hang(monkeypatch):
+    monkeypatch.setattr(procs, "decode_worker", procs.quantile)  # wrong arguments: dies at once
+    row = procs.run_row(mp.get_context("fork"), "cpu", "cv2", blobs(), 1, 4, 0.1)
+    assert row == {"procs": 1, "error": "a process exited with code 1"}
