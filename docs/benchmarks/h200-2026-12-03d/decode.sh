@@ -3,8 +3,8 @@
 # stop at ~5,100 frames/s like four of two, and at saturation a push's decode takes 57 ms
 # against 2 ms below it, while the event loops, the host and the GPU's SMs are far from full.)
 # scripts/gpu_jpeg_procs.py: P processes each decoding batches of 32 real frames (JPEG q90,
-# 1280x720) in a loop, without MPS (time slices), then as MPS clients, then as MPS clients
-# beside a process keeping the SMs 40 % busy; torchvision's nvJPEG (the replicas' decoder) and
+# 1280x720) in a loop, as MPS clients, then as MPS clients beside a process keeping the SMs
+# 40 % busy, then without MPS (time slices); torchvision's nvJPEG (the replicas' decoder) and
 # nvImageCodec's hardware-engine decoder. nvidia-smi dmon (jpg: the JPEG engines' utilization)
 # beside each phase. Carry: .whl (nvImageCodec and nvJPEG wheels), .gpu (the clip).
 set -x
@@ -22,13 +22,13 @@ P() {  # P TAG [args...]
     --tag $tag --out $W/$tag.json "$@" > $W/$tag.log 2>&1
   kill $d; t $tag
 }
-P slices --library nvjpeg,nvimgcodec-hw --procs 1,2,4,8
 export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d
-P mps --library nvjpeg,nvimgcodec-hw --procs 1,2,4,8
-P mps-busy --library nvjpeg --procs 1,4,8 --busy-duty 0.4
-echo quit | nvidia-cuda-mps-control
+P mps --library nvjpeg,nvimgcodec-hw --procs 1,4,8
+P mps-busy --library nvjpeg --procs 4,8 --busy-duty 0.4
+echo quit | nvidia-cuda-mps-control; sleep 2; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+P slices --library nvjpeg --procs 1,4,8
 cat $W/times.txt
 grep -h '"procs"' $W/*.log | python3 -c "
 import json, sys
