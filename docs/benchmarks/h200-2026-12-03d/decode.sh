@@ -25,10 +25,11 @@ P() {  # P TAG [args...]
 export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d
-P mps --library nvjpeg,nvimgcodec-hw --procs 1,4,8
-P mps-busy --library nvjpeg --procs 4,8 --busy-duty 0.4
+P mps --library nvjpeg --procs 1,4,8
+P mps-hw --library nvimgcodec-hw --procs 1,8
+P mps-busy --library nvjpeg --procs 8 --busy-duty 0.4
 echo quit | nvidia-cuda-mps-control; sleep 2; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-P slices --library nvjpeg --procs 1,4,8
+[ -n "${SLICES:-}" ] && P slices --library nvjpeg --procs 1,4,8  # if the device time allows
 cat $W/times.txt
 grep -h '"procs"' $W/*.log | python3 -c "
 import json, sys
