@@ -39,8 +39,21 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def batch_sizes(batch: int, vary: bool) -> list[int]:
+    """The batch of each call in turn: ``batch`` always, or with ``vary`` a cycle from a third
+    of it to all of it (a replica's pushes change size from one to the next)."""
+    if not vary:
+        return [batch]
+    return [max(1, batch * k // 6) for k in (2, 6, 3, 5, 4)]
+
+
 def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
-                  seconds: float, barrier: Any, results: Any) -> None:
+                  seconds: float, barrier: Any, results: Any, vary: bool = False,
+                  ahead_ms: float = 0.0) -> None:
+    """``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
+    of this process, and wait for it after the call (as a lane's previous push still runs its
+    network while the next one decodes): a call that takes as long as that work shows a
+    device-wide synchronization inside the decoder."""
     import torch
 
     from ttball.kernels.prepost import JpegDecoder
@@ -50,30 +63,62 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
         decoder = JpegDecoder(device, library=library)
         if decoder.kind != library:
             raise RuntimeError(f"{library} unavailable: {decoder.gpu_reason}")
-        chunk = (blobs * (batch // len(blobs) + 1))[:batch]
+        pool = blobs * (batch // len(blobs) + 1)
+        sizes = batch_sizes(batch, vary)
         cuda = device.type == "cuda"
         stream = torch.cuda.Stream(device) if cuda else None
         sync = stream.synchronize if stream is not None else (lambda: None)
+        ahead = _Ahead(device, ahead_ms) if cuda and ahead_ms > 0 else None
         with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-            for _ in range(3):  # set-up and warm-up
-                decoder(chunk)
+            for size in sizes * 2:  # set-up and warm-up
+                decoder(pool[:size])
             sync()
             barrier.wait(timeout=120)
             calls: list[float] = []
+            frames = 0
             start = time.perf_counter()
             stop = start + seconds
             while time.perf_counter() < stop:
+                size = sizes[len(calls) % len(sizes)]
+                if ahead is not None:
+                    ahead.queue()
                 t0 = time.perf_counter()
-                decoder(chunk)
+                decoder(pool[:size])
                 sync()
                 calls.append(time.perf_counter() - t0)
+                frames += size
+                if ahead is not None:  # as a lane reads its previous push back
+                    ahead.stream.synchronize()
             wall = time.perf_counter() - start
-        results.put({"frames": batch * len(calls), "wall_s": wall, "call_s": calls})
+        results.put({"frames": frames, "wall_s": wall, "call_s": calls})
     except Exception as exc:  # noqa: BLE001  (reported in the row, not lost in a child's stderr)
         try:
             barrier.abort()
         finally:
             results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+class _Ahead:
+    """FP16 matmuls queued on a side stream, about ``ms`` of GPU work at a time."""
+
+    def __init__(self, device: Any, ms: float) -> None:
+        import torch
+
+        self.torch = torch
+        self.stream = torch.cuda.Stream(device)
+        self.a = torch.randn(4096, 4096, device=device, dtype=torch.half)
+        torch.mm(self.a, self.a)
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(20):
+            torch.mm(self.a, self.a)
+        torch.cuda.synchronize(device)
+        self.count = max(1, round(ms / 1e3 / ((time.perf_counter() - start) / 20)))
+
+    def queue(self) -> None:
+        with self.torch.cuda.stream(self.stream):
+            for _ in range(self.count):
+                self.torch.mm(self.a, self.a)
 
 
 def busy_worker(duty: float, stop: Any, ready: Any) -> None:
@@ -99,10 +144,10 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
 
 
 def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
-            seconds: float) -> dict[str, Any]:
+            seconds: float, vary: bool = False, ahead_ms: float = 0.0) -> dict[str, Any]:
     barrier, results = ctx.Barrier(procs), ctx.Queue()
     workers = [ctx.Process(target=decode_worker, args=(device, library, blobs, batch, seconds,
-                                                       barrier, results)) for _ in range(procs)]
+                                                       barrier, results, vary, ahead_ms)) for _ in range(procs)]
     for w in workers:
         w.start()
     outs: list[dict[str, Any]] = []
@@ -125,7 +170,8 @@ def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int,
     calls = [c for o in outs for c in o["call_s"]]
     wall = max(o["wall_s"] for o in outs)
     frames = sum(o["frames"] for o in outs)
-    return {"procs": procs, "batch": batch, "frames_per_s": frames / wall,
+    return {"procs": procs, "batch": batch, "vary": vary, "ahead_ms": ahead_ms,
+            "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
             "call_ms_p99": 1e3 * quantile(calls, 0.99), "calls": len(calls)}
@@ -144,6 +190,11 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cpu (with --library cv2): a smoke test")
     p.add_argument("--busy-duty", type=float, default=0.0,
                    help="one more process keeps the SMs busy this share of the time (0: none)")
+    p.add_argument("--vary", action="store_true",
+                   help="each process's calls cycle through batches from a third of --batch to all")
+    p.add_argument("--ahead-ms", type=float, default=0.0,
+                   help="before each call, queue this many ms of matmuls on another stream of "
+                        "the same process (a decode that waits for them synchronizes the device)")
     p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
     args = p.parse_args()
     if not 0.0 <= args.busy_duty < 1.0:
@@ -164,7 +215,8 @@ def main() -> None:
         for library in args.library.split(","):
             for procs in (int(n) for n in args.procs.split(",")):
                 row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
-                       **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds)}
+                       **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds,
+                                args.vary, args.ahead_ms)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     finally:

@@ -50,3 +50,16 @@ def test_a_process_that_dies_unreported_is_an_error_row_not_a_hang(monkeypatch):
     monkeypatch.setattr(procs, "decode_worker", procs.quantile)  # wrong arguments: dies at once
     row = procs.run_row(mp.get_context("fork"), "cpu", "cv2", blobs(), 1, 4, 0.1)
     assert row == {"procs": 1, "error": "a process exited with code 1"}
+
+
+def test_varied_batches_cycle_from_a_third_to_all():
+    assert procs.batch_sizes(32, vary=False) == [32]
+    sizes = procs.batch_sizes(30, vary=True)
+    assert min(sizes) == 10 and max(sizes) == 30 and len(set(sizes)) == 5
+
+
+def test_a_varied_row_counts_the_frames_it_decoded():
+    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 6, 0.3, vary=True)
+    assert row["vary"] is True and row["calls"] >= 5
+    # batches of 2, 6, 3, 5, 4 in turn
+    assert 2 * row["calls"] < row["frames"] < 6 * row["calls"]

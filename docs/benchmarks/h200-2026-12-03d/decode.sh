@@ -5,7 +5,10 @@
 # scripts/gpu_jpeg_procs.py: P processes each decoding batches of 32 real frames (JPEG q90,
 # 1280x720) in a loop, as MPS clients, then as MPS clients beside a process keeping the SMs
 # 40 % busy, then without MPS (time slices); torchvision's nvJPEG (the replicas' decoder) and
-# nvImageCodec's hardware-engine decoder. nvidia-smi dmon (jpg: the JPEG engines' utilization)
+# nvImageCodec's hardware-engine decoder. Two rows of one process with 20 ms of matmuls queued
+# on another of its streams before each call (a lane's previous push, still running), with a
+# fixed batch and with batches that change from call to call (as a replica's pushes do): a
+# decode that then takes ~20 ms synchronizes the whole device. nvidia-smi dmon (jpg: the JPEG engines' utilization)
 # beside each phase. Carry: .whl (nvImageCodec and nvJPEG wheels), .gpu (the clip).
 set -x
 export PYTHONUNBUFFERED=1
@@ -27,6 +30,8 @@ mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d
 P mps --library nvjpeg --procs 1,4,8
 P mps-hw --library nvimgcodec-hw --procs 1,8
+P mps-ahead --library nvjpeg --procs 1 --ahead-ms 20
+P mps-vary-ahead --library nvjpeg --procs 1 --ahead-ms 20 --vary
 P mps-busy --library nvjpeg --procs 8 --busy-duty 0.4
 echo quit | nvidia-cuda-mps-control; sleep 2; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 [ -n "${SLICES:-}" ] && P slices --library nvjpeg --procs 1,4,8  # if the device time allows
