@@ -12,7 +12,10 @@
 # (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
 # 15 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
 # into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
-# Usage (here, with PyPI): bash scripts/make_raywhl.sh; then on the GPU machine
+# NVIMGCODEC=1 adds nvImageCodec and nvJPEG (for `serve --jpeg-decoder nvimgcodec[-hw]`), cut to
+# what a JPEG decode on Python 3.12 loads (the 3.12 extension, the core library, the nvJPEG
+# extension: 31 MB of wheels make about 5 MB more in site.tar.xz).
+# Usage (here, with PyPI): [NVIMGCODEC=1] bash scripts/make_raywhl.sh; then on the GPU machine
 # scripts/gpu_ray_loadtest.sh installs it into /tmp/site (carry: [".raywhl"]).
 set -euo pipefail
 PIP="${PIP:-.venv/bin/pip}"
@@ -36,6 +39,13 @@ done
   --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
   --target "$D/site" "$D"/wheels/*.whl
+if [ -n "${NVIMGCODEC:-}" ]; then
+  "$PIP" download nvidia-nvimgcodec-cu13==0.6.1.37 nvidia-nvjpeg==13.3.2.43 --no-deps -q -d "$D/nv" \
+    --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+  "$PIP" install -q --no-deps --no-compile --target "$D/site" "$D"/nv/*.whl
+  (cd "$D/site/nvidia/nvimgcodec" && find . -name 'nvimgcodec_impl.cpython-*' ! -name '*-312-*' -delete \
+    && find extensions -type f ! -name 'libnvjpeg_ext.so*' -delete)
+fi
 # bin/: console scripts whose first line names this machine's Python; only py-spy (a binary) stays
 find "$D/site/bin" -type f ! -name py-spy -delete
 tar cf - -C "$D/site" . | xz -T0 -9 > .raywhl/site.tar.xz
