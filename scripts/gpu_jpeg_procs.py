@@ -16,6 +16,12 @@ One row per process count: frames/s of all the processes together, the median an
 one call, and frames/s per process. If the aggregate stops growing at some P while each call
 slows, the decoder (the JPEG engines, or what the library serializes across processes) is
 shared, and its aggregate is a ceiling for every replica together.
+
+``--ahead-ms MS``: each process queues MS of matmuls on another of its streams before each
+call and waits for them after it; a call that then takes MS longer waits for its own process's
+other GPU work (on the H200 torchvision's nvJPEG does: 26.3 ms against 9.7,
+``docs/benchmarks/e2e.md``, "Twenty-eighth session"). ``--vary``: batches that change from call
+to call, from a third of ``--batch`` to all of it.
 """
 
 from __future__ import annotations
@@ -50,10 +56,12 @@ def batch_sizes(batch: int, vary: bool) -> list[int]:
 def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
                   seconds: float, barrier: Any, results: Any, vary: bool = False,
                   ahead_ms: float = 0.0) -> None:
-    """``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
+    """One process's decode loop; its frames and call times (or its error) go to ``results``.
+
+    ``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
     of this process, and wait for it after the call (as a lane's previous push still runs its
-    network while the next one decodes): a call that takes as long as that work shows a
-    device-wide synchronization inside the decoder."""
+    network while the next one decodes): a call that takes as long as that work waits for its
+    process's other streams inside the decoder."""
     import torch
 
     from ttball.kernels.prepost import JpegDecoder
@@ -98,6 +106,20 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
             results.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
+def _matmuls(device: Any, ms: float) -> tuple[Any, int]:
+    """A half-precision 4096² matrix on ``device`` and how many of its squarings take ``ms``."""
+    import torch
+
+    a = torch.randn(4096, 4096, device=device, dtype=torch.half)
+    torch.mm(a, a)
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, a)
+    torch.cuda.synchronize(device)
+    return a, max(1, round(ms / 1e3 / ((time.perf_counter() - start) / 20)))
+
+
 class _Ahead:
     """FP16 matmuls queued on a side stream, about ``ms`` of GPU work at a time."""
 
@@ -106,14 +128,7 @@ class _Ahead:
 
         self.torch = torch
         self.stream = torch.cuda.Stream(device)
-        self.a = torch.randn(4096, 4096, device=device, dtype=torch.half)
-        torch.mm(self.a, self.a)
-        torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        for _ in range(20):
-            torch.mm(self.a, self.a)
-        torch.cuda.synchronize(device)
-        self.count = max(1, round(ms / 1e3 / ((time.perf_counter() - start) / 20)))
+        self.a, self.count = _matmuls(device, ms)
 
     def queue(self) -> None:
         with self.torch.cuda.stream(self.stream):
@@ -125,15 +140,7 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
     """FP16 matmuls for ``duty`` of each 10 ms, until ``stop`` is set."""
     import torch
 
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
-    torch.mm(a, a)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(20):
-        torch.mm(a, a)
-    torch.cuda.synchronize()
-    per_mm = (time.perf_counter() - start) / 20
-    count = max(1, round(duty * 0.010 / per_mm))
+    a, count = _matmuls(torch.device("cuda"), duty * 10.0)
     ready.set()
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -146,8 +153,8 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
 def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
             seconds: float, vary: bool = False, ahead_ms: float = 0.0) -> dict[str, Any]:
     barrier, results = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=decode_worker, args=(device, library, blobs, batch, seconds,
-                                                       barrier, results, vary, ahead_ms)) for _ in range(procs)]
+    args = (device, library, blobs, batch, seconds, barrier, results, vary, ahead_ms)
+    workers = [ctx.Process(target=decode_worker, args=args) for _ in range(procs)]
     for w in workers:
         w.start()
     outs: list[dict[str, Any]] = []
