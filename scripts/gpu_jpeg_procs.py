@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+from ttball.cli.loadtest import percentile
+from ttball.kernels.prepost import JpegDecoder
 
 
 def batch_sizes(batch: int, vary: bool) -> list[int]:
@@ -62,10 +62,6 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
     of this process, and wait for it after the call (as a lane's previous push still runs its
     network while the next one decodes): a call that takes as long as that work waits for its
     process's other streams inside the decoder."""
-    import torch
-
-    from ttball.kernels.prepost import JpegDecoder
-
     try:
         device = torch.device(device_name)
         decoder = JpegDecoder(device, library=library)
@@ -106,10 +102,8 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
             results.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _matmuls(device: Any, ms: float) -> tuple[Any, int]:
+def _matmuls(device: torch.device, ms: float) -> tuple[torch.Tensor, int]:
     """A half-precision 4096² matrix on ``device`` and how many of its squarings take ``ms``."""
-    import torch
-
     a = torch.randn(4096, 4096, device=device, dtype=torch.half)
     torch.mm(a, a)
     torch.cuda.synchronize(device)
@@ -123,23 +117,18 @@ def _matmuls(device: Any, ms: float) -> tuple[Any, int]:
 class _Ahead:
     """FP16 matmuls queued on a side stream, about ``ms`` of GPU work at a time."""
 
-    def __init__(self, device: Any, ms: float) -> None:
-        import torch
-
-        self.torch = torch
+    def __init__(self, device: torch.device, ms: float) -> None:
         self.stream = torch.cuda.Stream(device)
         self.a, self.count = _matmuls(device, ms)
 
     def queue(self) -> None:
-        with self.torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream):
             for _ in range(self.count):
-                self.torch.mm(self.a, self.a)
+                torch.mm(self.a, self.a)
 
 
 def busy_worker(duty: float, stop: Any, ready: Any) -> None:
     """FP16 matmuls for ``duty`` of each 10 ms, until ``stop`` is set."""
-    import torch
-
     a, count = _matmuls(torch.device("cuda"), duty * 10.0)
     ready.set()
     while not stop.is_set():
@@ -181,7 +170,7 @@ def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int,
             "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
-            "call_ms_p99": 1e3 * quantile(calls, 0.99), "calls": len(calls)}
+            "call_ms_p99": 1e3 * percentile(calls, 99), "calls": len(calls)}
 
 
 def main() -> None:
@@ -201,7 +190,8 @@ def main() -> None:
                    help="each process's calls cycle through batches from a third of --batch to all")
     p.add_argument("--ahead-ms", type=float, default=0.0,
                    help="before each call, queue this many ms of matmuls on another stream of "
-                        "the same process (a decode that waits for them synchronizes the device)")
+                        "the same process (a decode that waits for them waits for its process's "
+                        "other streams)")
     p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
     args = p.parse_args()
     if not 0.0 <= args.busy_duty < 1.0:

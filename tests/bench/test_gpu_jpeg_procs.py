@@ -41,13 +41,13 @@ def test_a_decoder_that_cannot_run_is_an_error_row():
     assert "nvjpeg unavailable" in row["error"]
 
 
-def test_quantile():
-    assert procs.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
-    assert procs.quantile([1.0, 2.0], 0.99) == 2.0
+def test_the_rows_p99_is_the_load_tests_percentile():
+    assert procs.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert procs.percentile([1.0, 2.0], 99) == 2.0
 
 
 def test_a_process_that_dies_unreported_is_an_error_row_not_a_hang(monkeypatch):
-    monkeypatch.setattr(procs, "decode_worker", procs.quantile)  # wrong arguments: dies at once
+    monkeypatch.setattr(procs, "decode_worker", procs.batch_sizes)  # wrong arguments: dies at once
     row = procs.run_row(mp.get_context("fork"), "cpu", "cv2", blobs(), 1, 4, 0.1)
     assert row == {"procs": 1, "error": "a process exited with code 1"}
 
