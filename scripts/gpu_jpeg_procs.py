@@ -22,18 +22,28 @@ call and waits for them after it; a call that then takes MS longer waits for its
 other GPU work (on the H200 torchvision's nvJPEG does: 26.3 ms against 9.7,
 ``docs/benchmarks/e2e.md``, "Twenty-eighth session"). ``--vary``: batches that change from call
 to call, from a third of ``--batch`` to all of it.
+
+What the wait is: ``--ahead-kind`` ``mm`` (4096² FP16 matmuls that each fill the GPU), ``small``
+(element-wise adds of about 20 µs each, as the network's many small kernels) or ``sleep`` (one
+kernel of one thread that spins for the time, leaving every SM but one free). A decode that waits
+as long behind ``sleep`` waits for the work to finish (a device-wide synchronization inside the
+library); one that waits behind ``mm`` only waits for SMs (its kernels queued behind the others),
+which a decode stream of a higher ``--priority`` (-1; CUDA's default is 0, the least urgent)
+should jump. torchvision's nvJPEG decodes on a stream of its own, whatever ``--priority`` says.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import multiprocessing as mp
 import queue
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +63,19 @@ def batch_sizes(batch: int, vary: bool) -> list[int]:
     return [max(1, batch * k // 6) for k in (2, 6, 3, 5, 4)]
 
 
+AHEAD_KINDS = ("mm", "small", "sleep")
+
+
 def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
                   seconds: float, barrier: Any, results: Any, vary: bool = False,
-                  ahead_ms: float = 0.0) -> None:
+                  ahead_ms: float = 0.0, ahead_kind: str = "mm", priority: int = 0) -> None:
     """One process's decode loop; its frames and call times (or its error) go to ``results``.
 
     ``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
     of this process, and wait for it after the call (as a lane's previous push still runs its
     network while the next one decodes): a call that takes as long as that work waits for its
-    process's other streams inside the decoder."""
+    process's other streams inside the decoder. ``ahead_kind``: that work's kind
+    (:data:`AHEAD_KINDS`); ``priority``: the decode stream's CUDA priority."""
     try:
         device = torch.device(device_name)
         decoder = JpegDecoder(device, library=library)
@@ -70,9 +84,9 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
         pool = blobs * (batch // len(blobs) + 1)
         sizes = batch_sizes(batch, vary)
         cuda = device.type == "cuda"
-        stream = torch.cuda.Stream(device) if cuda else None
+        stream = torch.cuda.Stream(device, priority=priority) if cuda else None
         sync = stream.synchronize if stream is not None else (lambda: None)
-        ahead = _Ahead(device, ahead_ms) if cuda and ahead_ms > 0 else None
+        ahead = _Ahead(device, ahead_ms, ahead_kind) if cuda and ahead_ms > 0 else None
         with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
             for size in sizes * 2:  # set-up and warm-up
                 decoder(pool[:size])
@@ -105,26 +119,42 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
 def _matmuls(device: torch.device, ms: float) -> tuple[torch.Tensor, int]:
     """A half-precision 4096² matrix on ``device`` and how many of its squarings take ``ms``."""
     a = torch.randn(4096, 4096, device=device, dtype=torch.half)
-    torch.mm(a, a)
+    return a, _count(lambda: torch.mm(a, a), device, ms)
+
+
+def _count(kernel: Callable[[], Any], device: torch.device, ms: float, trials: int = 20) -> int:
+    """How many launches of ``kernel`` take about ``ms`` of GPU time, one after another."""
+    kernel()
     torch.cuda.synchronize(device)
     start = time.perf_counter()
-    for _ in range(20):
-        torch.mm(a, a)
+    for _ in range(trials):
+        kernel()
     torch.cuda.synchronize(device)
-    return a, max(1, round(ms / 1e3 / ((time.perf_counter() - start) / 20)))
+    return max(1, round(ms / 1e3 / ((time.perf_counter() - start) / trials)))
 
 
 class _Ahead:
-    """FP16 matmuls queued on a side stream, about ``ms`` of GPU work at a time."""
+    """About ``ms`` of GPU work of ``kind`` (:data:`AHEAD_KINDS`) queued on a side stream."""
 
-    def __init__(self, device: torch.device, ms: float) -> None:
+    def __init__(self, device: torch.device, ms: float, kind: str = "mm") -> None:
+        if kind not in AHEAD_KINDS:
+            raise ValueError(f"unknown ahead kind {kind!r} (one of {', '.join(AHEAD_KINDS)})")
         self.stream = torch.cuda.Stream(device)
-        self.a, self.count = _matmuls(device, ms)
+        if kind == "mm":
+            a, self.count = _matmuls(device, ms)
+            self.kernel: Callable[[], Any] = lambda: torch.mm(a, a)
+        elif kind == "small":
+            x = torch.zeros(1 << 24, device=device, dtype=torch.half)  # 64 MB moved: ~20 µs
+            self.kernel = lambda: x.add_(1)
+            self.count = _count(self.kernel, device, ms, trials=500)
+        else:  # one spinning thread: ms of time on the stream, next to nothing of the SMs
+            self.kernel = lambda: torch.cuda._sleep(1_000_000)  # ~0.5 ms at 1.98 GHz
+            self.count = _count(self.kernel, device, ms)
 
     def queue(self) -> None:
         with torch.cuda.stream(self.stream):
             for _ in range(self.count):
-                torch.mm(self.a, self.a)
+                self.kernel()
 
 
 def busy_worker(duty: float, stop: Any, ready: Any) -> None:
@@ -140,9 +170,11 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
 
 
 def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
-            seconds: float, vary: bool = False, ahead_ms: float = 0.0) -> dict[str, Any]:
+            seconds: float, vary: bool = False, ahead_ms: float = 0.0, ahead_kind: str = "mm",
+            priority: int = 0) -> dict[str, Any]:
     barrier, results = ctx.Barrier(procs), ctx.Queue()
-    args = (device, library, blobs, batch, seconds, barrier, results, vary, ahead_ms)
+    args = (device, library, blobs, batch, seconds, barrier, results, vary, ahead_ms, ahead_kind,
+            priority)
     workers = [ctx.Process(target=decode_worker, args=args) for _ in range(procs)]
     for w in workers:
         w.start()
@@ -167,6 +199,7 @@ def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int,
     wall = max(o["wall_s"] for o in outs)
     frames = sum(o["frames"] for o in outs)
     return {"procs": procs, "batch": batch, "vary": vary, "ahead_ms": ahead_ms,
+            "ahead_kind": ahead_kind, "priority": priority,
             "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
@@ -192,10 +225,22 @@ def main() -> None:
                    help="before each call, queue this many ms of matmuls on another stream of "
                         "the same process (a decode that waits for them waits for its process's "
                         "other streams)")
+    p.add_argument("--ahead-kind", default="mm",
+                   help="comma-separated kinds of that work: mm (matmuls filling the GPU), small "
+                        "(~20 µs element-wise kernels), sleep (one spinning thread)")
+    p.add_argument("--priority", default="0",
+                   help="comma-separated CUDA priorities of the decode stream (-1: more urgent)")
     p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
     args = p.parse_args()
     if not 0.0 <= args.busy_duty < 1.0:
         raise SystemExit("--busy-duty: a share in [0, 1)")
+    kinds = args.ahead_kind.split(",")
+    if unknown := [k for k in kinds if k not in AHEAD_KINDS]:
+        raise SystemExit(f"--ahead-kind: {unknown[0]!r} is not one of {', '.join(AHEAD_KINDS)}")
+    try:
+        priorities = [int(n) for n in args.priority.split(",")]
+    except ValueError:
+        raise SystemExit(f"--priority: integers, got {args.priority!r}") from None
 
     from gpu_jpeg import video_frames
 
@@ -209,13 +254,14 @@ def main() -> None:
         ready.wait(timeout=120)
     rows = []
     try:
-        for library in args.library.split(","):
-            for procs in (int(n) for n in args.procs.split(",")):
-                row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
-                       **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds,
-                                args.vary, args.ahead_ms)}
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+        for library, procs, kind, priority in itertools.product(
+                args.library.split(","), (int(n) for n in args.procs.split(",")), kinds,
+                priorities):
+            row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
+                   **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds,
+                             args.vary, args.ahead_ms, kind, priority)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     finally:
         if busy is not None:
             stop.set()

@@ -63,3 +63,22 @@ def test_a_varied_row_counts_the_frames_it_decoded():
     assert row["vary"] is True and row["calls"] >= 5
     # batches of 2, 6, 3, 5, 4 in turn
     assert 2 * row["calls"] < row["frames"] < 6 * row["calls"]
+
+
+def test_a_row_names_the_work_ahead_and_the_decode_priority():
+    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.1,
+                        ahead_kind="sleep", priority=-1)
+    assert "error" not in row
+    assert (row["ahead_kind"], row["priority"]) == ("sleep", -1)
+
+
+def test_an_unknown_kind_of_work_ahead_is_refused():
+    with pytest.raises(ValueError, match="unknown ahead kind 'spin'"):
+        procs._Ahead(None, 20.0, "spin")
+
+
+def test_the_cli_refuses_an_unknown_kind_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["gpu_jpeg_procs.py", "--out", "x.json", "--video", "v.mp4",
+                                     "--ahead-kind", "mm,spin"])
+    with pytest.raises(SystemExit, match="--ahead-kind: 'spin' is not one of mm, small, sleep"):
+        procs.main()
