@@ -88,7 +88,8 @@ def servers(small_weights):
 
 @pytest.fixture(scope="module")
 def laned(small_weights):
-    """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread)."""
+    """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
+    with overlap and each lane's decoder in a process of its own."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -97,10 +98,12 @@ def laned(small_weights):
     try:
         with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
-                Client(lanes_url) as lanes, Client(lap_url) as overlap:
-            for client in (lanes, overlap):
+                serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
+                                                         pipeline_decode_process=True))) as p_url, \
+                Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
+            for client in (lanes, overlap, process):
                 client.wait_ready(timeout=90, poll=0.1)
-            yield {"lanes": lanes, "lanes-overlap": overlap}
+            yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-decode-process": process}
     finally:
         torch.set_num_threads(threads)
 
@@ -190,15 +193,17 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
     assert frames == len(steps) * len(jpegs) and pushes < frames  # some pushes held several
 
 
-@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap"])
+@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-decode-process"])
 def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
     run on its own thread; every session's rows equal ``ttball track``'s; a bad frame in one
-    lane disturbs nobody; closed sessions free their lane."""
+    lane disturbs nobody; closed sessions free their lane. (--decode-process: the same, each
+    lane decoding in a child process.)"""
     client = laned[mode]
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
+    assert ready["decoder_process"] is (mode == "lanes-decode-process")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -542,6 +547,11 @@ def test_cli_flag_sets_the_mode() -> None:
     assert both.pipeline_lanes == 1
     lanes = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-lanes", "4"]))
     assert lanes.pipeline_lanes == 4
+    assert not lanes.pipeline_decode_process
+    apart = settings_from(parser.parse_args(["--device-pipeline", "--decode-process"]))
+    assert apart.pipeline_decode_process
+    with pytest.raises(UserError, match="--decode-process needs --device-pipeline"):
+        settings_from(parser.parse_args(["--decode-process"]))
     with pytest.raises(UserError, match="--pipeline-lanes needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-lanes", "2"]))
     with pytest.raises(UserError, match="--pipeline-lanes must be >= 1, got 0"):

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from ttball.backends.base import Backend, synchronize
 from ttball.frames import host_to_device, normalizer
+from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost_image import (
     DECODERS,
     DecodeError,
@@ -194,7 +195,7 @@ class GpuPipeline:
         backend: Backend,
         config: WeightsConfig,
         *,
-        decoder: JpegDecoder | None = None,
+        decoder: JpegDecoder | DecoderProcess | None = None,
         batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
         post: PostOptions | None = None,
         timer: StageTimer | None = None,

@@ -43,7 +43,7 @@ class DecodeError(ValueError):
 
     def __init__(self, index: int, message: str) -> None:
         super().__init__(f"frame {index} of the batch: {message}")
-        self.index = index
+        self.index, self.reason = index, message
 
 
 def gpu_jpeg_reason(device: torch.device) -> str | None:

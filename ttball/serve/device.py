@@ -42,6 +42,7 @@ import cv2
 import numpy as np
 
 from ttball.backends import Backend
+from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
@@ -80,7 +81,10 @@ class DevicePath:
                  metrics: Metrics, executor: Executor) -> None:
         """``executor``: the backend thread (closing a session waits for a push in flight)."""
         self.metrics, self._executor = metrics, executor
-        decoder = JpegDecoder(backend.device, library=settings.pipeline_decoder)
+        decoder: JpegDecoder | DecoderProcess = (
+            DecoderProcess(backend.device, library=settings.pipeline_decoder)
+            if settings.pipeline_decode_process
+            else JpegDecoder(backend.device, library=settings.pipeline_decoder))
         self.pipeline = GpuPipeline(backend, config, decoder=decoder,
                                     batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
@@ -97,6 +101,7 @@ class DevicePath:
         decoder = self.pipeline.decoder
         resizer = self.pipeline.resizer
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
+                "decoder_process": isinstance(decoder, DecoderProcess),
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
 

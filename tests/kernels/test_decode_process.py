@@ -1,0 +1,112 @@
+"""ttball.kernels.decode_process: the JPEG decoder in a child process, run here with cv2 on
+the CPU (the ring is shared memory instead of CUDA IPC; the protocol is the same)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from ttball.kernels.decode_process import DecoderProcess
+from ttball.kernels.prepost_image import DecodeError, JpegDecoder
+
+FRAME = 36 * 64 * 3  # bytes of one decoded test frame
+
+
+def blobs(count: int, height: int = 36) -> list[bytes]:
+    rng = np.random.default_rng(count)
+    return [cv2.imencode(".jpg", rng.integers(0, 255, (height, 64, 3), dtype=np.uint8))[1]
+            .tobytes() for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    """Slots of two and a half frames: a batch of five comes back in rounds."""
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 5 // 2)
+    yield d
+    d.close()
+
+
+def assert_frames_equal(got: list[torch.Tensor], data: list[bytes]) -> None:
+    want = JpegDecoder("cpu", library="cv2")(data)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.is_contiguous() and torch.equal(g, w)
+
+
+def test_frames_equal_the_in_process_decoder_in_rounds_and_slots(decoder):
+    assert (decoder.kind, decoder.gpu_reason) == ("cv2", "cv2 decode requested")
+    for count in (1, 2, 5, 3):  # 5: three rounds of one slot; calls alternate the two slots
+        data = blobs(count)
+        assert_frames_equal(decoder(data), data)
+    assert decoder([]) == []
+
+
+def test_returned_frames_are_the_callers_not_views_of_the_slot(decoder):
+    first = blobs(2)
+    kept = decoder(first)
+    for _ in range(3):  # both slots written over
+        decoder(blobs(2, height=36))
+    assert_frames_equal(kept, first)
+
+
+def test_a_bad_frame_names_its_index_and_the_process_goes_on(decoder):
+    data = blobs(3)
+    with pytest.raises(DecodeError, match="frame 2 of the batch: not a decodable image") as info:
+        decoder([data[0], data[1], b"not a jpeg"])
+    assert info.value.index == 2
+    assert_frames_equal(decoder(data), data)
+
+
+def test_a_frame_larger_than_a_slot_is_an_error_and_the_process_goes_on(decoder):
+    with pytest.raises(RuntimeError, match="larger than the decode slot"):
+        decoder(blobs(1, height=36 * 3))
+    data = blobs(2)
+    assert_frames_equal(decoder(data), data)
+
+
+def test_a_child_that_died_is_started_again_by_the_next_call():
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 2)
+    try:
+        d._proc.kill()
+        d._proc.join()
+        data = blobs(2)
+        assert_frames_equal(d(data), data)
+        assert d.restarts == 1
+    finally:
+        d.close()
+    assert not d._proc.is_alive()
+
+
+def test_a_child_that_cannot_start_its_decoder_is_an_error_at_once():
+    with pytest.raises(RuntimeError, match="the decode process could not start: ValueError: "
+                                           "unknown JPEG decoder 'gif'"):
+        DecoderProcess("cpu", library="gif")
+
+
+def test_slots_must_hold_something():
+    with pytest.raises(ValueError, match="slot_bytes and slots must be >= 1"):
+        DecoderProcess("cpu", slot_bytes=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_frames_equal_the_in_process_gpu_decoder():
+    """CUDA IPC: the child decodes into the parent's device slots; frames equal to the same
+    library decoding in this process, on this process's device."""
+    from ttball.kernels.prepost_image import gpu_jpeg_reason
+
+    cuda = torch.device("cuda")
+    if gpu_jpeg_reason(cuda):
+        pytest.skip(gpu_jpeg_reason(cuda))
+    d = DecoderProcess(cuda, library="nvjpeg", slot_bytes=FRAME * 5 // 2)
+    try:
+        assert d.kind == "nvjpeg"
+        data = blobs(5)
+        got = d(data)
+        want = JpegDecoder(cuda, library="nvjpeg")(data)
+        for g, w in zip(got, want):
+            assert g.device == w.device and torch.equal(g, w.contiguous())
+    finally:
+        d.close()

@@ -1,0 +1,229 @@
+"""A :class:`~ttball.kernels.prepost_image.JpegDecoder` in a process of its own.
+
+On the H200 every GPU JPEG decoder we have (torchvision's nvJPEG, nvImageCodec's hardware and
+CUDA decoders) waits, inside its call, for all of its process's GPU work to finish: behind 20 ms
+of work queued on another stream, even one spinning thread that leaves every SM free, a call
+takes ~21 ms instead of ~4 (``docs/benchmarks/e2e.md``, "Twenty-ninth session"). In the worker
+that undoes the overlap: a lane's decode waits for the previous push's network. Another
+process's work does not hold it up (12 ms against 10, as MPS clients, beside a process keeping
+the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
+
+- the parent allocates ``slots`` buffers of ``slot_bytes`` on the device once and shares them
+  with the child (CUDA IPC; shared memory on the CPU, where tests run it);
+- a call sends the JPEG bytes through a pipe; the child decodes them with its own
+  ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
+  into the slot, waits for its stream and answers their shapes; the parent copies each frame
+  out into a tensor of its own on its current stream (the slot is reused two calls later, after
+  an event says those copies are done). A batch larger than a slot comes back in rounds;
+- a frame that does not decode raises :class:`~ttball.kernels.prepost_image.DecodeError` with
+  its index, as ``JpegDecoder`` does; a child that dies during a call makes that call raise, and
+  the next call starts a new one (``restarts`` counts them).
+
+Frames come back ``(3, H, W)`` contiguous, whatever layout the child's decoder produced.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.multiprocessing as tmp
+from torch import Tensor
+
+from ttball.kernels.prepost_image import DecodeError, JpegDecoder
+
+SLOT_BYTES = 1 << 28  # 256 MiB: 97 frames of 1280x720 RGB a round
+REPLY_TIMEOUT_S = 120.0  # the child's first decode initializes its library
+
+
+class DecoderProcess:
+    """``JpegDecoder(device, library=library)`` run in a child process; called the same way
+    (a list of JPEG byte strings → ``(3, H, W) uint8`` tensors on ``device``). ``kind`` and
+    ``gpu_reason`` are the child decoder's."""
+
+    def __init__(self, device: torch.device | str, library: str = "nvjpeg",
+                 slot_bytes: int = SLOT_BYTES, slots: int = 2) -> None:
+        if slot_bytes < 1 or slots < 1:
+            raise ValueError(f"slot_bytes and slots must be >= 1, got {slot_bytes}, {slots}")
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.library = library
+        self._ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=self.device)
+                      for _ in range(slots)]
+        if self.device.type == "cpu":
+            for buf in self._ring:
+                buf.share_memory_()
+        self._copied: list[torch.cuda.Event | None] = [None] * slots
+        self._next = 0
+        self._ctx = tmp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self.kind, self.gpu_reason = "", None
+        self.restarts = 0
+        self._start()
+        self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=serve, args=(child, str(self.device), self.library,
+                                                     self._ring), daemon=True,
+                                 name="ttball-decoder")
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        reply = self._receive()
+        if reply[0] != "ready":
+            _stop(proc, parent)
+            raise RuntimeError(f"the decode process could not start: {reply[1]}")
+        self.kind, self.gpu_reason = reply[1], reply[2]
+
+    def _receive(self) -> tuple[Any, ...]:
+        """The child's next reply; a child that dies or stops answering is an error."""
+        if not self._conn.poll(REPLY_TIMEOUT_S):
+            raise RuntimeError(f"the decode process did not answer in {REPLY_TIMEOUT_S:.0f} s")
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(timeout=5)
+            raise RuntimeError("the decode process exited "
+                               f"(code {self._proc.exitcode})") from None
+
+    def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        if not blobs:
+            return []
+        if not self._proc.is_alive():
+            self._finalizer.detach()
+            _stop(self._proc, self._conn)
+            self.restarts += 1
+            self._start()
+            self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
+        slot, self._next = self._next, (self._next + 1) % len(self._ring)
+        if self._copied[slot] is not None:
+            self._copied[slot].synchronize()  # the copies out of its last use (long done)
+        try:
+            self._conn.send((slot, [bytes(b) for b in blobs]))
+        except (BrokenPipeError, OSError):
+            raise RuntimeError("the decode process exited "
+                               f"(code {self._proc.exitcode})") from None
+        out: list[Tensor] = []
+        while True:
+            reply = self._receive()
+            if reply[0] == "decode":
+                raise DecodeError(reply[1], reply[2])
+            if reply[0] == "error":
+                raise RuntimeError(f"the decode process failed: {reply[1]}")
+            out.extend(self._copy_out(slot, reply[1]))
+            if reply[0] == "done":
+                break
+            self._wait_copies()  # "part": the child fills the slot again
+            self._conn.send("next")
+        self._copied[slot] = self._record()
+        return out
+
+    def _copy_out(self, slot: int, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
+        buf, offset, out = self._ring[slot], 0, []
+        for shape in shapes:
+            n = _numel(shape)
+            frame = torch.empty(shape, dtype=torch.uint8, device=self.device)
+            frame.copy_(buf[offset:offset + n].view(shape), non_blocking=True)
+            out.append(frame)
+            offset += n
+        return out
+
+    def _record(self) -> torch.cuda.Event | None:
+        if self.device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def _wait_copies(self) -> None:
+        event = self._record()
+        if event is not None:
+            event.synchronize()
+
+    def close(self) -> None:
+        """Stop the child (also done when this object is collected, or at exit)."""
+        self._finalizer()
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _stop(proc: Any, conn: Any) -> None:
+    try:
+        conn.send(None)
+    except (BrokenPipeError, OSError):
+        pass
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
+    conn.close()
+
+
+def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None:
+    """The child: decode each request into its slot of ``ring`` until ``None`` or EOF.
+
+    Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
+    ``("part", shapes)`` (the slot is full: send ``"next"`` once it is copied out) … and
+    ``("done", shapes)``, or ``("decode", index, reason)`` / ``("error", why)``."""
+    try:
+        device = torch.device(device_name)
+        decoder = JpegDecoder(device, library=library)
+        cuda = device.type == "cuda"
+        stream = torch.cuda.Stream(device) if cuda else None
+    except Exception as exc:  # noqa: BLE001  (the parent raises it)
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", decoder.kind, decoder.gpu_reason))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        slot, blobs = request
+        try:
+            with torch.cuda.stream(stream) if cuda else nullcontext():
+                _fill(conn, decoder(blobs), ring[slot], stream)
+        except DecodeError as exc:
+            conn.send(("decode", exc.index, exc.reason))
+        except Exception as exc:  # noqa: BLE001
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any) -> None:
+    """Copy ``images`` into ``buf`` one after another, a round at a time."""
+    shapes: list[tuple[int, ...]] = []
+    offset = 0
+    for image in images:
+        n = image.numel()
+        if n > buf.numel():
+            raise ValueError(f"a frame of {n} bytes is larger than the decode slot "
+                             f"({buf.numel()} bytes)")
+        if offset + n > buf.numel():
+            _round(conn, "part", shapes, stream)
+            if conn.recv() != "next":
+                raise RuntimeError("the parent ended the request")
+            shapes, offset = [], 0
+        buf[offset:offset + n].view(image.shape).copy_(image)
+        shapes.append(tuple(image.shape))
+        offset += n
+    _round(conn, "done", shapes, stream)
+
+
+def _round(conn: Any, kind: str, shapes: list[tuple[int, ...]], stream: Any) -> None:
+    if stream is not None:
+        stream.synchronize()
+    conn.send((kind, shapes))
+
