@@ -517,6 +517,32 @@ def test_the_session_of_a_failed_batch_fails_and_others_go_on(gated, jpegs) -> N
     assert [other.send(j) for j in jpegs[:3]][-1][0]["frame"] == 0
 
 
+def test_a_decode_process_that_dies_is_replaced(gated, jpegs, monkeypatch) -> None:
+    """--decode-process: a child found dead before a push is started again and the push goes
+    on; one that dies during a push fails that push as a backend error does (500; its session
+    is failed) and the next push starts another."""
+    client, worker = gated(GatedBackend(), warmup_batches=(1,), pipeline_decode_process=True)
+    decoder = worker.device.paths[0].pipeline.decoder
+    session = client.open_session()
+    assert session.send(jpegs[0]) == []
+    decoder._proc.kill()
+    decoder._proc.join()
+    session.send(jpegs[1])  # decoded by a new child
+    assert decoder.restarts == 1
+    dying = decoder._proc
+    dying.kill()
+    dying.join()
+    monkeypatch.setattr(dying, "is_alive", lambda: True)  # as if it died after the check
+    with pytest.raises(ServeError) as err:
+        session.send(jpegs[2])
+    assert err.value.status == 500 and err.value.code == "backend_error"
+    assert "the decode process exited" in err.value.message
+    monkeypatch.undo()
+    other = client.open_session()
+    assert [other.send(j) for j in jpegs[:3]][-1][0]["frame"] == 0
+    assert decoder.restarts == 2
+
+
 # -- the command line and SIGTERM ----------------------------------------------------------------------
 def test_cli_flag_sets_the_mode() -> None:
     import argparse

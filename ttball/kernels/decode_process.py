@@ -16,8 +16,8 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   out into a tensor of its own on its current stream (the slot is reused two calls later, after
   an event says those copies are done). A batch larger than a slot comes back in rounds;
 - a frame that does not decode raises :class:`~ttball.kernels.prepost_image.DecodeError` with
-  its index, as ``JpegDecoder`` does; a child that dies during a call makes that call raise, and
-  the next call starts a new one (``restarts`` counts them).
+  its index, as ``JpegDecoder`` does; a child found dead when a call begins is started again
+  (``restarts`` counts them), and one that dies during a call makes that call raise.
 
 Frames come back ``(3, H, W)`` contiguous, whatever layout the child's decoder produced.
 """
