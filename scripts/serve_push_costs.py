@@ -26,7 +26,12 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
               ("preprocess", "ttball_push_seconds", "preprocess"),
               ("postprocess", "ttball_push_seconds", "postprocess"),
-              ("loop_lag", "ttball_event_loop_lag_seconds", None))
+              ("loop_lag", "ttball_event_loop_lag_seconds", None),
+              ("decode_child", "ttball_push_seconds", "decode_child"),
+              ("decode_fill", "ttball_push_seconds", "decode_fill"),
+              ("decode_transfer", "ttball_push_seconds", "decode_transfer"))
+# serve --decode-process's split of the decode stage: columns only where a run has them
+DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer")
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 
@@ -176,13 +181,15 @@ def main() -> None:
 
 def _print_quantiles(folder: Path) -> None:
     rows = stage_quantiles(folder)
+    shown = [label for label, _, _ in HISTOGRAMS
+             if label not in DECODE_PROCESS or any(row[f"{label}_n"] for row in rows)]
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
           "and replicas)")
     print("  " + " ".join(f"{h:>8}" for h in ("replicas", "sessions"))
-          + "".join(f" {label:>24}" for label, _, _ in HISTOGRAMS))
+          + "".join(f" {label:>24}" for label in shown))
     for row in rows:
         cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}"]
-        for label, _, _ in HISTOGRAMS:
+        for label in shown:
             values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
             cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))
         print("  " + " ".join(cells[:2]) + "".join(cells[2:]))

@@ -134,3 +134,33 @@ def test_stage_quantiles_include_the_event_loops_lag(tmp_path: Path) -> None:
     (row,) = push_costs.stage_quantiles(tmp_path)
     assert row["loop_lag_n"] == 100 and math.isclose(row["loop_lag_mean"], 1.59)
     assert math.isclose(row["loop_lag_p50"], 0.25 * 50 / 90) and 10 < row["loop_lag_p99"] < 20
+
+
+def test_the_decode_process_split_is_shown_only_where_a_run_has_it(tmp_path: Path) -> None:
+    """serve --decode-process adds decode_child / decode_fill / decode_transfer push stages:
+    columns of --quantiles when some run observed them, absent otherwise."""
+    def snapshot(stages: tuple[str, ...]) -> str:
+        lines = []
+        for stage in stages:
+            lines += [f'ttball_push_seconds_bucket{{le="0.01",replica="a",stage="{stage}"}} 10',
+                      f'ttball_push_seconds_bucket{{le="+Inf",replica="a",stage="{stage}"}} 10',
+                      f'ttball_push_seconds_count{{replica="a",stage="{stage}"}} 10',
+                      f'ttball_push_seconds_sum{{replica="a",stage="{stage}"}} 0.05']
+        return "\n".join(lines) + "\n"
+
+    def header(folder: Path) -> str:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                               "--quantiles", str(folder)], capture_output=True, text=True,
+                              timeout=60, check=True)
+        return done.stdout.splitlines()[1]
+
+    plain, split = tmp_path / "plain", tmp_path / "split"
+    plain.mkdir()
+    split.mkdir()
+    (plain / "metrics-4-40.txt").write_text(snapshot(("total", "decode")))
+    (split / "metrics-4-40.txt").write_text(
+        snapshot(("total", "decode", "decode_child", "decode_fill", "decode_transfer")))
+    assert "decode_child" not in header(plain) and "loop_lag" in header(plain)
+    assert header(split).split()[-3:] == ["decode_child", "decode_fill", "decode_transfer"]
+    (row,) = push_costs.stage_quantiles(split)
+    assert row["decode_child_n"] == 10 and math.isclose(row["decode_child_mean"], 5.0)

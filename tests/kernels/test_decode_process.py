@@ -3,6 +3,8 @@ the CPU (the ring is shared memory instead of CUDA IPC; the protocol is the same
 
 from __future__ import annotations
 
+import time
+
 import cv2
 import numpy as np
 import pytest
@@ -41,6 +43,16 @@ def test_frames_equal_the_in_process_decoder_in_rounds_and_slots(decoder):
         data = blobs(count)
         assert_frames_equal(decoder(data), data)
     assert decoder([]) == []
+
+
+def test_the_last_calls_time_is_split_into_child_fill_and_transfer(decoder):
+    start = time.perf_counter()
+    decoder(blobs(5))  # three rounds
+    elapsed = time.perf_counter() - start
+    parts = decoder.last_seconds
+    assert set(parts) == {"child", "fill", "transfer"}
+    assert parts["child"] > 0 and parts["fill"] > 0 and parts["transfer"] > 0
+    assert sum(parts.values()) <= elapsed
 
 
 def test_returned_frames_are_the_callers_not_views_of_the_slot(decoder):

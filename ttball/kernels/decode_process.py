@@ -20,10 +20,14 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   (``restarts`` counts them), and one that dies during a call makes that call raise.
 
 Frames come back ``(3, H, W)`` contiguous, whatever layout the child's decoder produced.
+``last_seconds`` splits the last call's time: ``child`` (the child's decode calls), ``fill``
+(its copies into the slot and its wait for them) and ``transfer`` (the rest: the bytes and
+the answers through the pipe, the child's scheduling, the copies out being queued).
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -64,6 +68,7 @@ class DecoderProcess:
         self._conn: Any = None
         self.kind, self.gpu_reason = "", None
         self.restarts = 0
+        self.last_seconds: dict[str, float] = {}
         self._start()
         self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
 
@@ -101,6 +106,8 @@ class DecoderProcess:
             self.restarts += 1
             self._start()
             self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
+        start = time.perf_counter()
+        child = {"child": 0.0, "fill": 0.0}
         slot, self._next = self._next, (self._next + 1) % len(self._ring)
         if self._copied[slot] is not None:
             self._copied[slot].synchronize()  # the copies out of its last use (long done)
@@ -116,12 +123,16 @@ class DecoderProcess:
                 raise DecodeError(reply[1], reply[2])
             if reply[0] == "error":
                 raise RuntimeError(f"the decode process failed: {reply[1]}")
+            for key, seconds in reply[2].items():
+                child[key] += seconds
             out.extend(self._copy_out(slot, reply[1]))
             if reply[0] == "done":
                 break
             self._wait_copies()  # "part": the child fills the slot again
             self._conn.send("next")
         self._copied[slot] = self._record()
+        elapsed = time.perf_counter() - start
+        self.last_seconds = {**child, "transfer": max(0.0, elapsed - sum(child.values()))}
         return out
 
     def _copy_out(self, slot: int, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
@@ -174,8 +185,9 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None
     """The child: decode each request into its slot of ``ring`` until ``None`` or EOF.
 
     Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
-    ``("part", shapes)`` (the slot is full: send ``"next"`` once it is copied out) … and
-    ``("done", shapes)``, or ``("decode", index, reason)`` / ``("error", why)``."""
+    ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
+    and ``("done", shapes, seconds)``, or ``("decode", index, reason)`` / ``("error", why)``;
+    ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot}``."""
     try:
         device = torch.device(device_name)
         decoder = JpegDecoder(device, library=library)
@@ -195,35 +207,40 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None
         slot, blobs = request
         try:
             with torch.cuda.stream(stream) if cuda else nullcontext():
-                _fill(conn, decoder(blobs), ring[slot], stream)
+                start = time.perf_counter()
+                images = decoder(blobs)
+                _fill(conn, images, ring[slot], stream, time.perf_counter() - start)
         except DecodeError as exc:
             conn.send(("decode", exc.index, exc.reason))
         except Exception as exc:  # noqa: BLE001
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any) -> None:
-    """Copy ``images`` into ``buf`` one after another, a round at a time."""
+def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: float) -> None:
+    """Copy ``images`` into ``buf`` one after another, a round at a time (``decoding``: the
+    seconds the decode took, reported with the first round)."""
     shapes: list[tuple[int, ...]] = []
     offset = 0
+    start = time.perf_counter()
     for image in images:
         n = image.numel()
         if n > buf.numel():
             raise ValueError(f"a frame of {n} bytes is larger than the decode slot "
                              f"({buf.numel()} bytes)")
         if offset + n > buf.numel():
-            _round(conn, "part", shapes, stream)
+            _round(conn, "part", shapes, stream, decoding, start)
             if conn.recv() != "next":
                 raise RuntimeError("the parent ended the request")
-            shapes, offset = [], 0
+            shapes, offset, decoding, start = [], 0, 0.0, time.perf_counter()
         buf[offset:offset + n].view(image.shape).copy_(image)
         shapes.append(tuple(image.shape))
         offset += n
-    _round(conn, "done", shapes, stream)
+    _round(conn, "done", shapes, stream, decoding, start)
 
 
-def _round(conn: Any, kind: str, shapes: list[tuple[int, ...]], stream: Any) -> None:
+def _round(conn: Any, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,
+           start: float) -> None:
     if stream is not None:
         stream.synchronize()
-    conn.send((kind, shapes))
+    conn.send((kind, shapes, {"child": decoding, "fill": time.perf_counter() - start}))
 

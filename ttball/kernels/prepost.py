@@ -376,6 +376,9 @@ class GpuPipeline:
             last_bytes[id(session)] = data
         try:
             decoded = iter(self.decoder(todo))
+            if isinstance(self.decoder, DecoderProcess) and todo:
+                for part, seconds in self.decoder.last_seconds.items():
+                    self.timer.seconds[f"decode_{part}"] += seconds
         except DecodeError as exc:
             position = where[exc.index]
             raise FrameRejected(position, "decode", frames[position][0],
