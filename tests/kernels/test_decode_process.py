@@ -81,14 +81,14 @@ def test_a_frame_larger_than_a_slot_is_an_error_and_the_process_goes_on(decoder)
 def test_a_child_that_died_is_started_again_by_the_next_call():
     d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 2)
     try:
-        d._proc.kill()
-        d._proc.join()
+        d._children[0].proc.kill()
+        d._children[0].proc.join()
         data = blobs(2)
         assert_frames_equal(d(data), data)
         assert d.restarts == 1
     finally:
         d.close()
-    assert not d._proc.is_alive()
+    assert not d._children[0].proc.is_alive()
 
 
 def test_a_child_that_cannot_start_its_decoder_is_an_error_at_once():
@@ -97,22 +97,50 @@ def test_a_child_that_cannot_start_its_decoder_is_an_error_at_once():
         DecoderProcess("cpu", library="gif")
 
 
-def test_slots_must_hold_something():
-    with pytest.raises(ValueError, match="slot_bytes and slots must be >= 1"):
+def test_slots_and_processes_must_hold_something():
+    with pytest.raises(ValueError, match="processes, slot_bytes and slots must be >= 1"):
         DecoderProcess("cpu", slot_bytes=0)
+    with pytest.raises(ValueError, match="processes, slot_bytes and slots must be >= 1"):
+        DecoderProcess("cpu", processes=0)
+
+
+@pytest.fixture(scope="module")
+def three():
+    """Three children, each with slots of two and a half frames."""
+    d = DecoderProcess("cpu", library="cv2", processes=3, slot_bytes=FRAME * 5 // 2)
+    yield d
+    d.close()
+
+
+def test_several_children_split_a_call_in_order(three):
+    assert three.processes == 3 and len({c.proc.pid for c in three._children}) == 3
+    for count in (1, 2, 3, 7, 16):  # fewer frames than children; runs of 2-3 and of 5-6 (rounds)
+        data = blobs(count)
+        assert_frames_equal(three(data), data)
+    assert set(three.last_seconds) == {"child", "fill", "transfer"}
+
+
+def test_a_bad_frame_among_several_children_names_its_index_in_the_whole_call(three):
+    data = blobs(7)  # runs 0-1, 2-3, 4-6
+    data[5] = b"not a jpeg"
+    with pytest.raises(DecodeError, match="frame 5 of the batch") as info:
+        three(data)
+    assert info.value.index == 5
+    good = blobs(7)
+    assert_frames_equal(three(good), good)  # every child answered: none is left mid-request
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_the_frames_equal_the_in_process_gpu_decoder():
-    """CUDA IPC: the child decodes into the parent's device slots; frames equal to the same
+    """CUDA IPC: two children decode into the parent's device slots; frames equal to the same
     library decoding in this process, on this process's device."""
     from ttball.kernels.prepost_image import gpu_jpeg_reason
 
     cuda = torch.device("cuda")
     if gpu_jpeg_reason(cuda):
         pytest.skip(gpu_jpeg_reason(cuda))
-    d = DecoderProcess(cuda, library="nvjpeg", slot_bytes=FRAME * 5 // 2)
+    d = DecoderProcess(cuda, library="nvjpeg", processes=2, slot_bytes=FRAME * 5 // 2)
     try:
         assert d.kind == "nvjpeg"
         data = blobs(5)

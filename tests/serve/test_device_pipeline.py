@@ -99,11 +99,11 @@ def laned(small_weights):
         with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
-                                                         pipeline_decode_process=True))) as p_url, \
+                                                         pipeline_decode_processes=2))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
             for client in (lanes, overlap, process):
                 client.wait_ready(timeout=90, poll=0.1)
-            yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-decode-process": process}
+            yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-decode-processes": process}
     finally:
         torch.set_num_threads(threads)
 
@@ -193,17 +193,17 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
     assert frames == len(steps) * len(jpegs) and pushes < frames  # some pushes held several
 
 
-@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-decode-process"])
+@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-decode-processes"])
 def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
     run on its own thread; every session's rows equal ``ttball track``'s; a bad frame in one
-    lane disturbs nobody; closed sessions free their lane. (--decode-process: the same, each
-    lane decoding in a child process.)"""
+    lane disturbs nobody; closed sessions free their lane. (--decode-processes 2: the same,
+    each lane's pushes decoded in two child processes.)"""
     client = laned[mode]
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
-    assert ready["decoder_process"] is (mode == "lanes-decode-process")
+    assert ready["decoder_processes"] == (2 if mode == "lanes-decode-processes" else 0)
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -222,7 +222,7 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     for step, messages in zip(steps, results):
         assert_rows_equal(messages, reference[step])
     split = 'ttball_push_seconds_count{stage="decode_child"}'  # the decode stage's parts
-    assert (split in client.metrics()) is (mode == "lanes-decode-process")
+    assert (split in client.metrics()) is (mode == "lanes-decode-processes")
     assert client.readiness()["device_pipeline"]["lane_sessions"] == [0, 0]  # streams ended
     first, second = client.open_session(), client.open_session()
     first.delete()
@@ -520,18 +520,18 @@ def test_the_session_of_a_failed_batch_fails_and_others_go_on(gated, jpegs) -> N
 
 
 def test_a_decode_process_that_dies_is_replaced(gated, jpegs, monkeypatch) -> None:
-    """--decode-process: a child found dead before a push is started again and the push goes
+    """--decode-processes 1: a child found dead before a push is started again and the push goes
     on; one that dies during a push fails that push as a backend error does (500; its session
     is failed) and the next push starts another."""
-    client, worker = gated(GatedBackend(), warmup_batches=(1,), pipeline_decode_process=True)
+    client, worker = gated(GatedBackend(), warmup_batches=(1,), pipeline_decode_processes=1)
     decoder = worker.device.paths[0].pipeline.decoder
     session = client.open_session()
     assert session.send(jpegs[0]) == []
-    decoder._proc.kill()
-    decoder._proc.join()
+    decoder._children[0].proc.kill()
+    decoder._children[0].proc.join()
     session.send(jpegs[1])  # decoded by a new child
     assert decoder.restarts == 1
-    dying = decoder._proc
+    dying = decoder._children[0].proc
     dying.kill()
     dying.join()
     monkeypatch.setattr(dying, "is_alive", lambda: True)  # as if it died after the check
@@ -575,11 +575,13 @@ def test_cli_flag_sets_the_mode() -> None:
     assert both.pipeline_lanes == 1
     lanes = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-lanes", "4"]))
     assert lanes.pipeline_lanes == 4
-    assert not lanes.pipeline_decode_process
-    apart = settings_from(parser.parse_args(["--device-pipeline", "--decode-process"]))
-    assert apart.pipeline_decode_process
-    with pytest.raises(UserError, match="--decode-process needs --device-pipeline"):
-        settings_from(parser.parse_args(["--decode-process"]))
+    assert lanes.pipeline_decode_processes == 0
+    apart = settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "2"]))
+    assert apart.pipeline_decode_processes == 2
+    with pytest.raises(UserError, match="--decode-processes needs --device-pipeline"):
+        settings_from(parser.parse_args(["--decode-processes", "1"]))
+    with pytest.raises(UserError, match="--decode-processes must be in 0..16, got 17"):
+        settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "17"]))
     with pytest.raises(UserError, match="--pipeline-lanes needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-lanes", "2"]))
     with pytest.raises(UserError, match="--pipeline-lanes must be >= 1, got 0"):

@@ -62,10 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), "
                         "nvimgcodec-hw (its hardware JPEG engines only), or cv2 "
                         "on the host; a GPU decoder that can't run falls back (/readyz says why)")
-    p.add_argument("--decode-process", action="store_true",
-                   help="with --device-pipeline: decode each lane's JPEGs in a child process of "
-                        "its own, whose decode does not wait for the lane's network "
-                        "(docs/serve.md)")
+    p.add_argument("--decode-processes", type=int, default=0, metavar="N",
+                   help="with --device-pipeline: decode each lane's JPEGs in N child processes "
+                        "(a push's frames split among them), whose decode does not wait for the "
+                        "lane's network; 0 (default): in the lane's process (docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
@@ -129,7 +129,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_overlap=args.pipeline_overlap,
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
-        pipeline_decode_process=args.decode_process,
+        pipeline_decode_processes=args.decode_processes,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,

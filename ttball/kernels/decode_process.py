@@ -8,8 +8,8 @@ that undoes the overlap: a lane's decode waits for the previous push's network. 
 process's work does not hold it up (12 ms against 10, as MPS clients, beside a process keeping
 the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
 
-- the parent allocates ``slots`` buffers of ``slot_bytes`` on the device once and shares them
-  with the child (CUDA IPC; shared memory on the CPU, where tests run it);
+- the parent allocates ``slots`` buffers of ``slot_bytes`` on the device once per child and
+  shares them with it (CUDA IPC; shared memory on the CPU, where tests run it);
 - a call sends the JPEG bytes through a pipe; the child decodes them with its own
   ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
   into the slot, waits for its stream and answers their shapes; the parent copies each frame
@@ -19,7 +19,9 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   its index, as ``JpegDecoder`` does; a child found dead when a call begins is started again
   (``restarts`` counts them), and one that dies during a call makes that call raise.
 
-Frames come back ``(3, H, W)`` contiguous, whatever layout the child's decoder produced.
+With ``processes`` > 1 a call splits its frames into that many runs, one a child, decoded at
+once (a push's decode then takes as long as its slowest run). Frames come back ``(3, H, W)``
+contiguous, whatever layout the children's decoder produced.
 ``last_seconds`` splits the last call's time: ``child`` (the child's decode calls), ``fill``
 (its copies into the slot and its wait for them) and ``transfer`` (the rest: the bytes and
 the answers through the pipe, the child's scheduling, the copies out being queued).
@@ -44,78 +46,134 @@ REPLY_TIMEOUT_S = 120.0  # the child's first decode initializes its library
 
 
 class DecoderProcess:
-    """``JpegDecoder(device, library=library)`` run in a child process; called the same way
-    (a list of JPEG byte strings → ``(3, H, W) uint8`` tensors on ``device``). ``kind`` and
-    ``gpu_reason`` are the child decoder's."""
+    """``JpegDecoder(device, library=library)`` run in ``processes`` child processes; called
+    the same way (a list of JPEG byte strings → ``(3, H, W) uint8`` tensors on ``device``).
+    With several, a call splits its frames into that many runs in order, decoded at once.
+    ``kind`` and ``gpu_reason`` are the children's decoder's; ``restarts`` counts children
+    started again; ``last_seconds`` is the slowest child's split of the last call."""
 
-    def __init__(self, device: torch.device | str, library: str = "nvjpeg",
+    def __init__(self, device: torch.device | str, library: str = "nvjpeg", processes: int = 1,
                  slot_bytes: int = SLOT_BYTES, slots: int = 2) -> None:
-        if slot_bytes < 1 or slots < 1:
-            raise ValueError(f"slot_bytes and slots must be >= 1, got {slot_bytes}, {slots}")
+        if slot_bytes < 1 or slots < 1 or processes < 1:
+            raise ValueError("processes, slot_bytes and slots must be >= 1, got "
+                             f"{processes}, {slot_bytes}, {slots}")
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.library = library
-        self._ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=self.device)
-                      for _ in range(slots)]
-        if self.device.type == "cpu":
-            for buf in self._ring:
+        self.last_seconds: dict[str, float] = {}
+        self._children: list[_Child] = []
+        try:
+            for _ in range(processes):
+                self._children.append(_Child(self.device, library, slot_bytes, slots))
+        except BaseException:
+            self.close()
+            raise
+        self.kind, self.gpu_reason = self._children[0].kind, self._children[0].gpu_reason
+
+    @property
+    def processes(self) -> int:
+        return len(self._children)
+
+    @property
+    def restarts(self) -> int:
+        return sum(child.restarts for child in self._children)
+
+    def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        if not blobs:
+            return []
+        start = time.perf_counter()
+        k = min(len(self._children), len(blobs))
+        bounds = [len(blobs) * i // k for i in range(k + 1)]
+        busy = self._children[:k]
+        for child, lo, hi in zip(busy, bounds, bounds[1:]):
+            child.send(blobs[lo:hi])
+        out: list[Tensor] = []
+        splits: list[dict[str, float]] = []
+        failure: BaseException | None = None
+        for child, lo in zip(busy, bounds):
+            try:  # every child's answer is read, so none is left mid-request
+                frames, split = child.receive()
+                out.extend(frames)
+                splits.append(split)
+            except DecodeError as exc:
+                failure = failure or DecodeError(lo + exc.index, exc.reason)
+            except RuntimeError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        elapsed = time.perf_counter() - start
+        slowest = max(splits, key=lambda split: split["child"] + split["fill"])
+        self.last_seconds = {**slowest, "transfer": max(0.0, elapsed - sum(slowest.values()))}
+        return out
+
+    def close(self) -> None:
+        """Stop the children (also done when this object is collected, or at exit)."""
+        for child in self._children:
+            child.close()
+
+
+class _Child:
+    """One child process, its pipe and its ``slots`` shared buffers."""
+
+    def __init__(self, device: torch.device, library: str, slot_bytes: int, slots: int) -> None:
+        self.device, self.library = device, library
+        self.ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=device)
+                     for _ in range(slots)]
+        if device.type == "cpu":
+            for buf in self.ring:
                 buf.share_memory_()
         self._copied: list[torch.cuda.Event | None] = [None] * slots
-        self._next = 0
-        self._ctx = tmp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Any = None
-        self.kind, self.gpu_reason = "", None
+        self._next, self._slot = 0, 0
         self.restarts = 0
-        self.last_seconds: dict[str, float] = {}
+        self.kind, self.gpu_reason = "", None
         self._start()
-        self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=serve, args=(child, str(self.device), self.library,
-                                                     self._ring), daemon=True,
-                                 name="ttball-decoder")
+        ctx = tmp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring),
+                           daemon=True, name="ttball-decoder")
         proc.start()
         child.close()
-        self._proc, self._conn = proc, parent
+        self.proc, self.conn = proc, parent
+        self._finalizer = weakref.finalize(self, _stop, proc, parent)
         reply = self._receive()
         if reply[0] != "ready":
-            _stop(proc, parent)
+            self._finalizer()
             raise RuntimeError(f"the decode process could not start: {reply[1]}")
         self.kind, self.gpu_reason = reply[1], reply[2]
 
     def _receive(self) -> tuple[Any, ...]:
         """The child's next reply; a child that dies or stops answering is an error."""
-        if not self._conn.poll(REPLY_TIMEOUT_S):
+        if not self.conn.poll(REPLY_TIMEOUT_S):
             raise RuntimeError(f"the decode process did not answer in {REPLY_TIMEOUT_S:.0f} s")
         try:
-            return self._conn.recv()
+            return self.conn.recv()
         except (EOFError, OSError):
-            self._proc.join(timeout=5)
+            self.proc.join(timeout=5)
             raise RuntimeError("the decode process exited "
-                               f"(code {self._proc.exitcode})") from None
+                               f"(code {self.proc.exitcode})") from None
 
-    def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
-        if not blobs:
-            return []
-        if not self._proc.is_alive():
-            self._finalizer.detach()
-            _stop(self._proc, self._conn)
+    def send(self, blobs: Sequence[bytes]) -> None:
+        """Start decoding ``blobs`` into the next slot (a dead child is started again first)."""
+        if not self.proc.is_alive():
+            self._finalizer()
             self.restarts += 1
             self._start()
-            self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
-        start = time.perf_counter()
-        child = {"child": 0.0, "fill": 0.0}
-        slot, self._next = self._next, (self._next + 1) % len(self._ring)
-        if self._copied[slot] is not None:
-            self._copied[slot].synchronize()  # the copies out of its last use (long done)
+        self._slot, self._next = self._next, (self._next + 1) % len(self.ring)
+        if self._copied[self._slot] is not None:
+            self._copied[self._slot].synchronize()  # the copies out of its last use (long done)
         try:
-            self._conn.send((slot, [bytes(b) for b in blobs]))
+            self.conn.send((self._slot, [bytes(b) for b in blobs]))
         except (BrokenPipeError, OSError):
             raise RuntimeError("the decode process exited "
-                               f"(code {self._proc.exitcode})") from None
+                               f"(code {self.proc.exitcode})") from None
+
+    def receive(self) -> tuple[list[Tensor], dict[str, float]]:
+        """The frames of the last :meth:`send`, copied out of the slot, and the child's
+        ``{"child": decoding, "fill": copying into the slot}`` seconds."""
+        split = {"child": 0.0, "fill": 0.0}
         out: list[Tensor] = []
         while True:
             reply = self._receive()
@@ -124,19 +182,17 @@ class DecoderProcess:
             if reply[0] == "error":
                 raise RuntimeError(f"the decode process failed: {reply[1]}")
             for key, seconds in reply[2].items():
-                child[key] += seconds
-            out.extend(self._copy_out(slot, reply[1]))
+                split[key] += seconds
+            out.extend(self._copy_out(reply[1]))
             if reply[0] == "done":
                 break
             self._wait_copies()  # "part": the child fills the slot again
-            self._conn.send("next")
-        self._copied[slot] = self._record()
-        elapsed = time.perf_counter() - start
-        self.last_seconds = {**child, "transfer": max(0.0, elapsed - sum(child.values()))}
-        return out
+            self.conn.send("next")
+        self._copied[self._slot] = self._record()
+        return out, split
 
-    def _copy_out(self, slot: int, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
-        buf, offset, out = self._ring[slot], 0, []
+    def _copy_out(self, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
+        buf, offset, out = self.ring[self._slot], 0, []
         for shape in shapes:
             n = _numel(shape)
             frame = torch.empty(shape, dtype=torch.uint8, device=self.device)
@@ -158,7 +214,6 @@ class DecoderProcess:
             event.synchronize()
 
     def close(self) -> None:
-        """Stop the child (also done when this object is collected, or at exit)."""
         self._finalizer()
 
 

@@ -82,8 +82,9 @@ class DevicePath:
         """``executor``: the backend thread (closing a session waits for a push in flight)."""
         self.metrics, self._executor = metrics, executor
         decoder: JpegDecoder | DecoderProcess = (
-            DecoderProcess(backend.device, library=settings.pipeline_decoder)
-            if settings.pipeline_decode_process
+            DecoderProcess(backend.device, library=settings.pipeline_decoder,
+                           processes=settings.pipeline_decode_processes)
+            if settings.pipeline_decode_processes
             else JpegDecoder(backend.device, library=settings.pipeline_decoder))
         self.pipeline = GpuPipeline(backend, config, decoder=decoder,
                                     batch_sizes=settings.warmup_batches,
@@ -101,7 +102,8 @@ class DevicePath:
         decoder = self.pipeline.decoder
         resizer = self.pipeline.resizer
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
-                "decoder_process": isinstance(decoder, DecoderProcess),
+                "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
+                                      else 0),
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
 

@@ -68,9 +68,10 @@ class ServeSettings:
     # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
     # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
     pipeline_decoder: str = "nvjpeg"
-    # With device_pipeline: each lane's decoder runs in a child process of its own
-    # (ttball.kernels.decode_process), so its decode does not wait for the lane's network.
-    pipeline_decode_process: bool = False
+    # With device_pipeline: each lane's decoder runs in this many child processes
+    # (ttball.kernels.decode_process; a push's frames split among them), so its decode does not
+    # wait for the lane's network; 0: in the lane's own process.
+    pipeline_decode_processes: int = 0
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -123,8 +124,11 @@ class ServeSettings:
                             f"{self.pipeline_decoder!r}")
         if self.pipeline_decoder != "nvjpeg" and not self.device_pipeline:
             raise UserError("--jpeg-decoder needs --device-pipeline")
-        if self.pipeline_decode_process and not self.device_pipeline:
-            raise UserError("--decode-process needs --device-pipeline")
+        if not 0 <= self.pipeline_decode_processes <= 16:
+            raise UserError("--decode-processes must be in 0..16, got "
+                            f"{self.pipeline_decode_processes}")
+        if self.pipeline_decode_processes and not self.device_pipeline:
+            raise UserError("--decode-processes needs --device-pipeline")
         if self.pipeline_lanes < 1:
             raise UserError(f"--pipeline-lanes must be >= 1, got {self.pipeline_lanes}")
         if self.pipeline_lanes > 1 and not self.device_pipeline:
