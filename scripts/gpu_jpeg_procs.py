@@ -30,6 +30,11 @@ as long behind ``sleep`` waits for the work to finish (a device-wide synchroniza
 library); one that waits behind ``mm`` only waits for SMs (its kernels queued behind the others),
 which a decode stream of a higher ``--priority`` (-1; CUDA's default is 0, the least urgent)
 should jump. torchvision's nvJPEG decodes on a stream of its own, whatever ``--priority`` says.
+
+``--decode-processes N``: each process decodes through ``serve --decode-processes``'s
+:class:`ttball.kernels.decode_process.DecoderProcess` (N children, the frames back through
+shared device buffers) instead of in itself; the row adds the mean of its calls' split
+(``split_ms``: the slowest child's decode, its copies into the buffer, the rest).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.cli.loadtest import percentile
+from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import JpegDecoder
 
 
@@ -68,17 +74,20 @@ AHEAD_KINDS = ("mm", "small", "sleep")
 
 def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
                   seconds: float, barrier: Any, results: Any, vary: bool = False,
-                  ahead_ms: float = 0.0, ahead_kind: str = "mm", priority: int = 0) -> None:
+                  ahead_ms: float = 0.0, ahead_kind: str = "mm", priority: int = 0,
+                  children: int = 0) -> None:
     """One process's decode loop; its frames and call times (or its error) go to ``results``.
 
     ``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
     of this process, and wait for it after the call (as a lane's previous push still runs its
     network while the next one decodes): a call that takes as long as that work waits for its
     process's other streams inside the decoder. ``ahead_kind``: that work's kind
-    (:data:`AHEAD_KINDS`); ``priority``: the decode stream's CUDA priority."""
+    (:data:`AHEAD_KINDS`); ``priority``: the decode stream's CUDA priority; ``children``:
+    decode in that many child processes (:class:`DecoderProcess`), 0: in this one."""
     try:
         device = torch.device(device_name)
-        decoder = JpegDecoder(device, library=library)
+        decoder: Any = (DecoderProcess(device, library=library, processes=children) if children
+                        else JpegDecoder(device, library=library))
         if decoder.kind != library:
             raise RuntimeError(f"{library} unavailable: {decoder.gpu_reason}")
         pool = blobs * (batch // len(blobs) + 1)
@@ -93,6 +102,7 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
             sync()
             barrier.wait(timeout=120)
             calls: list[float] = []
+            splits: list[dict[str, float]] = []
             frames = 0
             start = time.perf_counter()
             stop = start + seconds
@@ -104,11 +114,15 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
                 decoder(pool[:size])
                 sync()
                 calls.append(time.perf_counter() - t0)
+                if children:
+                    splits.append(decoder.last_seconds)
                 frames += size
                 if ahead is not None:  # as a lane reads its previous push back
                     ahead.stream.synchronize()
             wall = time.perf_counter() - start
-        results.put({"frames": frames, "wall_s": wall, "call_s": calls})
+        if children:
+            decoder.close()
+        results.put({"frames": frames, "wall_s": wall, "call_s": calls, "splits": splits})
     except Exception as exc:  # noqa: BLE001  (reported in the row, not lost in a child's stderr)
         try:
             barrier.abort()
@@ -171,10 +185,10 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
 
 def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
             seconds: float, vary: bool = False, ahead_ms: float = 0.0, ahead_kind: str = "mm",
-            priority: int = 0) -> dict[str, Any]:
+            priority: int = 0, children: int = 0) -> dict[str, Any]:
     barrier, results = ctx.Barrier(procs), ctx.Queue()
     args = (device, library, blobs, batch, seconds, barrier, results, vary, ahead_ms, ahead_kind,
-            priority)
+            priority, children)
     workers = [ctx.Process(target=decode_worker, args=args) for _ in range(procs)]
     for w in workers:
         w.start()
@@ -198,8 +212,12 @@ def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int,
     calls = [c for o in outs for c in o["call_s"]]
     wall = max(o["wall_s"] for o in outs)
     frames = sum(o["frames"] for o in outs)
+    splits = [split for o in outs for split in o["splits"]]
+    split_ms = {key: 1e3 * statistics.fmean(split[key] for split in splits)
+                for key in ("child", "fill", "transfer")} if splits else None
     return {"procs": procs, "batch": batch, "vary": vary, "ahead_ms": ahead_ms,
-            "ahead_kind": ahead_kind, "priority": priority,
+            "ahead_kind": ahead_kind, "priority": priority, "decode_processes": children,
+            "split_ms": split_ms,
             "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
@@ -230,6 +248,9 @@ def main() -> None:
                         "(~20 µs element-wise kernels), sleep (one spinning thread)")
     p.add_argument("--priority", default="0",
                    help="comma-separated CUDA priorities of the decode stream (-1: more urgent)")
+    p.add_argument("--decode-processes", default="0",
+                   help="comma-separated: decode through that many child processes each "
+                        "(serve --decode-processes; 0: in the process itself)")
     p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
     args = p.parse_args()
     if not 0.0 <= args.busy_duty < 1.0:
@@ -239,8 +260,10 @@ def main() -> None:
         raise SystemExit(f"--ahead-kind: {unknown[0]!r} is not one of {', '.join(AHEAD_KINDS)}")
     try:
         priorities = [int(n) for n in args.priority.split(",")]
+        childrens = [int(n) for n in args.decode_processes.split(",")]
     except ValueError:
-        raise SystemExit(f"--priority: integers, got {args.priority!r}") from None
+        raise SystemExit("--priority, --decode-processes: integers, got "
+                         f"{args.priority!r}, {args.decode_processes!r}") from None
 
     from gpu_jpeg import video_frames
 
@@ -254,12 +277,12 @@ def main() -> None:
         ready.wait(timeout=120)
     rows = []
     try:
-        for library, procs, kind, priority in itertools.product(
+        for library, procs, kind, priority, children in itertools.product(
                 args.library.split(","), (int(n) for n in args.procs.split(",")), kinds,
-                priorities):
+                priorities, childrens):
             row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
                    **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds,
-                             args.vary, args.ahead_ms, kind, priority)}
+                             args.vary, args.ahead_ms, kind, priority, children)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:

@@ -82,3 +82,13 @@ def test_the_cli_refuses_an_unknown_kind_in_one_line(monkeypatch, capsys):
                                      "--ahead-kind", "mm,spin"])
     with pytest.raises(SystemExit, match="--ahead-kind: 'spin' is not one of mm, small, sleep"):
         procs.main()
+
+
+def test_a_row_through_decode_processes_has_their_split():
+    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.3, children=2)
+    assert "error" not in row and row["decode_processes"] == 2
+    assert set(row["split_ms"]) == {"child", "fill", "transfer"}
+    assert all(v > 0 for v in row["split_ms"].values())
+    assert row["split_ms"]["child"] < row["call_ms_p99"]
+    plain = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.1)
+    assert plain["decode_processes"] == 0 and plain["split_ms"] is None
