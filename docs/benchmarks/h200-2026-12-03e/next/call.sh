@@ -30,8 +30,8 @@ timeout 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_pr
 grep -h '"procs"' $W/rows.log > $W/rows.jsonl
 cp $W/rows.jsonl $W/pytest.txt $OUT/
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
-SESSIONS_4="64 128" R one 210 DECODE_PROCESSES=1
-SESSIONS_4="128 160 192" R two 170 DECODE_PROCESSES=2
+SESSIONS_4="64 128" R one 200 DECODE_PROCESSES=1
+SESSIONS_4="128 160 192" R two 160 DECODE_PROCESSES=2
 LEFT=$(( TOTAL - ($(date +%s)-T0) - 10 ))
 [ $LEFT -ge 90 ] && SESSIONS_4="160" R two-hw $LEFT DECODE_PROCESSES=2 DECODER=nvimgcodec-hw
 cp $W/times.txt $OUT/
