@@ -150,3 +150,44 @@ def test_on_cuda_the_frames_equal_the_in_process_gpu_decoder():
             assert g.device == w.device and torch.equal(g, w.contiguous())
     finally:
         d.close()
+
+
+def test_a_child_that_fails_to_take_its_run_leaves_no_answer_behind(monkeypatch):
+    """The second child's send fails after the first child got its run: the call raises, and
+    the first child's answer is read then, not taken for the next call's."""
+    d = DecoderProcess("cpu", library="cv2", processes=2, slot_bytes=FRAME * 4)
+    try:
+        second = d._children[1]
+
+        def refuse(blobs):
+            raise RuntimeError("the decode process exited (code -9)")
+
+        monkeypatch.setattr(second, "send", refuse)
+        with pytest.raises(RuntimeError, match="exited"):
+            d(blobs(4))
+        monkeypatch.undo()
+        data = blobs(4, height=36)[::-1]
+        assert_frames_equal(d(data), data)
+    finally:
+        d.close()
+
+
+def test_a_child_that_does_not_answer_is_killed(monkeypatch):
+    import ttball.kernels.decode_process as module
+
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 2)
+    try:
+        monkeypatch.setattr(module, "REPLY_TIMEOUT_S", 0.0)
+        child = d._children[0]
+        child.send(blobs(1))
+        child.conn.recv()  # its answer, taken away: the parent now waits for nothing
+        with pytest.raises(RuntimeError, match="did not answer in 0 s"):
+            child.receive()
+        child.proc.join(timeout=10)
+        assert not child.proc.is_alive()
+        monkeypatch.undo()
+        data = blobs(2)
+        assert_frames_equal(d(data), data)  # a new child
+        assert d.restarts == 1
+    finally:
+        d.close()

@@ -85,12 +85,17 @@ class DecoderProcess:
         start = time.perf_counter()
         k = min(len(self._children), len(blobs))
         bounds = [len(blobs) * i // k for i in range(k + 1)]
-        busy = self._children[:k]
-        for child, lo, hi in zip(busy, bounds, bounds[1:]):
-            child.send(blobs[lo:hi])
+        busy: list[_Child] = []
+        failure: BaseException | None = None
+        for child, lo, hi in zip(self._children, bounds, bounds[1:]):
+            try:
+                child.send(blobs[lo:hi])
+            except RuntimeError as exc:
+                failure = exc
+                break
+            busy.append(child)
         out: list[Tensor] = []
         splits: list[dict[str, float]] = []
-        failure: BaseException | None = None
         for child, lo in zip(busy, bounds):
             try:  # every child's answer is read, so none is left mid-request
                 frames, split = child.receive()
@@ -147,6 +152,7 @@ class _Child:
     def _receive(self) -> tuple[Any, ...]:
         """The child's next reply; a child that dies or stops answering is an error."""
         if not self.conn.poll(REPLY_TIMEOUT_S):
+            self.proc.kill()  # its answer, if it came now, would be taken for the next call's
             raise RuntimeError(f"the decode process did not answer in {REPLY_TIMEOUT_S:.0f} s")
         try:
             return self.conn.recv()
