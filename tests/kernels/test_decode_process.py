@@ -191,3 +191,48 @@ def test_a_child_that_does_not_answer_is_killed(monkeypatch):
         assert d.restarts == 1
     finally:
         d.close()
+
+
+def test_a_child_whose_parent_is_killed_exits(tmp_path):
+    """A replica killed outright (Ray's ray.kill, SIGKILL) runs no exit handler: its decode
+    children see their pipe close and end on their own, not orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from ttball.kernels.decode_process import DecoderProcess
+        if __name__ == "__main__":
+            d = DecoderProcess("cpu", library="cv2", processes=2, slot_bytes=1 << 16)
+            print(" ".join(str(c.proc.pid) for c in d._children), flush=True)
+            time.sleep(600)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [pid for pid in pids if _running(pid)]
+        assert not alive, f"decode children {alive} outlived their killed parent"
+    finally:
+        parent.kill()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie awaiting its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
