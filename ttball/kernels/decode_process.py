@@ -29,6 +29,7 @@ the answers through the pipe, the child's scheduling, the copies out being queue
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Sequence
@@ -200,10 +201,8 @@ class _Child:
     def _copy_out(self, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
         buf, offset, out = self.ring[self._slot], 0, []
         for shape in shapes:
-            n = _numel(shape)
-            frame = torch.empty(shape, dtype=torch.uint8, device=self.device)
-            frame.copy_(buf[offset:offset + n].view(shape), non_blocking=True)
-            out.append(frame)
+            n = math.prod(shape)
+            out.append(buf[offset:offset + n].view(shape).clone())
             offset += n
         return out
 
@@ -221,13 +220,6 @@ class _Child:
 
     def close(self) -> None:
         self._finalizer()
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _stop(proc: Any, conn: Any) -> None:
