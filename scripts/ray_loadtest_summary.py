@@ -126,10 +126,19 @@ def _gil_cell(gil: dict[str, Any] | None) -> str:
     return f"{gil['held_pct']} ({top})"
 
 
+def _ready(path: Path) -> dict[str, Any]:
+    """A ``ready-N.json``; empty or cut short when the server stopped before it was ready
+    (its start-up took longer than the budget): ``{}``, shown as not ready."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+
+
 def summarize(folder: str, backend: str, batches: str, duration: float,
               env: dict[str, str]) -> list[str]:
     """Write ``summary.json`` and ``SUMMARY.md`` in ``folder``; returns SUMMARY.md's lines."""
-    ready = {int(os.path.basename(p)[6:-5]): json.loads(Path(p).read_text())
+    ready = {int(os.path.basename(p)[6:-5]): _ready(Path(p))
              for p in sorted(glob.glob(f"{folder}/ready-*.json"))}
     runs = [{"replicas": int(os.path.basename(p).split("-")[1]), **json.loads(Path(p).read_text())}
             for p in glob.glob(f"{folder}/loadtest-*-*.json")]

@@ -76,3 +76,11 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert written["runs"][1]["latency_ms"]["p99"] == 49.0 and written["runs"][1]["gil"] is None
     assert (tmp_path / "SUMMARY.md").read_text().splitlines() == lines
     assert written["time_to_ready_s"] == {"4": 65.0}
+
+
+def test_summarize_takes_an_empty_ready_file_for_a_server_never_ready(tmp_path: Path) -> None:
+    """The server stopped during start-up (budget spent): its /readyz answer never came."""
+    (tmp_path / "ready-4.json").write_text("")
+    lines = summary.summarize(str(tmp_path), "triton-fp16-direct", "1,2", 8.0, {"MPS": "1"})
+    assert "| 4 | None |  |" in lines
+    assert json.loads((tmp_path / "summary.json").read_text())["time_to_ready_s"] == {"4": None}

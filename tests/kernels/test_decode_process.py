@@ -78,6 +78,26 @@ def test_a_frame_larger_than_a_slot_is_an_error_and_the_process_goes_on(decoder)
     assert_frames_equal(decoder(data), data)
 
 
+def test_a_request_larger_than_the_inbox_goes_through_the_pipe():
+    """The bytes go through the shared inbox when they fit, through the pipe when they do
+    not; the frames are the same, and a call after a piped one uses the inbox again."""
+    data = blobs(4)
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 4,
+                       inbox_bytes=sum(map(len, data[:3])))
+    try:
+        child = d._children[0]
+        assert_frames_equal(d(data[:3]), data[:3])
+        assert child.piped == 0
+        assert_frames_equal(d(data), data)
+        assert child.piped == 1
+        assert_frames_equal(d(data[:2]), data[:2])
+        assert child.piped == 1
+    finally:
+        d.close()
+    with pytest.raises(ValueError, match="inbox_bytes >= 0"):
+        DecoderProcess("cpu", inbox_bytes=-1)
+
+
 def test_a_child_that_died_is_started_again_by_the_next_call():
     d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 2)
     try:

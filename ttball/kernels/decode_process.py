@@ -10,7 +10,10 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
 
 - the parent allocates ``slots`` buffers of ``slot_bytes`` on the device once per child and
   shares them with it (CUDA IPC; shared memory on the CPU, where tests run it);
-- a call sends the JPEG bytes through a pipe; the child decodes them with its own
+- a call writes the JPEG bytes into a shared-memory inbox of ``inbox_bytes`` (one a child)
+  and sends only their lengths through a pipe (a request larger than the inbox sends the bytes
+  themselves through the pipe: pickled and written 64 KiB at a time, 4-6 ms for 40 frames of
+  150 KB on the H200's host, which is what the inbox saves); the child decodes them with its own
   ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
   into the slot, waits for its stream and answers their shapes; the parent copies each frame
   out into a tensor of its own on its current stream (the slot is reused two calls later, after
@@ -23,8 +26,8 @@ With ``processes`` > 1 a call splits its frames into that many runs, one a child
 once (a push's decode then takes as long as its slowest run). Frames come back ``(3, H, W)``
 contiguous, whatever layout the children's decoder produced.
 ``last_seconds`` splits the last call's time: ``child`` (the child's decode calls), ``fill``
-(its copies into the slot and its wait for them) and ``transfer`` (the rest: the bytes and
-the answers through the pipe, the child's scheduling, the copies out being queued).
+(its copies into the slot and its wait for them) and ``transfer`` (the rest: the bytes into
+the inbox, the messages through the pipe, the child's scheduling, the copies out being queued).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as tmp
 from torch import Tensor
@@ -43,6 +47,7 @@ from torch import Tensor
 from ttball.kernels.prepost_image import DecodeError, JpegDecoder
 
 SLOT_BYTES = 1 << 28  # 256 MiB: 97 frames of 1280x720 RGB a round
+INBOX_BYTES = 1 << 25  # 32 MiB of JPEG bytes a request: ~200 broadcast frames of 150 KB
 REPLY_TIMEOUT_S = 120.0  # the child's first decode initializes its library
 
 
@@ -54,10 +59,11 @@ class DecoderProcess:
     started again; ``last_seconds`` is the slowest child's split of the last call."""
 
     def __init__(self, device: torch.device | str, library: str = "nvjpeg", processes: int = 1,
-                 slot_bytes: int = SLOT_BYTES, slots: int = 2) -> None:
-        if slot_bytes < 1 or slots < 1 or processes < 1:
-            raise ValueError("processes, slot_bytes and slots must be >= 1, got "
-                             f"{processes}, {slot_bytes}, {slots}")
+                 slot_bytes: int = SLOT_BYTES, slots: int = 2,
+                 inbox_bytes: int = INBOX_BYTES) -> None:
+        if slot_bytes < 1 or slots < 1 or processes < 1 or inbox_bytes < 0:
+            raise ValueError("processes, slot_bytes and slots must be >= 1 and inbox_bytes "
+                             f">= 0, got {processes}, {slot_bytes}, {slots}, {inbox_bytes}")
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -66,7 +72,8 @@ class DecoderProcess:
         self._children: list[_Child] = []
         try:
             for _ in range(processes):
-                self._children.append(_Child(self.device, library, slot_bytes, slots))
+                self._children.append(_Child(self.device, library, slot_bytes, slots,
+                                             inbox_bytes))
         except BaseException:
             self.close()
             raise
@@ -120,10 +127,16 @@ class DecoderProcess:
 
 
 class _Child:
-    """One child process, its pipe and its ``slots`` shared buffers."""
+    """One child process, its pipe, its ``slots`` shared buffers and its inbox."""
 
-    def __init__(self, device: torch.device, library: str, slot_bytes: int, slots: int) -> None:
+    def __init__(self, device: torch.device, library: str, slot_bytes: int, slots: int,
+                 inbox_bytes: int) -> None:
         self.device, self.library = device, library
+        # the JPEG bytes of a request (read by the child before it answers, so free again
+        # once the answer is in)
+        self.inbox = torch.empty(inbox_bytes, dtype=torch.uint8).share_memory_()
+        self._inbox = self.inbox.numpy()
+        self.piped = 0  # requests too large for the inbox, sent through the pipe
         self.ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=device)
                      for _ in range(slots)]
         if device.type == "cpu":
@@ -138,7 +151,8 @@ class _Child:
     def _start(self) -> None:
         ctx = tmp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring),
+        proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring,
+                                               self.inbox),
                            daemon=True, name="ttball-decoder")
         proc.start()
         child.close()
@@ -171,8 +185,18 @@ class _Child:
         self._slot, self._next = self._next, (self._next + 1) % len(self.ring)
         if self._copied[self._slot] is not None:
             self._copied[self._slot].synchronize()  # the copies out of its last use (long done)
+        lengths = [len(b) for b in blobs]
+        if sum(lengths) <= len(self._inbox):
+            offset = 0
+            for blob, n in zip(blobs, lengths):
+                self._inbox[offset:offset + n] = np.frombuffer(blob, np.uint8)
+                offset += n
+            request: tuple[Any, ...] = (self._slot, "inbox", lengths)
+        else:
+            self.piped += 1
+            request = (self._slot, "pipe", [bytes(b) for b in blobs])
         try:
-            self.conn.send((self._slot, [bytes(b) for b in blobs]))
+            self.conn.send(request)
         except (BrokenPipeError, OSError):
             raise RuntimeError("the decode process exited "
                                f"(code {self.proc.exitcode})") from None
@@ -234,8 +258,11 @@ def _stop(proc: Any, conn: Any) -> None:
     conn.close()
 
 
-def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None:
+def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: Tensor) -> None:
     """The child: decode each request into its slot of ``ring`` until ``None`` or EOF.
+
+    A request is ``(slot, "inbox", lengths)`` (the JPEG bytes one after another in ``inbox``)
+    or ``(slot, "pipe", blobs)``.
 
     Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
     ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
@@ -250,6 +277,7 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", decoder.kind, decoder.gpu_reason))
+    held = inbox.numpy()
     while True:
         try:
             request = conn.recv()
@@ -257,7 +285,14 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor]) -> None
             return
         if request is None:
             return
-        slot, blobs = request
+        slot, where, payload = request
+        if where == "inbox":
+            blobs, offset = [], 0
+            for n in payload:  # copied out: the parent may write the inbox once we answer
+                blobs.append(held[offset:offset + n].tobytes())
+                offset += n
+        else:
+            blobs = payload
         try:
             with torch.cuda.stream(stream) if cuda else nullcontext():
                 start = time.perf_counter()
