@@ -8,8 +8,9 @@
 #     nvJPEG, nothing queued ahead): in the process, through one and through two decode
 #     processes, each row with the children's split (call 1: transfer 5.0 / 4.2 ms);
 #  1. serve --ray, four replicas of two lanes as MPS clients, nvJPEG, --decode-processes 2 at
-#     128 / 160 / 192 sessions (a start-up budget for a cold Triton cache);
-#  2. --decode-processes 1 at 128 (call 3 of the 29th session: 7,140 frames/s, bytes piped).
+#     160 / 192 sessions (a start-up budget for a cold Triton cache);
+#  2. four lanes a replica, one decode process each, at 160 / 192: smaller pushes, so a shorter
+#     decode a push, if the lanes' host work and the GPU leave room.
 # carry: [".raywhl", ".gpu"]. Run: bash docs/benchmarks/h200-2026-12-03f/call.sh
 # > $OUT/call.log 2>&1 (~560 s). Prediction in LOG.md ("Thirtieth session").
 set -x
@@ -25,8 +26,8 @@ timeout 60 python3 scripts/gpu_jpeg_procs.py --video .gpu/real_rally_a.mp4 --bat
 grep -h '"procs"' $W/rows.log > $W/rows.jsonl
 cp $W/rows.jsonl $OUT/
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
-SESSIONS_4="128 160 192" R two 340 DECODE_PROCESSES=2
+SESSIONS_4="160 192" R two 300 DECODE_PROCESSES=2
 LEFT=$(( TOTAL - ($(date +%s)-T0) - 10 ))
-[ $LEFT -ge 150 ] && SESSIONS_4="128" R one $LEFT DECODE_PROCESSES=1
+[ $LEFT -ge 150 ] && SESSIONS_4="160 192" R four-lanes $LEFT DECODE_PROCESSES=1 LANES=4
 cp $W/times.txt $OUT/
 tar -czf $OUT/next.tgz --exclude next/mps-pipe -C /tmp next
