@@ -49,6 +49,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,30 +73,45 @@ def batch_sizes(batch: int, vary: bool) -> list[int]:
 AHEAD_KINDS = ("mm", "small", "sleep")
 
 
-def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int,
-                  seconds: float, barrier: Any, results: Any, vary: bool = False,
-                  ahead_ms: float = 0.0, ahead_kind: str = "mm", priority: int = 0,
-                  children: int = 0) -> None:
-    """One process's decode loop; its frames and call times (or its error) go to ``results``.
+@dataclass(frozen=True)
+class Load:
+    """What each process of a row does.
 
-    ``ahead_ms``: before each call, queue about this much FP16 matmul work on another stream
-    of this process, and wait for it after the call (as a lane's previous push still runs its
-    network while the next one decodes): a call that takes as long as that work waits for its
-    process's other streams inside the decoder. ``ahead_kind``: that work's kind
+    ``library`` decodes calls of ``batch`` frames (``vary``: :func:`batch_sizes`) for
+    ``seconds``. ``ahead_ms``: before each call, queue about this much GPU work on another
+    stream of the process, and wait for it after the call (as a lane's previous push still runs
+    its network while the next one decodes): a call that takes as long as that work waits for
+    its process's other streams inside the decoder. ``ahead_kind``: that work's kind
     (:data:`AHEAD_KINDS`); ``priority``: the decode stream's CUDA priority; ``children``:
-    decode in that many child processes (:class:`DecoderProcess`), 0: in this one."""
+    decode in that many child processes (:class:`DecoderProcess`), 0: in the process itself."""
+
+    library: str
+    batch: int
+    seconds: float
+    vary: bool = False
+    ahead_ms: float = 0.0
+    ahead_kind: str = "mm"
+    priority: int = 0
+    children: int = 0
+
+
+def decode_worker(device_name: str, blobs: list[bytes], load: Load, barrier: Any,
+                  results: Any) -> None:
+    """One process's decode loop; its frames and call times (or its error) go to ``results``."""
     try:
         device = torch.device(device_name)
+        library, children = load.library, load.children
         decoder: Any = (DecoderProcess(device, library=library, processes=children) if children
                         else JpegDecoder(device, library=library))
         if decoder.kind != library:
             raise RuntimeError(f"{library} unavailable: {decoder.gpu_reason}")
-        pool = blobs * (batch // len(blobs) + 1)
-        sizes = batch_sizes(batch, vary)
+        pool = blobs * (load.batch // len(blobs) + 1)
+        sizes = batch_sizes(load.batch, load.vary)
         cuda = device.type == "cuda"
-        stream = torch.cuda.Stream(device, priority=priority) if cuda else None
+        stream = torch.cuda.Stream(device, priority=load.priority) if cuda else None
         sync = stream.synchronize if stream is not None else (lambda: None)
-        ahead = _Ahead(device, ahead_ms, ahead_kind) if cuda and ahead_ms > 0 else None
+        ahead = (_Ahead(device, load.ahead_ms, load.ahead_kind)
+                 if cuda and load.ahead_ms > 0 else None)
         with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
             for size in sizes * 2:  # set-up and warm-up
                 decoder(pool[:size])
@@ -105,7 +121,7 @@ def decode_worker(device_name: str, library: str, blobs: list[bytes], batch: int
             splits: list[dict[str, float]] = []
             frames = 0
             start = time.perf_counter()
-            stop = start + seconds
+            stop = start + load.seconds
             while time.perf_counter() < stop:
                 size = sizes[len(calls) % len(sizes)]
                 if ahead is not None:
@@ -183,17 +199,15 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
         time.sleep(max(0.0, 0.010 - (time.perf_counter() - t0)))
 
 
-def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int, batch: int,
-            seconds: float, vary: bool = False, ahead_ms: float = 0.0, ahead_kind: str = "mm",
-            priority: int = 0, children: int = 0) -> dict[str, Any]:
+def run_row(ctx: Any, device: str, blobs: list[bytes], procs: int, load: Load) -> dict[str, Any]:
+    """``procs`` processes each running ``load`` at once: the row of their frames and calls."""
     barrier, results = ctx.Barrier(procs), ctx.Queue()
-    args = (device, library, blobs, batch, seconds, barrier, results, vary, ahead_ms, ahead_kind,
-            priority, children)
+    args = (device, blobs, load, barrier, results)
     workers = [ctx.Process(target=decode_worker, args=args) for _ in range(procs)]
     for w in workers:
         w.start()
     outs: list[dict[str, Any]] = []
-    deadline = time.monotonic() + seconds + 300
+    deadline = time.monotonic() + load.seconds + 300
     while len(outs) < procs:
         try:
             outs.append(results.get(timeout=1.0))
@@ -215,9 +229,9 @@ def run_row(ctx: Any, device: str, library: str, blobs: list[bytes], procs: int,
     splits = [split for o in outs for split in o["splits"]]
     split_ms = {key: 1e3 * statistics.fmean(split[key] for split in splits)
                 for key in ("child", "fill", "transfer")} if splits else None
-    return {"procs": procs, "batch": batch, "vary": vary, "ahead_ms": ahead_ms,
-            "ahead_kind": ahead_kind, "priority": priority, "decode_processes": children,
-            "split_ms": split_ms,
+    return {"procs": procs, "batch": load.batch, "vary": load.vary, "ahead_ms": load.ahead_ms,
+            "ahead_kind": load.ahead_kind, "priority": load.priority,
+            "decode_processes": load.children, "split_ms": split_ms,
             "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
@@ -280,9 +294,10 @@ def main() -> None:
         for library, procs, kind, priority, children in itertools.product(
                 args.library.split(","), (int(n) for n in args.procs.split(",")), kinds,
                 priorities, childrens):
+            load = Load(library, args.batch, args.seconds, args.vary, args.ahead_ms, kind,
+                        priority, children)
             row = {"library": library, "tag": args.tag, "busy_duty": args.busy_duty,
-                   **run_row(ctx, args.device, library, blobs, procs, args.batch, args.seconds,
-                             args.vary, args.ahead_ms, kind, priority, children)}
+                   **run_row(ctx, args.device, blobs, procs, load)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:

@@ -26,7 +26,7 @@ def blobs(count: int = 4) -> list[bytes]:
 
 
 def test_rows_add_up_the_processes_frames():
-    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 2, 4, 0.3)
+    row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 2, procs.Load("cv2", 4, 0.3))
     assert row["procs"] == 2 and "error" not in row
     assert len(row["per_proc_frames_per_s"]) == 2
     assert row["frames_per_s"] > 0 and row["calls"] >= 2
@@ -36,7 +36,7 @@ def test_rows_add_up_the_processes_frames():
 
 
 def test_a_decoder_that_cannot_run_is_an_error_row():
-    row = procs.run_row(mp.get_context("spawn"), "cpu", "nvjpeg", blobs(), 1, 4, 0.1)
+    row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1, procs.Load("nvjpeg", 4, 0.1))
     assert row["procs"] == 1
     assert "nvjpeg unavailable" in row["error"]
 
@@ -48,7 +48,7 @@ def test_the_rows_p99_is_the_load_tests_percentile():
 
 def test_a_process_that_dies_unreported_is_an_error_row_not_a_hang(monkeypatch):
     monkeypatch.setattr(procs, "decode_worker", procs.batch_sizes)  # wrong arguments: dies at once
-    row = procs.run_row(mp.get_context("fork"), "cpu", "cv2", blobs(), 1, 4, 0.1)
+    row = procs.run_row(mp.get_context("fork"), "cpu", blobs(), 1, procs.Load("cv2", 4, 0.1))
     assert row == {"procs": 1, "error": "a process exited with code 1"}
 
 
@@ -59,15 +59,16 @@ def test_varied_batches_cycle_from_a_third_to_all():
 
 
 def test_a_varied_row_counts_the_frames_it_decoded():
-    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 6, 0.3, vary=True)
+    row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1,
+                         procs.Load("cv2", 6, 0.3, vary=True))
     assert row["vary"] is True and row["calls"] >= 5
     # batches of 2, 6, 3, 5, 4 in turn
     assert 2 * row["calls"] < row["frames"] < 6 * row["calls"]
 
 
 def test_a_row_names_the_work_ahead_and_the_decode_priority():
-    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.1,
-                        ahead_kind="sleep", priority=-1)
+    row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1,
+                         procs.Load("cv2", 4, 0.1, ahead_kind="sleep", priority=-1))
     assert "error" not in row
     assert (row["ahead_kind"], row["priority"]) == ("sleep", -1)
 
@@ -85,10 +86,11 @@ def test_the_cli_refuses_an_unknown_kind_in_one_line(monkeypatch, capsys):
 
 
 def test_a_row_through_decode_processes_has_their_split():
-    row = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.3, children=2)
+    row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1,
+                         procs.Load("cv2", 4, 0.3, children=2))
     assert "error" not in row and row["decode_processes"] == 2
     assert set(row["split_ms"]) == {"child", "fill", "transfer"}
     assert all(v > 0 for v in row["split_ms"].values())
     assert row["split_ms"]["child"] < row["call_ms_p99"]
-    plain = procs.run_row(mp.get_context("spawn"), "cpu", "cv2", blobs(), 1, 4, 0.1)
+    plain = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1, procs.Load("cv2", 4, 0.1))
     assert plain["decode_processes"] == 0 and plain["split_ms"] is None
