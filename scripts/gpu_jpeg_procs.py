@@ -228,7 +228,7 @@ def run_row(ctx: Any, device: str, blobs: list[bytes], procs: int, load: Load) -
     frames = sum(o["frames"] for o in outs)
     splits = [split for o in outs for split in o["splits"]]
     split_ms = {key: 1e3 * statistics.fmean(split[key] for split in splits)
-                for key in ("child", "fill", "transfer")} if splits else None
+                for key in splits[0]} if splits else None
     return {"procs": procs, "batch": load.batch, "vary": load.vary, "ahead_ms": load.ahead_ms,
             "ahead_kind": load.ahead_kind, "priority": load.priority,
             "decode_processes": load.children, "split_ms": split_ms,

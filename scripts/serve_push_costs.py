@@ -29,9 +29,14 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
               ("decode_child", "ttball_push_seconds", "decode_child"),
               ("decode_fill", "ttball_push_seconds", "decode_fill"),
-              ("decode_transfer", "ttball_push_seconds", "decode_transfer"))
-# serve --decode-process's split of the decode stage: columns only where a run has them
-DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer")
+              ("decode_transfer", "ttball_push_seconds", "decode_transfer"),
+              ("decode_to_child", "ttball_push_seconds", "decode_to_child"),
+              ("decode_from_child", "ttball_push_seconds", "decode_from_child"),
+              ("decode_copy_out", "ttball_push_seconds", "decode_copy_out"))
+# serve --decode-processes's split of the decode stage (transfer's own split since the
+# thirtieth session): columns only where a run has them
+DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer", "decode_to_child",
+                  "decode_from_child", "decode_copy_out")
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 

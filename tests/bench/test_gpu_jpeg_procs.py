@@ -89,7 +89,8 @@ def test_a_row_through_decode_processes_has_their_split():
     row = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1,
                          procs.Load("cv2", 4, 0.3, children=2))
     assert "error" not in row and row["decode_processes"] == 2
-    assert set(row["split_ms"]) == {"child", "fill", "transfer"}
+    assert set(row["split_ms"]) == {"child", "fill", "transfer", "to_child", "from_child",
+                                    "copy_out"}
     assert all(v > 0 for v in row["split_ms"].values())
     assert row["split_ms"]["child"] < row["call_ms_p99"]
     plain = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1, procs.Load("cv2", 4, 0.1))

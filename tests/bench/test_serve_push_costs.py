@@ -164,3 +164,7 @@ def test_the_decode_process_split_is_shown_only_where_a_run_has_it(tmp_path: Pat
     assert header(split).split()[-3:] == ["decode_child", "decode_fill", "decode_transfer"]
     (row,) = push_costs.stage_quantiles(split)
     assert row["decode_child_n"] == 10 and math.isclose(row["decode_child_mean"], 5.0)
+    newer = tmp_path / "newer"  # the transfer's own split, since the thirtieth session
+    newer.mkdir()
+    (newer / "metrics-4-40.txt").write_text(snapshot(("total", "decode") + push_costs.DECODE_PROCESS))
+    assert header(newer).split()[-6:] == list(push_costs.DECODE_PROCESS)

@@ -221,8 +221,10 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         results = list(pool.map(one, sessions))
     for step, messages in zip(steps, results):
         assert_rows_equal(messages, reference[step])
-    split = 'ttball_push_seconds_count{stage="decode_child"}'  # the decode stage's parts
-    assert (split in client.metrics()) is (mode == "lanes-decode-processes")
+    metrics = client.metrics()
+    for part in ("child", "fill", "transfer", "to_child", "from_child", "copy_out"):
+        split = f'ttball_push_seconds_count{{stage="decode_{part}"}}'  # the decode stage's parts
+        assert (split in metrics) is (mode == "lanes-decode-processes")
     assert client.readiness()["device_pipeline"]["lane_sessions"] == [0, 0]  # streams ended
     first, second = client.open_session(), client.open_session()
     first.delete()

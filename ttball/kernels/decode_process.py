@@ -26,8 +26,13 @@ With ``processes`` > 1 a call splits its frames into that many runs, one a child
 once (a push's decode then takes as long as its slowest run). Frames come back ``(3, H, W)``
 contiguous, whatever layout the children's decoder produced.
 ``last_seconds`` splits the last call's time: ``child`` (the child's decode calls), ``fill``
-(its copies into the slot and its wait for them) and ``transfer`` (the rest: the bytes into
-the inbox, the messages through the pipe, the child's scheduling, the copies out being queued).
+(its copies into the slot and its wait for them) and ``transfer`` (the rest), which
+``to_child`` (from the parent's send to the child holding the request: the bytes into the
+inbox, the pipe, the child's wake-up), ``from_child`` (from the child's answer to the parent
+holding it: the pipe, the parent's wake-up and its wait for the interpreter lock) and
+``copy_out`` (queueing the copies out of the slot) split in turn, measured on the host's
+monotonic clock, which the processes share; what ``transfer`` holds beyond them is the parent
+reading one child's answer while another's waits.
 """
 
 from __future__ import annotations
@@ -117,7 +122,11 @@ class DecoderProcess:
             raise failure
         elapsed = time.perf_counter() - start
         slowest = max(splits, key=lambda split: split["child"] + split["fill"])
-        self.last_seconds = {**slowest, "transfer": max(0.0, elapsed - sum(slowest.values()))}
+        transfer = max(0.0, elapsed - slowest["child"] - slowest["fill"])
+        self.last_seconds = {"child": slowest["child"], "fill": slowest["fill"],
+                             "transfer": transfer, "to_child": slowest["to_child"],
+                             "from_child": slowest["from_child"],
+                             "copy_out": slowest["copy_out"]}
         return out
 
     def close(self) -> None:
@@ -144,6 +153,7 @@ class _Child:
                 buf.share_memory_()
         self._copied: list[torch.cuda.Event | None] = [None] * slots
         self._next, self._slot = 0, 0
+        self._sent = 0.0  # when the request in hand (or its last "next") was sent
         self.restarts = 0
         self.kind, self.gpu_reason = "", None
         self._start()
@@ -185,6 +195,7 @@ class _Child:
         self._slot, self._next = self._next, (self._next + 1) % len(self.ring)
         if self._copied[self._slot] is not None:
             self._copied[self._slot].synchronize()  # the copies out of its last use (long done)
+        self._sent = time.monotonic()
         lengths = [len(b) for b in blobs]
         if sum(lengths) <= len(self._inbox):
             offset = 0
@@ -202,22 +213,29 @@ class _Child:
                                f"(code {self.proc.exitcode})") from None
 
     def receive(self) -> tuple[list[Tensor], dict[str, float]]:
-        """The frames of the last :meth:`send`, copied out of the slot, and the child's
-        ``{"child": decoding, "fill": copying into the slot}`` seconds."""
-        split = {"child": 0.0, "fill": 0.0}
+        """The frames of the last :meth:`send`, copied out of the slot, and the request's
+        seconds: ``child``, ``fill``, ``to_child``, ``from_child``, ``copy_out`` (summed over
+        its rounds; see the module's docstring)."""
+        split = dict.fromkeys(("child", "fill", "to_child", "from_child", "copy_out"), 0.0)
         out: list[Tensor] = []
         while True:
             reply = self._receive()
+            held = time.monotonic()
             if reply[0] == "decode":
                 raise DecodeError(reply[1], reply[2])
             if reply[0] == "error":
                 raise RuntimeError(f"the decode process failed: {reply[1]}")
-            for key, seconds in reply[2].items():
-                split[key] += seconds
+            seconds = reply[2]
+            split["child"] += seconds["child"]
+            split["fill"] += seconds["fill"]
+            split["to_child"] += max(0.0, seconds["got"] - self._sent)
+            split["from_child"] += max(0.0, held - seconds["answered"])
             out.extend(self._copy_out(reply[1]))
+            split["copy_out"] += time.monotonic() - held
             if reply[0] == "done":
                 break
             self._wait_copies()  # "part": the child fills the slot again
+            self._sent = time.monotonic()
             self.conn.send("next")
         self._copied[self._slot] = self._record()
         return out, split
@@ -267,7 +285,9 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
     Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
     ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
     and ``("done", shapes, seconds)``, or ``("decode", index, reason)`` / ``("error", why)``;
-    ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot}``."""
+    ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot, "got": when
+    the request (or its ``"next"``) was in hand, "answered": when this answer left}``, the
+    last two on the host's monotonic clock."""
     try:
         device = torch.device(device_name)
         decoder = JpegDecoder(device, library=library)
@@ -283,6 +303,7 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
             request = conn.recv()
         except (EOFError, OSError):
             return
+        got = time.monotonic()
         if request is None:
             return
         slot, where, payload = request
@@ -297,16 +318,17 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
             with torch.cuda.stream(stream) if cuda else nullcontext():
                 start = time.perf_counter()
                 images = decoder(blobs)
-                _fill(conn, images, ring[slot], stream, time.perf_counter() - start)
+                _fill(conn, images, ring[slot], stream, time.perf_counter() - start, got)
         except DecodeError as exc:
             conn.send(("decode", exc.index, exc.reason))
         except Exception as exc:  # noqa: BLE001
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: float) -> None:
+def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: float,
+          got: float) -> None:
     """Copy ``images`` into ``buf`` one after another, a round at a time (``decoding``: the
-    seconds the decode took, reported with the first round)."""
+    seconds the decode took, reported with the first round; ``got``: when the request came)."""
     shapes: list[tuple[int, ...]] = []
     offset = 0
     start = time.perf_counter()
@@ -316,19 +338,21 @@ def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: f
             raise ValueError(f"a frame of {n} bytes is larger than the decode slot "
                              f"({buf.numel()} bytes)")
         if offset + n > buf.numel():
-            _round(conn, "part", shapes, stream, decoding, start)
+            _round(conn, "part", shapes, stream, decoding, start, got)
             if conn.recv() != "next":
                 raise RuntimeError("the parent ended the request")
+            got = time.monotonic()
             shapes, offset, decoding, start = [], 0, 0.0, time.perf_counter()
         buf[offset:offset + n].view(image.shape).copy_(image)
         shapes.append(tuple(image.shape))
         offset += n
-    _round(conn, "done", shapes, stream, decoding, start)
+    _round(conn, "done", shapes, stream, decoding, start, got)
 
 
 def _round(conn: Any, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,
-           start: float) -> None:
+           start: float, got: float) -> None:
     if stream is not None:
         stream.synchronize()
-    conn.send((kind, shapes, {"child": decoding, "fill": time.perf_counter() - start}))
+    conn.send((kind, shapes, {"child": decoding, "fill": time.perf_counter() - start,
+                              "got": got, "answered": time.monotonic()}))
 
