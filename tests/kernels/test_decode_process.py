@@ -259,3 +259,47 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_prefetch_is_taken_by_a_call_with_the_same_bytes_and_dropped_by_another(three):
+    hits, misses = three.ahead_hits, three.ahead_misses
+    data = blobs(7)
+    three.prefetch(data)
+    assert_frames_equal(three([bytes(b) for b in data]), data)  # equal bytes, other objects
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 1, misses)
+    three.prefetch(data)
+    other = blobs(5)
+    assert_frames_equal(three(other), other)  # the prefetch read and dropped, none left behind
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 1, misses + 1)
+    three.prefetch(data)
+    three.prefetch(other)  # a second prefetch drops the first
+    assert_frames_equal(three(other), other)
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 2, misses + 2)
+    three.prefetch(data)
+    assert three([]) == []  # nothing to decode: the prefetch is dropped too
+    assert_frames_equal(three(data), data)
+
+
+def test_a_bad_frame_in_a_prefetch_is_raised_by_the_call_that_takes_it(three):
+    data = blobs(7)
+    data[4] = b"not a jpeg"
+    three.prefetch(data)
+    with pytest.raises(DecodeError, match="frame 4 of the batch") as info:
+        three(data)
+    assert info.value.index == 4
+    three.prefetch(data)  # dropped: its bad frame is not the next call's error
+    good = blobs(3)
+    assert_frames_equal(three(good), good)
+
+
+def test_a_child_that_dies_under_a_dropped_prefetch_is_started_again():
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 4)
+    try:
+        d.prefetch(blobs(2))
+        d._children[0].proc.kill()
+        d._children[0].proc.join()
+        data = blobs(3)
+        assert_frames_equal(d(data), data)  # the prefetch's answer never came: dropped
+        assert d.restarts == 1 and d.ahead_misses == 1
+    finally:
+        d.close()

@@ -5,7 +5,7 @@ on CPU tensors. Post-processing alone: ``test_prepost_post.py``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import cv2
 import numpy as np
@@ -18,6 +18,7 @@ from ttball.backends import create
 from ttball.backends.base import BackendBase
 from ttball.frames import Frame, normalize, preprocess
 from ttball.kernels import prepost_image
+from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import (
     DecodeError,
     GpuPipeline,
@@ -309,16 +310,19 @@ def cpu_pipeline(config: WeightsConfig, **options: object) -> GpuPipeline:
 
 
 def gpu_rows(pipeline: GpuPipeline, sessions: dict[str, tuple[list[bytes], StreamOptions]],
-             fps: float, chunk: int, flush: bool = False) -> dict[str, list[FrameResult]]:
+             fps: float, chunk: int, flush: bool = False,
+             upcoming: Callable[[int], list[tuple[str, bytes]]] | None = None,
+             ) -> dict[str, list[FrameResult]]:
     """Push the sessions' frames interleaved, ``chunk`` frames per push, then (``flush``) flush,
-    then finish each."""
+    then finish each. ``upcoming``: the upcoming frames each push is told, given its start."""
     for sid, (_, options) in sessions.items():
         pipeline.open(sid, options, fps)
     queue = [(sid, blobs[k]) for k in range(max(len(b) for b, _ in sessions.values()))
              for sid, (blobs, _) in sessions.items() if k < len(blobs)]
     rows: dict[str, list[FrameResult]] = {sid: [] for sid in sessions}
     for start in range(0, len(queue), chunk):
-        for sid, done in pipeline.push(queue[start : start + chunk]).items():
+        told = upcoming(start) if upcoming is not None else []
+        for sid, done in pipeline.push(queue[start : start + chunk], upcoming=told).items():
             rows[sid].extend(done)
     if flush:
         for sid, done in pipeline.flush().items():
@@ -500,6 +504,39 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert [r.frame for r in pipeline.flush()["s"]] == [2]
     assert pipeline.in_flight == 0 and pipeline.flush() == {}
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
+
+
+def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
+        small_config: WeightsConfig) -> None:
+    """Each push told the next push's frames: its decode prefetched in the decode processes and
+    taken by the next push (the clip's repeated bytes skipped there as in a push); told other
+    frames, each prefetch is dropped. The rows are the same either way."""
+    sessions = {
+        "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+        "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
+    }
+    queue = [(sid, blobs[k]) for k in range(14) for sid, (blobs, _) in sessions.items()
+             if k < len(blobs)]
+    want = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
+    decoder = DecoderProcess("cpu", library="cv2", processes=2)
+    try:
+        pipeline = GpuPipeline(BrightBackend(), small_config, decoder=decoder,  # type: ignore[arg-type]
+                               batch_sizes=(1, 2, 4), overlap=True)
+        got = gpu_rows(pipeline, sessions, 60.0, chunk=5,
+                       upcoming=lambda start: queue[start + 5 : start + 10])
+        pushes = -(-len(queue) // 5)
+        assert (decoder.ahead_hits, decoder.ahead_misses) == (pushes - 1, 0)
+        for sid in sessions:
+            assert_rows_match(got[sid], want[sid])
+        wrong = GpuPipeline(BrightBackend(), small_config, decoder=decoder,  # type: ignore[arg-type]
+                            batch_sizes=(1, 2, 4))
+        got = gpu_rows(wrong, sessions, 60.0, chunk=5,
+                       upcoming=lambda start: queue[start + 6 : start + 11])
+        assert decoder.ahead_hits == pushes - 1 and decoder.ahead_misses >= pushes - 2
+        for sid in sessions:
+            assert_rows_match(got[sid], want[sid])
+    finally:
+        decoder.close()
 
 
 def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> None:

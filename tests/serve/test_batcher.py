@@ -196,6 +196,36 @@ def test_lanes_run_their_batches_at_once_on_their_own_threads_under_one_budget()
     assert s1 < e0 and s0 < e1  # the two lanes' batches overlapped in time
 
 
+def test_a_lookahead_kinds_runner_is_told_the_batch_queued_after_its_own() -> None:
+    """--decode-ahead: a runner of a kind in ``lookahead`` gets ``(items, upcoming)``, upcoming
+    being what the next batch would take as this one starts (same kind, up to max_batch,
+    clients gone skipped); other kinds in the same lane are called as before."""
+    seen: list[tuple[list[int], list[int]]] = []
+
+    def ahead(items: list[int], upcoming: list[int]) -> list[int]:
+        seen.append((items, upcoming))
+        return items
+
+    def plain(items: list[int]) -> list[int]:
+        return [-i for i in items]
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR,
+                          runners={"ahead": ahead, "plain": plain}, lookahead=("ahead",))
+        batcher.reserve(8)  # all queued before the lane starts taking
+        jobs = [batcher.submit_job("ahead", i) for i in (1, 2, 3, 4, 5, 6)]
+        jobs += [batcher.submit_job("plain", 7), batcher.submit_job("ahead", 8)]
+        jobs.pop(4).cancel()  # 5: its client went away, neither taken nor told
+        batcher.start()
+        out = await asyncio.gather(*jobs)
+        await batcher.stop()
+        return out
+
+    assert asyncio.run(go()) == [1, 2, 3, 4, 6, -7, 8]
+    assert seen == [([1, 2], [3, 4]), ([3, 4], [6]), ([6], []), ([8], [])]
+
+
 def test_max_batch_above_warmed_sizes_is_refused() -> None:
     with pytest.raises(ValueError):
         make(RecordingBackend(), sizes=(1, 2), max_batch=3)

@@ -89,7 +89,7 @@ def servers(small_weights):
 @pytest.fixture(scope="module")
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
-    with overlap and each lane's decoder in a process of its own."""
+    with overlap and each lane's decoder in two processes of its own, decoding ahead."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -99,7 +99,8 @@ def laned(small_weights):
         with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
-                                                         pipeline_decode_processes=2))) as p_url, \
+                                                         pipeline_decode_processes=2,
+                                                         pipeline_decode_ahead=True))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
             for client in (lanes, overlap, process):
                 client.wait_ready(timeout=90, poll=0.1)
@@ -198,12 +199,14 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
     run on its own thread; every session's rows equal ``ttball track``'s; a bad frame in one
-    lane disturbs nobody; closed sessions free their lane. (--decode-processes 2: the same,
-    each lane's pushes decoded in two child processes.)"""
+    lane disturbs nobody; closed sessions free their lane. (--decode-processes 2
+    --decode-ahead: the same, each lane's pushes decoded in two child processes, a push
+    starting the decode of the one queued after it.)"""
     client = laned[mode]
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
     assert ready["decoder_processes"] == (2 if mode == "lanes-decode-processes" else 0)
+    assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -225,7 +228,12 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     for part in ("child", "fill", "transfer", "to_child", "from_child", "copy_out"):
         split = f'ttball_push_seconds_count{{stage="decode_{part}"}}'  # the decode stage's parts
         assert (split in metrics) is (mode == "lanes-decode-processes")
-    assert client.readiness()["device_pipeline"]["lane_sessions"] == [0, 0]  # streams ended
+    assert ('ttball_decode_ahead_total{result="hit"}' in metrics) is (mode == "lanes-decode-processes")
+    ready = client.readiness()["device_pipeline"]
+    assert ready["lane_sessions"] == [0, 0]  # streams ended
+    # how many pushes had another queued behind them varies: the counts are there, summed
+    counted = {"decode_ahead_hits", "decode_ahead_misses"} <= ready.keys()
+    assert counted is (mode == "lanes-decode-processes")
     first, second = client.open_session(), client.open_session()
     first.delete()
     assert client.readiness()["device_pipeline"]["lane_sessions"] in ([0, 1], [1, 0])
@@ -579,7 +587,12 @@ def test_cli_flag_sets_the_mode() -> None:
     assert lanes.pipeline_lanes == 4
     assert lanes.pipeline_decode_processes == 0
     apart = settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "2"]))
-    assert apart.pipeline_decode_processes == 2
+    assert apart.pipeline_decode_processes == 2 and apart.pipeline_decode_ahead is False
+    ahead = settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "1",
+                                             "--decode-ahead"]))
+    assert ahead.pipeline_decode_ahead is True
+    with pytest.raises(UserError, match="--decode-ahead needs --decode-processes"):
+        settings_from(parser.parse_args(["--device-pipeline", "--decode-ahead"]))
     with pytest.raises(UserError, match="--decode-processes needs --device-pipeline"):
         settings_from(parser.parse_args(["--decode-processes", "1"]))
     with pytest.raises(UserError, match="--decode-processes must be in 0..16, got 17"):

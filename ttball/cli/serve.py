@@ -66,6 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --device-pipeline: decode each lane's JPEGs in N child processes "
                         "(a push's frames split among them), whose decode does not wait for the "
                         "lane's network; 0 (default): in the lane's process (docs/serve.md)")
+    p.add_argument("--decode-ahead", action="store_true",
+                   help="with --decode-processes: each push sends the next queued push's JPEGs "
+                        "to the decode processes once its own are decoded, so they decode while "
+                        "it runs (docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
@@ -130,6 +134,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
         pipeline_decode_processes=args.decode_processes,
+        pipeline_decode_ahead=args.decode_ahead,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,

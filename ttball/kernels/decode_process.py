@@ -42,6 +42,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,8 @@ class DecoderProcess:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.library = library
         self.last_seconds: dict[str, float] = {}
+        self._ahead: _Request | None = None  # a prefetch not taken yet
+        self.ahead_hits = self.ahead_misses = 0
         self._children: list[_Child] = []
         try:
             for _ in range(processes):
@@ -93,24 +96,54 @@ class DecoderProcess:
         return sum(child.restarts for child in self._children)
 
     def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if _same(ahead.blobs, blobs):
+                self.ahead_hits += 1
+                return self._receive(ahead)
+            self.ahead_misses += 1
+            self._discard(ahead)
         if not blobs:
             return []
-        start = time.perf_counter()
+        return self._receive(self._send(list(blobs)))
+
+    def prefetch(self, blobs: Sequence[bytes]) -> None:
+        """Start decoding ``blobs`` now, for the next call: if that call's frames are the same
+        bytes, it takes these frames, waiting only for what is left of their decode (and raises
+        their :class:`DecodeError`, as a fresh decode would); any other call drops them
+        (``ahead_hits``, ``ahead_misses`` count both). One is held at a time: a second
+        prefetch drops the first. With a prefetch taken, ``last_seconds`` covers the request
+        from when it was sent, so its parts may add up to more than the call's own wait."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self.ahead_misses += 1
+            self._discard(ahead)
+        if blobs:
+            self._ahead = self._send(list(blobs))
+
+    def _send(self, blobs: list[bytes]) -> _Request:
+        """Each child its run of ``blobs`` (a child that cannot take it: the request's
+        failure, raised when it is received)."""
         k = min(len(self._children), len(blobs))
-        bounds = [len(blobs) * i // k for i in range(k + 1)]
-        busy: list[_Child] = []
-        failure: BaseException | None = None
-        for child, lo, hi in zip(self._children, bounds, bounds[1:]):
+        request = _Request(blobs, [len(blobs) * i // k for i in range(k + 1)], [],
+                           time.perf_counter())
+        for child, lo, hi in zip(self._children, request.bounds, request.bounds[1:]):
             try:
                 child.send(blobs[lo:hi])
             except RuntimeError as exc:
-                failure = exc
+                request.failure = exc
                 break
-            busy.append(child)
+            request.busy.append(child)
+        return request
+
+    def _receive(self, request: _Request) -> list[Tensor]:
+        """The frames of ``request``; every busy child's answer is read, so none is left
+        mid-request, then its failure (if any) is raised."""
+        failure = request.failure
         out: list[Tensor] = []
         splits: list[dict[str, float]] = []
-        for child, lo in zip(busy, bounds):
-            try:  # every child's answer is read, so none is left mid-request
+        for child, lo in zip(request.busy, request.bounds):
+            try:
                 frames, split = child.receive()
                 out.extend(frames)
                 splits.append(split)
@@ -120,7 +153,7 @@ class DecoderProcess:
                 failure = failure or exc
         if failure is not None:
             raise failure
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - request.start
         slowest = max(splits, key=lambda split: split["child"] + split["fill"])
         transfer = max(0.0, elapsed - slowest["child"] - slowest["fill"])
         self.last_seconds = {"child": slowest["child"], "fill": slowest["fill"],
@@ -129,10 +162,34 @@ class DecoderProcess:
                              "copy_out": slowest["copy_out"]}
         return out
 
+    def _discard(self, request: _Request) -> None:
+        """Read and drop a request's answers (a bad frame or a dead child there is not this
+        call's: the next call restarts a dead child)."""
+        try:
+            self._receive(request)
+        except (DecodeError, RuntimeError):
+            pass
+
     def close(self) -> None:
         """Stop the children (also done when this object is collected, or at exit)."""
         for child in self._children:
             child.close()
+
+
+@dataclass
+class _Request:
+    """A call's frames sent to ``busy`` children, ``blobs[bounds[i]:bounds[i + 1]]`` to the
+    i-th, at ``start`` (``failure``: a child that could not take its run)."""
+
+    blobs: list[bytes]
+    bounds: list[int]
+    busy: list[_Child]
+    start: float
+    failure: BaseException | None = None
+
+
+def _same(held: list[bytes], blobs: Sequence[bytes]) -> bool:
+    return len(held) == len(blobs) and all(a is b or a == b for a, b in zip(held, blobs))
 
 
 class _Child:

@@ -269,19 +269,25 @@ class GpuPipeline:
 
     # -- frames in --------------------------------------------------------------------------------
     def push(self, frames: Sequence[tuple[str, bytes]],
-             stamps: Sequence[tuple[int, float]] | None = None) -> dict[str, list[FrameResult]]:
+             stamps: Sequence[tuple[int, float]] | None = None,
+             upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
         """JPEG frames ``(session id, bytes)`` in arrival order → rows each session finished.
 
         ``stamps``: each frame's ``(index, time_s)`` (increasing per session); default: the
         session's next index and ``index / fps``. A frame that does not decode or has another
         size than its session's raises :class:`FrameRejected` and nothing is taken.
 
+        ``upcoming``: the frames of the push expected next. With a decoder that can prefetch
+        (:class:`DecoderProcess`) their decode starts as soon as this push's frames are
+        decoded, so it runs while this push is prepared, run and read back; the next push
+        takes those frames if its own are the same, and decodes afresh otherwise.
+
         With ``overlap``, the rows are those the previous push's batches finished (and any this
         push's frames finish without a window), for every session concerned."""
         sessions = [self._get(sid) for sid, _ in frames]
         with self._on_side():
             with self.timer.stage("decode"):
-                images, repeats = self._decode(frames, sessions)
+                images, repeats = self._decode(frames, sessions, upcoming)
             with self.timer.stage("preprocess"):
                 smalls, duplicates = self._prepare(images, repeats, sessions)
         windows: list[Window] = []
@@ -361,24 +367,21 @@ class GpuPipeline:
         rows, session.rows = session.rows, []
         return rows
 
-    def _decode(self, frames: Sequence[tuple[str, bytes]], sessions: Sequence[_Session]
-                ) -> tuple[list[Tensor], list[bool]]:
+    def _decode(self, frames: Sequence[tuple[str, bytes]], sessions: Sequence[_Session],
+                upcoming: Sequence[tuple[str, bytes]] = ()) -> tuple[list[Tensor], list[bool]]:
         """Decode every frame whose bytes differ from its session's previous frame (a repeat
-        reuses that frame's tensor). Sizes are checked before any session changes, so a bad
-        frame never half-enters a stream."""
+        reuses that frame's tensor), then start the decode of ``upcoming``'s (see
+        :meth:`push`). Sizes are checked before any session changes, so a bad frame never
+        half-enters a stream."""
         last_bytes = {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
-        repeats, todo, where = [], [], []
-        for position, ((_, data), session) in enumerate(zip(frames, sessions)):
-            repeats.append(last_bytes[id(session)] == data)
-            if not repeats[-1]:
-                todo.append(data)
-                where.append(position)
-            last_bytes[id(session)] = data
+        todo, where, repeats = _to_decode(frames, sessions, last_bytes)
         try:
             decoded = iter(self.decoder(todo))
             if isinstance(self.decoder, DecoderProcess) and todo:
                 for part, seconds in self.decoder.last_seconds.items():
                     self.timer.seconds[f"decode_{part}"] += seconds
+            if upcoming and isinstance(self.decoder, DecoderProcess):
+                self._decode_ahead(upcoming, last_bytes)
         except DecodeError as exc:
             position = where[exc.index]
             raise FrameRejected(position, "decode", frames[position][0],
@@ -394,6 +397,20 @@ class GpuPipeline:
         for (_, data), session in zip(frames, sessions):
             session.last_bytes = data
         return images, repeats
+
+    def _decode_ahead(self, upcoming: Sequence[tuple[str, bytes]],
+                      last_bytes: dict[int, bytes | None]) -> None:
+        """Prefetch the frames the next push would decode, were it ``upcoming`` and this push
+        taken as it is (``last_bytes``: each of its sessions' bytes after it). Nothing when a
+        session of ``upcoming`` is not open."""
+        assert isinstance(self.decoder, DecoderProcess)
+        sessions = [self._sessions.get(sid) for sid, _ in upcoming]
+        if any(session is None for session in sessions):
+            return
+        after = {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
+        after.update(last_bytes)
+        todo, _, _ = _to_decode(upcoming, sessions, after)
+        self.decoder.prefetch(todo)
 
     @staticmethod
     def _check_size(position: int, sid: str, session: _Session, previous: Tensor | None,
@@ -548,3 +565,18 @@ class GpuPipeline:
                 self.graph_error = f"{type(exc).__name__}: {exc}"
                 self._graphed = None
         return packed_stats(logits, thresholds, self.post)
+
+
+def _to_decode(frames: Sequence[tuple[str, bytes]], sessions: Sequence[_Session],
+               last_bytes: dict[int, bytes | None]) -> tuple[list[bytes], list[int], list[bool]]:
+    """The bytes to decode of ``frames`` (those that differ from their session's previous
+    frame), their positions, and whether each frame repeats; ``last_bytes`` (by ``id`` of the
+    session) is brought up to date."""
+    todo, where, repeats = [], [], []
+    for position, ((_, data), session) in enumerate(zip(frames, sessions)):
+        repeats.append(last_bytes[id(session)] == data)
+        if not repeats[-1]:
+            todo.append(data)
+            where.append(position)
+        last_bytes[id(session)] = data
+    return todo, where, repeats

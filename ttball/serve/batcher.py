@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -122,6 +122,9 @@ class _Lane:
     # backend thread: run after a batch when less than a full batch is queued in this lane
     # (the device pipeline's flush of the batches a push left running, --pipeline-overlap)
     idle: Callable[[], None] | None = None
+    # kinds whose runners are also told the items of the batch queued after theirs:
+    # run(items, upcoming) (the device pipeline's decode ahead, --decode-ahead)
+    lookahead: frozenset[str] = frozenset()
     queue: deque[Job] = field(default_factory=deque)
     queued: int = 0  # units
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -144,8 +147,11 @@ class Batcher:
         capacity: int,
         executor: ThreadPoolExecutor,
         runners: Mapping[str, Runner] | None = None,
+        lookahead: Collection[str] = (),
     ) -> None:
-        """``max_batch``, ``capacity``: in windows; ``runners``: more job kinds."""
+        """``max_batch``, ``capacity``: in windows; ``runners``: more job kinds;
+        ``lookahead``: kinds whose runners in lane 0 take ``(items, upcoming)`` (see
+        :meth:`add_lane`)."""
         self.backend, self.config, self.metrics = backend, config, metrics
         self.sizes = sorted(set(sizes))
         if max_batch > self.sizes[-1]:
@@ -154,7 +160,8 @@ class Batcher:
         # lane 0: ``executor`` is one thread, the backend's (see Worker.backend_thread)
         self._lanes = [_Lane(executor, {
             "window": lambda windows: self._run_windows(windows, raw=False),
-            "raw": lambda windows: self._run_windows(windows, raw=True), **(runners or {})})]
+            "raw": lambda windows: self._run_windows(windows, raw=True), **(runners or {})},
+            lookahead=frozenset(lookahead))]
         self._queued = 0  # units queued, all lanes
         self._reserved = 0  # units
         self._stopping = False
@@ -162,11 +169,13 @@ class Batcher:
         self.batches = 0
 
     def add_lane(self, executor: ThreadPoolExecutor, runners: Mapping[str, Runner],
-                 idle: Callable[[], None] | None = None) -> int:
+                 idle: Callable[[], None] | None = None, lookahead: Collection[str] = ()) -> int:
         """Another lane: its jobs (``submit_job(..., lane=i)``) run on ``executor`` (one thread)
         by ``runners``, at the same time as other lanes' batches. Its index. Before
-        :meth:`start`."""
-        self._lanes.append(_Lane(executor, dict(runners), idle))
+        :meth:`start`. The runners of the kinds in ``lookahead`` are called ``run(items, upcoming)``:
+        ``upcoming``, the items of the batch queued after this one as it starts (the batch
+        taken next if nothing else arrives first), for work it can start early."""
+        self._lanes.append(_Lane(executor, dict(runners), idle, frozenset(lookahead)))
         return len(self._lanes) - 1
 
     @property
@@ -295,6 +304,20 @@ class Batcher:
         self.metrics.queue_depth.set(self.depth)
         return jobs
 
+    def _peek(self, lane: _Lane, kind: str) -> list[Any]:
+        """The items :meth:`_take` would take next from ``lane`` if they are of ``kind``,
+        left in the queue."""
+        items: list[Any] = []
+        units = 0
+        for job in lane.queue:
+            if job.kind != kind or (items and units + job.cost > self.max_batch * WINDOW):
+                break
+            if job.future.done():
+                continue
+            items.append(job.item)
+            units += job.cost
+        return items
+
     def padded_size(self, n: int) -> int:
         return self.sizes[bisect.bisect_left(self.sizes, n)]
 
@@ -304,8 +327,11 @@ class Batcher:
             self.metrics.stage_seconds.labels("queue").observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
         run = lane.runners[jobs[0].kind]
+        args: tuple[Any, ...] = ([j.item for j in jobs],)
+        if jobs[0].kind in lane.lookahead:
+            args += (self._peek(lane, jobs[0].kind),)
         try:
-            out = await loop.run_in_executor(lane.executor, run, [j.item for j in jobs])
+            out = await loop.run_in_executor(lane.executor, run, *args)
         except Exception as exc:  # noqa: BLE001  (every waiting client hears about it)
             self.metrics.errors.labels("backend").inc()
             for job in jobs:
@@ -583,15 +609,16 @@ class Worker:
         s = self.settings
         paths = self.device.paths if self.device is not None else []
         runners = {KIND: paths[0].run} if paths else {}
+        ahead = (KIND,) if s.pipeline_decode_ahead else ()  # DevicePath.run(uploads, upcoming)
         self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
                                capacity=s.max_queue, executor=self.backend_thread,
-                               runners=runners)
+                               runners=runners, lookahead=ahead)
         if paths and s.pipeline_overlap:
             self.batcher.idle = paths[0].flush
         for path, thread in zip(paths[1:], self.lane_threads):
             self.batcher.add_lane(thread, {KIND: path.run},
-                                  idle=path.flush if s.pipeline_overlap else None)
+                                  idle=path.flush if s.pipeline_overlap else None, lookahead=ahead)
         self.batcher.start()
         self.store = SessionStore(self.config, s, self.metrics, self.device)
         device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None

@@ -54,6 +54,8 @@ from ttball.serve.uploads import PNG_MAGIC, Part, header_size
 from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
+# --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
+AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
 _KEYS = itertools.count()
 
@@ -97,6 +99,7 @@ class DevicePath:
         # sessions that are not among its uploads)
         self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
         self._waiting: list[Future[None]] = []  # overlap: uploads whose batches are in flight
+        self._ahead = settings.pipeline_decode_ahead  # run() is told the upcoming uploads
 
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
@@ -104,8 +107,17 @@ class DevicePath:
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
                 "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
                                       else 0),
+                "decode_ahead": self._ahead,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
+
+    def ahead_counts(self) -> dict[str, int]:
+        """``--decode-ahead``: prefetched decodes taken and dropped, this lane's."""
+        decoder = self.pipeline.decoder
+        if not (self._ahead and isinstance(decoder, DecoderProcess)):
+            return {}
+        return {"decode_ahead_hits": decoder.ahead_hits,
+                "decode_ahead_misses": decoder.ahead_misses}
 
     # -- sessions (event loop) ---------------------------------------------------------------------
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
@@ -147,10 +159,12 @@ class DevicePath:
         finally:
             self.pipeline.on_batch = report
 
-    def run(self, uploads: list[Upload]) -> list[ApiError | Future[None] | None]:
+    def run(self, uploads: list[Upload], upcoming: Sequence[Upload] = ()
+            ) -> list[ApiError | Future[None] | None]:
         """Every upload's frames in one push, then the finishes; one result per upload
         (``None``, or the refusal of its frames). Uploads of sessions closed meanwhile are
-        skipped.
+        skipped. ``upcoming`` (``--decode-ahead``): the uploads queued after these, whose
+        frames' decode the push starts once its own are decoded.
 
         With ``--pipeline-overlap`` an upload whose frames are still on the GPU when the push
         returns gets a :class:`concurrent.futures.Future` instead of ``None``; it resolves once
@@ -161,7 +175,9 @@ class DevicePath:
         for i in live:
             self._sinks[uploads[i].key] = uploads[i].deliver
         try:
-            pushed = self._push(uploads, live, results)
+            ahead = [(u.key, blob) for u in upcoming if u.key in self.pipeline
+                     for blob in u.blobs]
+            pushed = self._push(uploads, live, results, ahead)
             for i in live:
                 if uploads[i].finish:
                     uploads[i].deliver(self.pipeline.finish(uploads[i].key))
@@ -208,7 +224,8 @@ class DevicePath:
                 sink(done)
 
     def _push(self, uploads: list[Upload], live: list[int],
-              results: list[ApiError | Future[None] | None]) -> bool:
+              results: list[ApiError | Future[None] | None],
+              upcoming: Sequence[tuple[str, bytes]] = ()) -> bool:
         """Push the frames of ``uploads[live]``; a refused frame's upload is dropped from the
         push (its result says why) and the rest pushed again (nothing changed on a refusal).
         Whether a push happened."""
@@ -219,7 +236,7 @@ class DevicePath:
             frames = [(uploads[i].key, blob) for i in live for blob in uploads[i].blobs]
             stamps = [stamp for i in live for stamp in uploads[i].stamps]
             try:
-                rows = self._timed_push(frames, stamps)
+                rows = self._timed_push(frames, stamps, upcoming)
             except FrameRejected as exc:
                 bad = owner[exc.index]
                 results[bad] = _refusal(exc, uploads[bad].stamps[exc.index - owner.index(bad)][0])
@@ -229,13 +246,20 @@ class DevicePath:
             self.metrics.frame_accepted(len(frames))
             return True
 
-    def _timed_push(self, frames: list[tuple[str, bytes]],
-                    stamps: list[tuple[int, float]]) -> dict[str, list[FrameResult]]:
+    def _timed_push(self, frames: list[tuple[str, bytes]], stamps: list[tuple[int, float]],
+                    upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
         pipeline = self.pipeline
         before = dict(pipeline.timer.seconds)
         heatmaps, fallbacks = pipeline.heatmaps, pipeline.fallbacks
+        ahead = self.ahead_counts()
         start = time.perf_counter()
-        rows = pipeline.push(frames, stamps)
+        try:
+            rows = pipeline.push(frames, stamps, upcoming)
+        finally:
+            counter = self.metrics.decode_ahead
+            assert counter is not None
+            for key, n in self.ahead_counts().items():
+                counter.labels(AHEAD_RESULTS[key]).inc(n - ahead[key])
         seconds = self.metrics.push_seconds
         assert seconds is not None and self.metrics.push_frames and self.metrics.heatmaps
         seconds.labels("total").observe(time.perf_counter() - start)
@@ -277,7 +301,11 @@ class DeviceLanes:
         return self.paths[0].pipeline
 
     def describe(self) -> dict[str, object]:
-        return {**self.paths[0].describe(), "lanes": len(self.paths),
+        counts: dict[str, int] = {}  # decode ahead, over every lane
+        for path in self.paths:
+            for key, n in path.ahead_counts().items():
+                counts[key] = counts.get(key, 0) + n
+        return {**self.paths[0].describe(), **counts, "lanes": len(self.paths),
                 "lane_sessions": self.lane_sessions, "graphs_frozen": self.frozen,
                 "uncaptured_calls": self.uncaptured}
 

@@ -108,6 +108,7 @@ class Metrics:
         self.push_seconds: Histogram | None = None
         self.push_frames: Histogram | None = None
         self.heatmaps: Counter | None = None
+        self.decode_ahead: Counter | None = None
 
     def note_batch(self, n: int, size: int, seconds: float | None = None) -> None:
         """One network call of ``n`` windows padded to ``size`` (``seconds``: its time)."""
@@ -162,6 +163,9 @@ class Metrics:
         self.heatmaps = Counter("ttball_heatmaps", "Device pipeline: heatmaps post-processed on "
                                 "the device, or on the host (the exact fallback)", ["where"],
                                 registry=r)
+        self.decode_ahead = Counter("ttball_decode_ahead", "Device pipeline, --decode-ahead: "
+                                    "decodes started a push ahead, taken by the next push (hit) "
+                                    "or dropped (miss)", ["result"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -72,6 +72,7 @@ class ServeSettings:
     # (ttball.kernels.decode_process; a push's frames split among them), so its decode does not
     # wait for the lane's network; 0: in the lane's own process.
     pipeline_decode_processes: int = 0
+    pipeline_decode_ahead: bool = False  # a push starts the next one's decode (needs processes)
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -129,6 +130,8 @@ class ServeSettings:
                             f"{self.pipeline_decode_processes}")
         if self.pipeline_decode_processes and not self.device_pipeline:
             raise UserError("--decode-processes needs --device-pipeline")
+        if self.pipeline_decode_ahead and not self.pipeline_decode_processes:
+            raise UserError("--decode-ahead needs --decode-processes (1 or more)")
         if self.pipeline_lanes < 1:
             raise UserError(f"--pipeline-lanes must be >= 1, got {self.pipeline_lanes}")
         if self.pipeline_lanes > 1 and not self.device_pipeline:
