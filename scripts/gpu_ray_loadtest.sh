@@ -148,7 +148,7 @@ for n in $REPLICAS; do
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
     head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
     gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)
-    python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-before.json" 2>/dev/null
+    python3 scripts/proc_cpu.py snap 'ServeReplica|spawn_main' > "$W/procs-before.json" 2>/dev/null
     GIL_PID=""  # PYSPY=1: who holds one replica's interpreter lock during the load (summary)
     if [ -n "${PYSPY:-}" ] && command -v py-spy > /dev/null; then
       pid=$(pgrep -f TTBallWorker | head -1)
@@ -162,7 +162,7 @@ for n in $REPLICAS; do
     head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
     gpu_sampler_stop
     [ -n "$GIL_PID" ] && wait "$GIL_PID"
-    python3 scripts/proc_cpu.py snap ServeReplica > "$W/procs-after.json" 2>/dev/null \
+    python3 scripts/proc_cpu.py snap 'ServeReplica|spawn_main' > "$W/procs-after.json" 2>/dev/null \
       && python3 scripts/proc_cpu.py diff --json "$W/procs-before.json" "$W/procs-after.json" > "$S/procs-$n-$s.json"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"
   done

@@ -66,8 +66,10 @@ def snapshot(pattern: str | None = None, proc: Path = PROC,
 
 
 def diff(before: dict[str, Any], after: dict[str, Any], top: int = 4) -> list[dict[str, Any]]:
-    """Per process in both snapshots: ``cpu_pct`` (% of one core over the interval), its
-    thread count and its ``top`` busiest threads ``[comm, tid, %]``, busiest process first."""
+    """Per process in both snapshots: ``name`` (its main thread's ``comm``: a process that
+    names itself, as a decode child's ``tt-decoder``, is told apart there), ``cpu_pct`` (% of
+    one core over the interval), its thread count and its ``top`` busiest threads ``[comm,
+    tid, %]``, busiest process first."""
     seconds = after["time"] - before["time"]
     if seconds <= 0:
         raise ValueError("the second snapshot is not later than the first")
@@ -82,7 +84,8 @@ def diff(before: dict[str, Any], after: dict[str, Any], top: int = 4) -> list[di
             start = then["threads"].get(tid, [comm, 0])[1]  # a thread born since: from zero
             threads.append([comm, int(tid), round((ticks - start) * scale, 1)])
         threads.sort(key=lambda t: -t[2])
-        rows.append({"pid": int(pid), "cmd": now["cmd"], "seconds": round(seconds, 2),
+        rows.append({"pid": int(pid), "name": now["threads"].get(pid, [""])[0],
+                     "cmd": now["cmd"], "seconds": round(seconds, 2),
                      "cpu_pct": round(sum(t[2] for t in threads), 1),
                      "threads": len(threads), "top": threads[:top]})
     rows.sort(key=lambda r: -r["cpu_pct"])

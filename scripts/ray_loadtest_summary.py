@@ -49,6 +49,18 @@ def replica_cpu(path: str) -> list[list[float]]:
             if "TTBallWorker" in r["cmd"]]
 
 
+def decoder_cpu(path: str) -> list[float] | None:
+    """The decode children (``serve --decode-processes``, named ``tt-decoder``) in a
+    ``proc_cpu.py diff --json`` file: [how many, their CPU % of a core summed, the busiest's];
+    ``None`` without any."""
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    pcts = [r["cpu_pct"] for r in rows if r.get("name") == "tt-decoder"]
+    return [len(pcts), round(sum(pcts), 1), max(pcts)] if pcts else None
+
+
 def gil_share(path: str, seconds: float, rate: float = 200,
               names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """``py-spy record --gil --threads -f raw`` stacks of one replica over ``seconds`` at
@@ -149,11 +161,12 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
         r["gpu_busy_pct"] = gpu_busy(at % ("gpu", ".csv"))
         r["gpm"] = gpm_means(at % ("gpu", "-gpm.txt"))
         r["replica_cpu"] = replica_cpu(at % ("procs", ".json"))
+        r["decoder_cpu"] = decoder_cpu(at % ("procs", ".json"))
         r["gil"] = gil_share(at % ("gil", ".txt"), duration,
                              names=thread_names(at % ("procs", ".json")))
     keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped",
             "behind_schedule", "errors", "host_cpu_busy_pct", "gpu_busy_pct", "gpm",
-            "replica_cpu", "gil")
+            "replica_cpu", "decoder_cpu", "gil")
     how = mode(env)
     summary = {"backend": backend, "warmup_batches": batches, "mode": how,
                "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
@@ -166,16 +179,19 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
               for n, r in sorted(ready.items())]
     head = ("| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) "
             "| dropped | errors | host CPU busy % | GPU busy % | GPM means | replicas' CPU % (busiest "
-            "thread) | one replica's interpreter lock held % (by thread) |")
+            "thread) | decode children: count, CPU % summed (busiest) "
+            "| one replica's interpreter lock held % (by thread) |")
     lines += ["", head, "|---" * head.count(" | ") + "|---|"]
     for r in runs:
         lat = r["latency_ms"]
         gpm = " ".join(f"{k} {v}" for k, v in r["gpm"].items())
         cpu = ", ".join(f"{a:.0f} ({b:.0f})" for a, b in r["replica_cpu"])
+        kids = r["decoder_cpu"]
+        kids_cell = f"{kids[0]}, {kids[1]:.0f} ({kids[2]:.0f})" if kids else ""
         lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} "
                      f"| {lat['p50']} | {lat['p95']} | {lat['p99']} | {r['late']} | {r['dropped']} "
                      f"| {r['errors']} | {r['host_cpu_busy_pct']} | {r['gpu_busy_pct']} | {gpm} | {cpu} "
-                     f"| {_gil_cell(r['gil'])} |")
+                     f"| {kids_cell} | {_gil_cell(r['gil'])} |")
     Path(f"{folder}/SUMMARY.md").write_text("\n".join(lines) + "\n")
     return lines
 

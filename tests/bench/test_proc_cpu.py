@@ -49,6 +49,7 @@ def test_a_spinning_thread_shows_as_a_busy_core_and_an_idle_process_does_not() -
     assert spinning["cpu_pct"] > 40 and spinning["top"][0][2] > 40 and spinning["threads"] >= 2
     assert by_pid[idle.pid]["cpu_pct"] < 20
     assert rows[0]["pid"] == busy.pid  # busiest first
+    assert by_pid[busy.pid]["name"] == Path(f"/proc/{busy.pid}/comm").read_text().strip() != ""
 
 
 def test_diff_on_the_command_line_reports_a_bad_snapshot_in_one_line(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert "| 4 | 65.0 | uvloop |" in lines
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
-    assert rows[1].endswith("| None | None |  |  |  |")
+    assert rows[1].endswith("| None | None |  |  |  |  |")
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["runs"][1]["latency_ms"]["p99"] == 49.0 and written["runs"][1]["gil"] is None
     assert (tmp_path / "SUMMARY.md").read_text().splitlines() == lines
@@ -84,3 +84,21 @@ def test_summarize_takes_an_empty_ready_file_for_a_server_never_ready(tmp_path: 
     lines = summary.summarize(str(tmp_path), "triton-fp16-direct", "1,2", 8.0, {"MPS": "1"})
     assert "| 4 | None |  |" in lines
     assert json.loads((tmp_path / "summary.json").read_text())["time_to_ready_s"] == {"4": None}
+
+
+def test_decode_children_are_counted_by_their_name(tmp_path: Path) -> None:
+    """serve --decode-processes: the children named tt-decoder, summed; replicas apart."""
+    procs = [{"pid": 1, "name": "ray::ServeRepli", "cmd": "ray::ServeReplica:ttball:TTBallWorker",
+              "cpu_pct": 55.0, "top": [["tt-event-loop", 2, 28.0]]},
+             {"pid": 3, "name": "tt-decoder", "cmd": "python3 -c from multiprocessing.spawn "
+              "import spawn_main", "cpu_pct": 21.5, "top": [["tt-decoder", 3, 20.0]]},
+             {"pid": 4, "name": "tt-decoder", "cmd": "python3 -c ...", "cpu_pct": 30.0,
+              "top": [["tt-decoder", 4, 29.0]]},
+             {"pid": 5, "name": "python3", "cmd": "python3 -c ... spawn_main", "cpu_pct": 90.0,
+              "top": []}]
+    (tmp_path / "procs.json").write_text(json.dumps(procs))
+    assert summary.decoder_cpu(str(tmp_path / "procs.json")) == [2, 51.5, 30.0]
+    assert summary.replica_cpu(str(tmp_path / "procs.json")) == [[55.0, 28.0]]
+    (tmp_path / "old.json").write_text(json.dumps(procs[:1]))  # before names: no children
+    assert summary.decoder_cpu(str(tmp_path / "old.json")) is None
+    assert summary.decoder_cpu(str(tmp_path / "missing.json")) is None

@@ -3,7 +3,9 @@ the CPU (the ring is shared memory instead of CUDA IPC; the protocol is the same
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -43,6 +45,13 @@ def test_frames_equal_the_in_process_decoder_in_rounds_and_slots(decoder):
         data = blobs(count)
         assert_frames_equal(decoder(data), data)
     assert decoder([]) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
+def test_a_child_names_itself_for_per_process_cpu(decoder):
+    """scripts/proc_cpu.py tells the decode children apart by this name."""
+    pid = decoder._children[0].proc.pid
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "tt-decoder"
 
 
 def test_the_last_calls_time_is_split_into_child_fill_and_transfer(decoder):

@@ -51,6 +51,7 @@ import torch.multiprocessing as tmp
 from torch import Tensor
 
 from ttball.kernels.prepost_image import DecodeError, JpegDecoder
+from ttball.threadnames import name_os_thread
 
 SLOT_BYTES = 1 << 28  # 256 MiB: 97 frames of 1280x720 RGB a round
 INBOX_BYTES = 1 << 25  # 32 MiB of JPEG bytes a request: ~200 broadcast frames of 150 KB
@@ -345,6 +346,7 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
     ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot, "got": when
     the request (or its ``"next"``) was in hand, "answered": when this answer left}``, the
     last two on the host's monotonic clock."""
+    name_os_thread("tt-decoder")  # its CPU time told apart (scripts/proc_cpu.py)
     try:
         device = torch.device(device_name)
         decoder = JpegDecoder(device, library=library)

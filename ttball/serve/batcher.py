@@ -56,6 +56,7 @@ from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import AUTO, MPS_PERCENT_ENV, ApiError, ServeSettings
 from ttball.stream import Window
+from ttball.threadnames import name_os_thread
 
 if TYPE_CHECKING:
     from ttball.serve.device import DeviceLanes, DevicePath
@@ -723,21 +724,6 @@ def _pool_thread(threads: int) -> None:
     keeps 15 bytes), so per-thread CPU (top -H, scripts/proc_cpu.py) says which thread is busy."""
     torch.set_num_threads(threads)
     name_os_thread("tt-" + threading.current_thread().name.removeprefix("ttball-"))
-
-
-def name_os_thread(name: str) -> bool:
-    """Set the calling thread's kernel name (``/proc/.../task/TID/comm``: ``tt-backend-1_0``
-    for lane 1's thread) to ``name``'s first 15 bytes, all Linux keeps; False where that
-    fails or the platform has no prctl."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(15, name.encode()[:15], 0, 0, 0) == 0  # PR_SET_NAME
-    except (OSError, AttributeError):
-        return False
 
 
 def _lane_thread(threads: int, device: torch.device) -> None:

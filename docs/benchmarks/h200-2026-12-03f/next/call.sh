@@ -7,6 +7,8 @@
 #     /readyz's decode_ahead_hits / _misses after the loads;
 #  2. the same without --decode-ahead at 160, same call (the machine's own baseline);
 #  3. if time is left: --decode-processes 1 --decode-ahead at 160.
+# Each SUMMARY-*.md now has the decode children's CPU % (they name themselves tt-decoder): if a
+# child is near a core, its slow decode in the worker is the host, not the JPEG engines.
 # carry: [".raywhl", ".gpu"]. Run: bash docs/benchmarks/h200-2026-12-03f/next/call.sh
 # > $OUT/call.log 2>&1 (~560 s). Prediction in LOG.md ("Thirtieth session").
 set -x
