@@ -289,6 +289,26 @@ def test_a_prefetch_is_taken_by_a_call_with_the_same_bytes_and_dropped_by_anothe
     assert_frames_equal(three(data), data)
 
 
+def test_a_call_whose_frames_begin_with_a_prefetch_takes_it_and_decodes_the_rest(three):
+    """The batch queued behind a push grew before it ran: the prefetched frames are taken, the
+    others decoded afresh; a bad frame among those is named by its index in the call."""
+    hits, misses = three.ahead_hits, three.ahead_misses
+    data = blobs(9)
+    three.prefetch(data[:4])
+    assert_frames_equal(three(data), data)
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 1, misses)
+    assert set(three.last_seconds) == {"child", "fill", "transfer", "to_child", "from_child",
+                                       "copy_out"}
+    bad = data[:6] + [b"not a jpeg"] + data[7:]
+    three.prefetch(bad[:4])
+    with pytest.raises(DecodeError, match="frame 6 of the batch") as info:
+        three(bad)
+    assert info.value.index == 6
+    three.prefetch(data[1:5])  # not where the call begins: dropped
+    assert_frames_equal(three(data), data)
+    assert three.ahead_misses == misses + 1
+
+
 def test_a_bad_frame_in_a_prefetch_is_raised_by_the_call_that_takes_it(three):
     data = blobs(7)
     data[4] = b"not a jpeg"

@@ -99,9 +99,19 @@ class DecoderProcess:
     def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            if _same(ahead.blobs, blobs):
+            if _same(ahead.blobs, blobs[:len(ahead.blobs)]):
                 self.ahead_hits += 1
-                return self._receive(ahead)
+                frames = self._receive(ahead)
+                rest = blobs[len(ahead.blobs):]
+                if not rest:
+                    return frames
+                split = self.last_seconds
+                try:
+                    frames += self._receive(self._send(list(rest)))
+                except DecodeError as exc:
+                    raise DecodeError(len(ahead.blobs) + exc.index, exc.reason) from None
+                self.last_seconds = {key: split[key] + self.last_seconds[key] for key in split}
+                return frames
             self.ahead_misses += 1
             self._discard(ahead)
         if not blobs:
@@ -109,10 +119,11 @@ class DecoderProcess:
         return self._receive(self._send(list(blobs)))
 
     def prefetch(self, blobs: Sequence[bytes]) -> None:
-        """Start decoding ``blobs`` now, for the next call: if that call's frames are the same
-        bytes, it takes these frames, waiting only for what is left of their decode (and raises
-        their :class:`DecodeError`, as a fresh decode would); any other call drops them
-        (``ahead_hits``, ``ahead_misses`` count both). One is held at a time: a second
+        """Start decoding ``blobs`` now, for the next call: if that call's frames begin with
+        the same bytes, it takes these frames, waiting only for what is left of their decode,
+        and decodes the rest afresh (a bad frame raises :class:`DecodeError` with its index in
+        that call, as a fresh decode would); any other call drops them (``ahead_hits``,
+        ``ahead_misses`` count both). One is held at a time: a second
         prefetch drops the first. With a prefetch taken, ``last_seconds`` covers the request
         from when it was sent, so its parts may add up to more than the call's own wait."""
         ahead, self._ahead = self._ahead, None

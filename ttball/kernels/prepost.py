@@ -280,7 +280,7 @@ class GpuPipeline:
         ``upcoming``: the frames of the push expected next. With a decoder that can prefetch
         (:class:`DecoderProcess`) their decode starts as soon as this push's frames are
         decoded, so it runs while this push is prepared, run and read back; the next push
-        takes those frames if its own are the same, and decodes afresh otherwise.
+        takes those frames if its own begin with them, and decodes afresh otherwise.
 
         With ``overlap``, the rows are those the previous push's batches finished (and any this
         push's frames finish without a window), for every session concerned."""
