@@ -34,7 +34,8 @@ should jump. torchvision's nvJPEG decodes on a stream of its own, whatever ``--p
 ``--decode-processes N``: each process decodes through ``serve --decode-processes``'s
 :class:`ttball.kernels.decode_process.DecoderProcess` (N children, the frames back through
 shared device buffers) instead of in itself; the row adds the mean of its calls' split
-(``split_ms``: the slowest child's decode, its copies into the buffer, the rest).
+(``split_ms``: ``DecoderProcess.last_seconds``, the slowest child's decode, its copies into the
+buffer, the rest and that rest's parts on each side of the pipe).
 """
 
 from __future__ import annotations

@@ -112,8 +112,7 @@ class DecoderProcess:
                     raise DecodeError(len(ahead.blobs) + exc.index, exc.reason) from None
                 self.last_seconds = {key: split[key] + self.last_seconds[key] for key in split}
                 return frames
-            self.ahead_misses += 1
-            self._discard(ahead)
+            self._drop(ahead)
         if not blobs:
             return []
         return self._receive(self._send(list(blobs)))
@@ -128,8 +127,7 @@ class DecoderProcess:
         from when it was sent, so its parts may add up to more than the call's own wait."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            self.ahead_misses += 1
-            self._discard(ahead)
+            self._drop(ahead)
         if blobs:
             self._ahead = self._send(list(blobs))
 
@@ -168,15 +166,13 @@ class DecoderProcess:
         elapsed = time.perf_counter() - request.start
         slowest = max(splits, key=lambda split: split["child"] + split["fill"])
         transfer = max(0.0, elapsed - slowest["child"] - slowest["fill"])
-        self.last_seconds = {"child": slowest["child"], "fill": slowest["fill"],
-                             "transfer": transfer, "to_child": slowest["to_child"],
-                             "from_child": slowest["from_child"],
-                             "copy_out": slowest["copy_out"]}
+        self.last_seconds = {**slowest, "transfer": transfer}
         return out
 
-    def _discard(self, request: _Request) -> None:
-        """Read and drop a request's answers (a bad frame or a dead child there is not this
-        call's: the next call restarts a dead child)."""
+    def _drop(self, request: _Request) -> None:
+        """A prefetch not taken (an ahead miss): its answers read and dropped (a bad frame or
+        a dead child there is not this call's: the next call restarts a dead child)."""
+        self.ahead_misses += 1
         try:
             self._receive(request)
         except (DecodeError, RuntimeError):

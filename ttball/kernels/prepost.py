@@ -373,7 +373,7 @@ class GpuPipeline:
         reuses that frame's tensor), then start the decode of ``upcoming``'s (see
         :meth:`push`). Sizes are checked before any session changes, so a bad frame never
         half-enters a stream."""
-        last_bytes = {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
+        last_bytes = _last_bytes(sessions)
         todo, where, repeats = _to_decode(frames, sessions, last_bytes)
         try:
             decoded = iter(self.decoder(todo))
@@ -407,8 +407,7 @@ class GpuPipeline:
         sessions = [self._sessions.get(sid) for sid, _ in upcoming]
         if any(session is None for session in sessions):
             return
-        after = {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
-        after.update(last_bytes)
+        after = {**_last_bytes(sessions), **last_bytes}
         todo, _, _ = _to_decode(upcoming, sessions, after)
         self.decoder.prefetch(todo)
 
@@ -565,6 +564,11 @@ class GpuPipeline:
                 self.graph_error = f"{type(exc).__name__}: {exc}"
                 self._graphed = None
         return packed_stats(logits, thresholds, self.post)
+
+
+def _last_bytes(sessions: Sequence[_Session]) -> dict[int, bytes | None]:
+    """Each session's previous frame's bytes by ``id`` (``None`` before its first frame)."""
+    return {id(s): s.last_bytes if s.last_frame is not None else None for s in sessions}
 
 
 def _to_decode(frames: Sequence[tuple[str, bytes]], sessions: Sequence[_Session],
