@@ -289,35 +289,34 @@ class Batcher:
     def _take(self, lane: _Lane) -> list[Job]:
         """Jobs of one kind from the head of ``lane``, up to ``max_batch`` windows of work (at
         least one)."""
-        jobs: list[Job] = []
-        units = 0
-        while lane.queue:
-            head = lane.queue[0]
-            if jobs and (head.kind != jobs[0].kind or units + head.cost > self.max_batch * WINDOW):
-                break
-            lane.queue.popleft()
-            lane.queued -= head.cost
-            self._queued -= head.cost
-            if head.future.done():  # its client went away
-                continue
-            jobs.append(head)
-            units += head.cost
+        jobs, span = self._next_batch(lane)
+        for _ in range(span):
+            job = lane.queue.popleft()
+            lane.queued -= job.cost
+            self._queued -= job.cost
         self.metrics.queue_depth.set(self.depth)
         return jobs
 
     def _peek(self, lane: _Lane, kind: str) -> list[Any]:
         """The items :meth:`_take` would take next from ``lane`` if they are of ``kind``,
         left in the queue."""
-        items: list[Any] = []
-        units = 0
+        jobs, _ = self._next_batch(lane)
+        return [j.item for j in jobs] if jobs and jobs[0].kind == kind else []
+
+    def _next_batch(self, lane: _Lane) -> tuple[list[Job], int]:
+        """The live jobs the next batch of ``lane`` holds -- one kind from its head, up to
+        ``max_batch`` windows of work -- and how many queue entries they span (with the jobs
+        whose clients went away among them)."""
+        jobs: list[Job] = []
+        units = span = 0
         for job in lane.queue:
-            if job.kind != kind or (items and units + job.cost > self.max_batch * WINDOW):
+            if jobs and (job.kind != jobs[0].kind or units + job.cost > self.max_batch * WINDOW):
                 break
-            if job.future.done():
-                continue
-            items.append(job.item)
-            units += job.cost
-        return items
+            span += 1
+            if not job.future.done():  # its client went away: dropped, not run
+                jobs.append(job)
+                units += job.cost
+        return jobs, span
 
     def padded_size(self, n: int) -> int:
         return self.sizes[bisect.bisect_left(self.sizes, n)]
