@@ -21,22 +21,17 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
+# serve --decode-processes's split of the decode stage (transfer's own split since the
+# thirtieth session): columns only where a run has them
+DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer", "decode_to_child",
+                  "decode_from_child", "decode_copy_out")
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
               ("preprocess", "ttball_push_seconds", "preprocess"),
               ("postprocess", "ttball_push_seconds", "postprocess"),
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
-              ("decode_child", "ttball_push_seconds", "decode_child"),
-              ("decode_fill", "ttball_push_seconds", "decode_fill"),
-              ("decode_transfer", "ttball_push_seconds", "decode_transfer"),
-              ("decode_to_child", "ttball_push_seconds", "decode_to_child"),
-              ("decode_from_child", "ttball_push_seconds", "decode_from_child"),
-              ("decode_copy_out", "ttball_push_seconds", "decode_copy_out"))
-# serve --decode-processes's split of the decode stage (transfer's own split since the
-# thirtieth session): columns only where a run has them
-DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer", "decode_to_child",
-                  "decode_from_child", "decode_copy_out")
+              *((stage, "ttball_push_seconds", stage) for stage in DECODE_PROCESS))
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 
