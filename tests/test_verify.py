@@ -130,6 +130,14 @@ def test_reference_track_is_what_ttball_track_gives(clip, small_model, small_con
     assert sum(r.visible for r in tracked) == FRAMES
 
 
+def test_the_null_diagnostic_fails_the_gate(clip, small_model, small_config) -> None:
+    """``null`` (no network, no ball) is a measurement tool; the gate must never pass it."""
+    report = _verify(create("null", small_model, "cpu"), clip, small_config)
+    assert not report.passed
+    assert report.overall["detections"]["flips"] == FRAMES
+    assert report.overall["track"]["visibility_flips"] == FRAMES
+
+
 def test_shifted_candidate_fails_with_frames_named(clip, small_config) -> None:
     report = _verify(BlobBackend(shift=2), clip, small_config)
     assert not report.passed

@@ -75,7 +75,7 @@ def _cpu_params() -> list[Any]:
     return [
         pytest.param(n, marks=pytest.mark.slow) if "onnx" in spec(n).tags else n
         for n in names()
-        if "options" not in spec(n).tags
+        if not {"options", "diagnostic"} & spec(n).tags
     ]
 
 
@@ -218,7 +218,8 @@ def no_tf32() -> Iterator[None]:
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
-    "name", [n for n in names() if n != "compile" and not n.startswith("compile-")]
+    "name", [n for n in names() if n != "compile" and not n.startswith("compile-")
+             and "diagnostic" not in spec(n).tags]
 )
 def test_parity_on_cuda(
     name: str, model: BlurBall, batch: torch.Tensor, reference: torch.Tensor, no_tf32: None

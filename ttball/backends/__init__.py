@@ -12,6 +12,7 @@ from ttball.backends import tensorrt  # noqa: F401
 from ttball.backends import onnxrt  # noqa: F401
 from ttball.backends import openvino  # noqa: F401
 from ttball.backends import triton  # noqa: F401
+from ttball.backends import null  # noqa: F401  (diagnostic: see its docstring)
 
 # ONNX Runtime backends (`onnxrt-*`) live in ttball/backends/onnxrt.py (another issue); the lead
 from ttball.backends.base import (
