@@ -16,6 +16,7 @@ each other (their threads share one interpreter lock)::
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +33,8 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
               ("postprocess", "ttball_push_seconds", "postprocess"),
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
               *((stage, "ttball_push_seconds", stage) for stage in DECODE_PROCESS))
+# --quantiles: not in ms (each run's mean only)
+PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 
@@ -59,7 +62,7 @@ def read_histograms(path: Path) -> dict[str, dict[float | str, float]]:
 def histograms(text: str) -> dict[str, dict[float | str, float]]:
     """The :data:`HISTOGRAMS` of one Prometheus text, summed over replicas: per label, the
     cumulative count at each bucket's upper edge (``le``), and ``"sum"`` and ``"count"``."""
-    wanted = {(metric, stage): label for label, metric, stage in HISTOGRAMS}
+    wanted = {(metric, stage): label for label, metric, stage in (*HISTOGRAMS, PUSH_FRAMES)}
     out: dict[str, dict[float | str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -97,7 +100,8 @@ def quantile(q: float, buckets: dict[float | str, float]) -> float:
 
 def stage_quantiles(folder: Path) -> list[dict[str, float]]:
     """One row per run in ``folder``, as :func:`runs`: for each of :data:`HISTOGRAMS`, its
-    mean and :data:`QUANTILES` in milliseconds over that run's observations."""
+    mean and :data:`QUANTILES` in milliseconds over that run's observations; ``frames_a_push``
+    (the mean push's frames) and ``lanes_busy`` (:func:`lanes_busy`)."""
     snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
     rows, before, server = [], {}, None
     for path in snapshots:
@@ -111,6 +115,11 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
         if sessions == 0:
             continue
         row = {"replicas": float(replicas), "sessions": float(sessions)}
+        frames = delta.get(PUSH_FRAMES[0], {})
+        row["frames_a_push"] = (frames.get("sum", 0.0) / frames["count"] if frames.get("count")
+                                else float("nan"))
+        row["lanes_busy"] = lanes_busy(folder, replicas, sessions,
+                                       delta.get("push", {}).get("sum", 0.0))
         for label, _, _ in HISTOGRAMS:
             series = delta.get(label, {})
             count = series.get("count", 0.0)
@@ -120,6 +129,25 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
                 row[f"{label}_p{round(100 * q)}"] = 1e3 * quantile(q, series)
         rows.append(row)
     return rows
+
+
+def lanes_busy(folder: Path, replicas: int, sessions: int, push_seconds: float) -> float:
+    """The share of its lanes' time a run spent in pushes: ``push_seconds`` (all lanes and
+    replicas) over lanes × the load's active seconds, from the files beside the snapshots
+    (``ready-R.json``'s lanes a replica × its replicas, ``loadtest-R-S.json``'s ``active_s``;
+    Ray runs only). Near 1 at saturation a lane never waits for work; well under it, the lanes
+    wait between pushes (for the event loop, the batcher). NaN without those files."""
+    ready, load = folder / f"ready-{replicas}.json", folder / f"loadtest-{replicas}-{sessions}.json"
+    if not replicas or not ready.exists() or not load.exists():
+        return float("nan")
+    try:
+        state, report = json.loads(ready.read_text()), json.loads(load.read_text())
+        lanes = (state.get("device_pipeline") or {}).get("lanes") or 1
+        per = len(state.get("replicas") or []) or replicas
+        active = float(report["active_s"])
+    except (ValueError, KeyError, TypeError, AttributeError):  # a partial or empty file
+        return float("nan")
+    return push_seconds / (lanes * per * active) if active > 0 else float("nan")
 
 
 def _counts(path: Path) -> tuple[int, int]:
@@ -184,15 +212,16 @@ def _print_quantiles(folder: Path) -> None:
     shown = [label for label, _, _ in HISTOGRAMS
              if label not in DECODE_PROCESS or any(row[f"{label}_n"] for row in rows)]
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
-          "and replicas)")
-    print("  " + " ".join(f"{h:>8}" for h in ("replicas", "sessions"))
+          "and replicas); fr/push: frames a push, mean; busy %: the lanes' time in pushes")
+    print("  " + " ".join(f"{h:>8}" for h in ("replicas", "sessions", "fr/push", "busy %"))
           + "".join(f" {label:>24}" for label in shown))
     for row in rows:
-        cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}"]
+        cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}",
+                 f"{row['frames_a_push']:8.1f}", f"{100 * row['lanes_busy']:8.0f}"]
         for label in shown:
             values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
             cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))
-        print("  " + " ".join(cells[:2]) + "".join(cells[2:]))
+        print("  " + " ".join(cells[:4]) + "".join(cells[4:]))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ cumulative /metrics snapshots of a load test, on hand-made snapshots."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -168,3 +169,34 @@ def test_the_decode_process_split_is_shown_only_where_a_run_has_it(tmp_path: Pat
     newer.mkdir()
     (newer / "metrics-4-40.txt").write_text(snapshot(("total", "decode") + push_costs.DECODE_PROCESS))
     assert header(newer).split()[-6:] == list(push_costs.DECODE_PROCESS)
+
+
+def test_frames_a_push_and_the_lanes_busy_share(tmp_path: Path) -> None:
+    """``fr/push`` from ``ttball_push_frames``; ``busy %``: push seconds over lanes × the load's
+    active seconds (``ready-R.json``, ``loadtest-R-S.json``), NaN where those files are missing."""
+    def snapshot(pushes: float, frames: float, seconds: float) -> str:
+        lines = []
+        for name in ("a", "b"):  # two replicas, each half
+            lines += [f'ttball_push_frames_count{{replica="{name}"}} {pushes / 2}',
+                      f'ttball_push_frames_sum{{replica="{name}"}} {frames / 2}',
+                      f'ttball_push_seconds_count{{replica="{name}",stage="total"}} {pushes / 2}',
+                      f'ttball_push_seconds_sum{{replica="{name}",stage="total"}} {seconds / 2}']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-2-0.txt").write_text(snapshot(10, 30, 1.0))  # the warm-up
+    (tmp_path / "metrics-2-64.txt").write_text(snapshot(110, 4030, 25.0))  # 100 pushes, 24 s
+    (tmp_path / "metrics-2-96.txt").write_text(snapshot(160, 6030, 40.0))
+    (tmp_path / "ready-2.json").write_text(json.dumps(
+        {"device_pipeline": {"lanes": 2}, "replicas": [{"replica": "a"}, {"replica": "b"}]}))
+    (tmp_path / "loadtest-2-64.json").write_text(json.dumps({"active_s": 10.0}))
+    first, second = push_costs.stage_quantiles(tmp_path)
+    assert math.isclose(first["frames_a_push"], 40.0)  # 4000 frames in 100 pushes
+    assert math.isclose(first["lanes_busy"], 24.0 / (2 * 2 * 10.0))  # four lanes for 10 s
+    assert math.isclose(second["frames_a_push"], 40.0)
+    assert math.isnan(second["lanes_busy"])  # no loadtest-2-96.json
+    (tmp_path / "loadtest-2-96.json").write_text("")  # an empty report: not a number either
+    assert math.isnan(push_costs.stage_quantiles(tmp_path)[1]["lanes_busy"])
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--quantiles", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.splitlines()[2].split()[:4] == ["2", "64", "40.0", "60"]
