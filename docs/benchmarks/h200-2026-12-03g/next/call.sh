@@ -9,6 +9,8 @@
 #     --decode-processes 2 --decode-ahead) with --backend null (no network: constant logits) at
 #     192 / 256 / 320 sessions;
 #  2. the same with triton-fp16-direct at 256 (the machine's own baseline).
+# Both with py-spy --gil on one replica (who holds its interpreter lock, SUMMARY-*.md), and the
+# host's lscpu (are its 16 CPUs 8 cores of two threads?).
 # carry: [".raywhl", ".gpu"] (the tree with them is near the 64 MiB limit: remove demo/rally.mp4
 # and docs/images/synth_examples.png from the working tree for the call, then git checkout
 # them). Run: bash docs/benchmarks/h200-2026-12-03g/next/call.sh > $OUT/call.log 2>&1 (~520 s).
@@ -20,13 +22,14 @@ T0=$(date +%s); t() { echo "$1 $(( $(date +%s)-T0 ))s" >> $W/times.txt; }
 TOTAL=${TOTAL:-560}
 source scripts/_loadtest.sh
 install_wheels
+lscpu > $OUT/lscpu.txt 2>&1  # 16 cores or 8 with two threads each: how busy "60 %" of the host is
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
 # no Triton kernels to tune: start-up is the resize's compile and the warm-up pushes
-SESSIONS_4="192 256 320" R null 260 BACKEND=null DECODE_PROCESSES=2 DECODE_AHEAD=1
+SESSIONS_4="192 256 320" R null 260 BACKEND=null DECODE_PROCESSES=2 DECODE_AHEAD=1 PYSPY=1
 cp $W/null/stages.txt $OUT/stages-null.txt 2>/dev/null
 LEFT=$(( TOTAL - ($(date +%s)-T0) - 10 ))
 # a cold Triton cache: 136-210 s to ready (BUDGET_S - 60 is the wait)
-[ $LEFT -ge 250 ] && SESSIONS_4="256" R triton $LEFT DECODE_PROCESSES=2 DECODE_AHEAD=1
+[ $LEFT -ge 250 ] && SESSIONS_4="256" R triton $LEFT DECODE_PROCESSES=2 DECODE_AHEAD=1 PYSPY=1
 cp $W/triton/stages.txt $OUT/stages-triton.txt 2>/dev/null
 cp $W/times.txt $OUT/
 tar -czf $OUT/next.tgz --exclude 'next/mps-pipe*' -C /tmp next
