@@ -11,9 +11,11 @@
 #  2. the same with triton-fp16-direct at 256 (the machine's own baseline).
 # Both with py-spy --gil on one replica (who holds its interpreter lock, SUMMARY-*.md), and the
 # host's lscpu (are its 16 CPUs 8 cores of two threads?).
-# carry: [".raywhl", ".gpu"] (the tree with them is near the 64 MiB limit: remove demo/rally.mp4
-# and docs/images/synth_examples.png from the working tree for the call, then git checkout
-# them). Run: bash docs/benchmarks/h200-2026-12-03g/next/call.sh > $OUT/call.log 2>&1 (~520 s).
+# carry: [".raywhl", ".gpu"] (with .raywhl built by make_raywhl.sh since its binaries are
+# stripped, ~39.9 MB, the tree and both carries are ~61 MiB; if the run tool still says over 64
+# MiB, remove demo/rally.mp4 and docs/images/synth_examples.png from the working tree for the
+# call, then git checkout them). Run: bash docs/benchmarks/h200-2026-12-03g/next/call.sh
+# > $OUT/call.log 2>&1 (~520 s).
 # Prediction in ../../LOG.md ("Thirty-first session").
 set -x
 export TRITON_CACHE_DIR=/tmp/tcache PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
