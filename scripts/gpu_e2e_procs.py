@@ -21,6 +21,14 @@ much of the GPU's busy time is work).
 Run it again after ``nvidia-cuda-mps-control -d`` (``--tag mps``) for the same with CUDA MPS,
 whose processes' kernels share the GPU at once instead of by time slices.
 
+``--network-only``: the same processes, lanes, threads and streams, but each lane only runs its
+backend on one fixed batch of ``BATCH`` windows, back to back, waiting for each call (no JPEG,
+no resize, no post-processing): what the network alone gives when the GPU is shared the way
+the worker shares it (``4x16x2``: four processes of two lanes at 16 windows, as ``serve --ray``'s
+four replicas), against one lane at 64 (``1x64``). Its rows' ``frames_per_s`` count
+``--step`` frames a window, so they compare with the end-to-end rows; ``windows_per_s`` is
+beside them, ``rows_out`` is 0.
+
 Each pipeline's sessions start with their window phases staggered, as in ``gpu_e2e.py``
 (``--aligned-phases`` for the bursts of the rows measured before the twentieth session).
 
@@ -82,6 +90,18 @@ def _lane(args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes
     backend, config = _load(args)
     cuda = backend.device.type == "cuda"
     stream = torch.cuda.Stream(backend.device) if cuda and own_stream else None
+    if args.network_only:
+        from ttball.backends.base import random_windows
+
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            backend.warmup([batch], *config.input_size)
+            windows = random_windows(batch, *config.input_size, backend.device)
+            for _ in range(3):  # the graph's first replays
+                backend(windows)
+            if cuda:
+                torch.cuda.current_stream(backend.device).synchronize()
+        return {"backend": backend, "pipeline": None, "per_push": batch * args.step,
+                "stream": stream, "windows": windows}
     with torch.cuda.stream(stream) if stream is not None else nullcontext():
         backend.warmup(sorted({*WARM_SIZES, batch}), *config.input_size)
         pipeline, per_push = open_pipeline(
@@ -102,6 +122,9 @@ def _push_for(lane: dict[str, Any], blobs: list[bytes], seconds: float) -> dict[
     """Push ``lane``'s frames on its stream for ``seconds``; its frames, rows and latencies."""
     import torch
 
+    if lane["pipeline"] is None:
+        return _calls_for(lane, seconds)
+
     pipeline, per_push, sessions = lane["pipeline"], lane["per_push"], lane["sessions"]
     offset = lane["offset"]
     latencies, frames, rows = [], 0, 0
@@ -120,6 +143,27 @@ def _push_for(lane: dict[str, Any], blobs: list[bytes], seconds: float) -> dict[
     return {"frames": frames, "rows": rows, "elapsed": elapsed, "latencies": latencies}
 
 
+def _calls_for(lane: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``--network-only``: ``lane``'s backend on its fixed windows, on its stream, each call
+    waited for, for ``seconds``; "frames" are ``--step`` a window."""
+    import torch
+
+    backend, windows = lane["backend"], lane["windows"]
+    latencies, frames = [], 0
+    with torch.cuda.stream(lane["stream"]) if lane["stream"] is not None else nullcontext():
+        cuda = backend.device.type == "cuda"
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            t0 = time.perf_counter()
+            backend(windows)
+            if cuda:
+                torch.cuda.current_stream(backend.device).synchronize()
+            latencies.append(1e3 * (time.perf_counter() - t0))
+            frames += lane["per_push"]
+        elapsed = time.perf_counter() - start
+    return {"frames": frames, "rows": 0, "elapsed": elapsed, "latencies": latencies}
+
+
 def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes: int,
            blobs: list[bytes], barrier: Any, deadline_s: float, results: Any) -> None:
     """One worker process: build and warm its ``lanes`` pipelines (the sessions split among
@@ -131,9 +175,13 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
 
         torch.set_num_threads(max(1, args.threads))
         built = [_lane(args, batch, sessions // lanes, blobs, lanes > 1) for _ in range(lanes)]
+        pipelines = [lane["pipeline"] for lane in built if lane["pipeline"] is not None]
         if lanes > 1:  # a capture fails while another lane's thread works: none from here on
             for lane in built:
-                lane["pipeline"].freeze_graphs()
+                freeze = (lane["pipeline"].freeze_graphs if lane["pipeline"] is not None
+                          else getattr(lane["backend"], "freeze_graphs", None))
+                if freeze is not None:
+                    freeze()
         if built[0]["backend"].device.type == "cuda":
             torch.cuda.synchronize(built[0]["backend"].device)
         start_s = time.perf_counter() - started
@@ -150,10 +198,12 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                      "elapsed_s": elapsed, "frames_per_s": frames / elapsed,
                      "frames_per_push": built[0]["per_push"],
                      "latencies_ms": [t for r in runs for t in r["latencies"]],
-                     "decoder": built[0]["pipeline"].decoder.kind,
-                     "uncaptured_calls": sum(b["pipeline"].uncaptured for b in built),
-                     "fallback_share": max(b["pipeline"].fallbacks / max(b["pipeline"].heatmaps, 1)
-                                           for b in built)})
+                     "decoder": pipelines[0].decoder.kind if pipelines else None,
+                     "uncaptured_calls": (sum(p.uncaptured for p in pipelines) if pipelines
+                                          else sum(getattr(b["backend"], "uncaptured_calls", 0)
+                                                   for b in built)),
+                     "fallback_share": max((p.fallbacks / max(p.heatmaps, 1) for p in pipelines),
+                                           default=0.0)})
     except threading.BrokenBarrierError:  # another process failed, or the start timed out
         results.put({"rank": rank, "start_s": start_s, "error": (
             f"not every process was ready within --start-timeout-s {args.start_timeout_s:g} "
@@ -256,13 +306,17 @@ def run_row(args: argparse.Namespace, procs: int, batch: int, blobs: list[bytes]
     per_push = reports[0]["frames_per_push"]
     gather_ms = 1e3 * per_push / (60.0 * (sessions // lanes))  # a push's frames at 60 fps
     row.update({
+        "network_only": bool(args.network_only),
         "frames_per_s": sum(r["frames_per_s"] for r in reports),
+        "windows_per_s": sum(r["frames_per_s"] for r in reports) / args.step
+        if args.network_only else None,
         "frames_per_s_each": [round(r["frames_per_s"], 1) for r in sorted(reports, key=lambda r: r["rank"])],
         "frames_per_push": per_push, "pushes": int(lat.size),
         "rows_out": sum(r["rows_out"] for r in reports),
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
-        "gather_ms_at_60fps": gather_ms,
-        "latency_ms_p99_at_60fps": gather_ms + float(np.percentile(lat, 99)),
+        "gather_ms_at_60fps": None if args.network_only else gather_ms,
+        "latency_ms_p99_at_60fps": (None if args.network_only
+                                    else gather_ms + float(np.percentile(lat, 99))),
         "decoder": reports[0]["decoder"],
         "fallback_share": max(r["fallback_share"] for r in reports),
         "uncaptured_calls": sum(r["uncaptured_calls"] for r in reports),
@@ -298,6 +352,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=300.0,
                         help="no new row after this many seconds")
     parser.add_argument("--tag", default="", help="recorded with the results, e.g. mps")
+    parser.add_argument("--network-only", action="store_true",
+                        help="each lane runs only its backend on BATCH fixed windows, back to "
+                             "back (frames: --step a window)")
     args = parser.parse_args()
     try:
         plan = [tuple(int(v) for v in row.split("x")) for row in args.rows.split(",")]

@@ -20,13 +20,13 @@ def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
-def _one_row(tmp_path: Path, rows: str) -> dict:
+def _one_row(tmp_path: Path, rows: str, *more: str) -> dict:
     """The script's one row ``rows`` on the CPU (tiny input, two sessions, half a second),
     which ran without an error."""
     out = tmp_path / "procs.json"
     done = _run("--out", str(out), "--device", "cpu", "--input-size", "72x128",
                 "--backend", "eager-fp32", "--rows", rows, "--sessions", "2",
-                "--seconds", "0.5", "--frames", "6", "--threads", "1")
+                "--seconds", "0.5", "--frames", "6", "--threads", "1", *more)
     assert done.returncode == 0, done.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert "error" not in row, row
@@ -99,3 +99,17 @@ def test_a_start_that_times_out_says_so_in_the_row(tmp_path: Path) -> None:
     assert "frames_per_s" not in row
     assert "not every process was ready within --start-timeout-s 0.1" in row["error"]
     assert len(row["reports"]) == 2 and all(r["start_s"] > 0 for r in row["reports"])
+
+
+def test_network_only_lanes_run_just_the_backend(tmp_path: Path) -> None:
+    """``--network-only``: each lane calls its backend on fixed windows (no JPEG, no rows);
+    frames count ``--step`` a window, beside the windows."""
+    row = _one_row(tmp_path, "1x2x2", "--network-only")
+    assert row["network_only"] and (row["procs"], row["batch"], row["lanes"]) == (1, 2, 2)
+    assert row["rows_out"] == 0 and row["decoder"] is None
+    assert row["pushes"] >= 4  # both lanes called their backend, twice at least
+    assert row["frames_per_push"] == 6  # two windows of three frames
+    assert abs(row["windows_per_s"] * 3 - row["frames_per_s"]) < 1e-6
+    assert row["gather_ms_at_60fps"] is None and row["push_ms_p50"] > 0
+    plain = _one_row(tmp_path, "1x1")
+    assert not plain["network_only"] and plain["windows_per_s"] is None
