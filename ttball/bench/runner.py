@@ -133,8 +133,9 @@ def select_variants(patterns: list[str] | None, device: torch.device) -> list[st
 
     Without patterns: every registered variant in registry order (those that can't run here
     become ``unavailable`` rows). Globs skip option-taking generic entries (tag ``options``)
-    and diagnostics (tag ``diagnostic``: ``null``); name them exactly to run them. An unknown exact name is an error; a glob that matches
-    nothing is logged and ignored (a family may not be installed), unless nothing matches.
+    and diagnostics (tag ``diagnostic``: ``null``); name them exactly to run them. An unknown
+    exact name is an error; a glob that matches nothing is logged and ignored (a family may
+    not be installed), unless nothing matches.
     """
     known = base.names()
     concrete = [n for n in known if not {"options", "diagnostic"} & base.spec(n).tags]
