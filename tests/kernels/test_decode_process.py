@@ -74,6 +74,20 @@ def test_returned_frames_are_the_callers_not_views_of_the_slot(decoder):
     assert_frames_equal(kept, first)
 
 
+def test_frames_of_several_shapes_in_one_call_come_back_in_order(decoder):
+    data = blobs(2) + blobs(1, height=40) + blobs(2)[:1] + blobs(1, height=24)
+    got = decoder(data)
+    assert_frames_equal(got, data)
+    assert [tuple(g.shape) for g in got] == [(3, 36, 64), (3, 36, 64), (3, 40, 64), (3, 36, 64),
+                                            (3, 24, 64)]
+
+
+def test_a_run_of_one_shape_is_copied_out_once(decoder):
+    """Frames of one shape in one round share one copy (one torch call, not one a frame)."""
+    got = decoder(blobs(2))
+    assert got[0].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()
+
+
 def test_a_bad_frame_names_its_index_and_the_process_goes_on(decoder):
     data = blobs(3)
     with pytest.raises(DecodeError, match="frame 2 of the batch: not a decodable image") as info:

@@ -15,9 +15,9 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   themselves through the pipe: pickled and written 64 KiB at a time, 4-6 ms for 40 frames of
   150 KB on the H200's host, which is what the inbox saves); the child decodes them with its own
   ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
-  into the slot, waits for its stream and answers their shapes; the parent copies each frame
-  out into a tensor of its own on its current stream (the slot is reused two calls later, after
-  an event says those copies are done). A batch larger than a slot comes back in rounds;
+  into the slot, waits for its stream and answers their shapes; the parent copies the frames
+  out on its current stream, each run of one shape as one tensor whose rows are the frames
+  (the slot is reused two calls later, after an event says those copies are done). A batch larger than a slot comes back in rounds;
 - a frame that does not decode raises :class:`~ttball.kernels.prepost_image.DecodeError` with
   its index, as ``JpegDecoder`` does; a child found dead when a call begins is started again
   (``restarts`` counts them), and one that dies during a call makes that call raise.
@@ -309,11 +309,21 @@ class _Child:
         return out, split
 
     def _copy_out(self, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
+        """The frames out of the slot, each run of frames of one shape (a call's frames, as a
+        rule) as one copy whose rows are the frames: two torch calls a run instead of one a
+        frame, each of which lets the interpreter lock go and waits to take it back behind the
+        process's other threads (docs/benchmarks/LOG.md, thirty-second session). A frame kept
+        (a session's last) keeps its run's copy alive."""
         buf, offset, out = self.ring[self._slot], 0, []
-        for shape in shapes:
-            n = math.prod(shape)
-            out.append(buf[offset:offset + n].view(shape).clone())
-            offset += n
+        start = 0
+        while start < len(shapes):
+            shape, stop = shapes[start], start + 1
+            while stop < len(shapes) and shapes[stop] == shape:
+                stop += 1
+            n, k = math.prod(shape), stop - start
+            run = buf[offset:offset + k * n].view(k, *shape).clone()
+            out.extend(run.unbind(0) if k > 1 else [run[0]])
+            offset, start = offset + k * n, stop
         return out
 
     def _record(self) -> torch.cuda.Event | None:
