@@ -18,7 +18,7 @@ source docs/benchmarks/h200-2026-12-03c/_ray.sh
 R eight 360 REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 SESSIONS_8="256 320" \
   DECODE_PROCESSES=2 DECODE_AHEAD=1
 LEFT=$(( TOTAL - ($(date +%s)-T0) - 10 ))
-[ $LEFT -ge 150 ] && SESSIONS_4="256" R four $LEFT DECODE_PROCESSES=2 DECODE_AHEAD=1
+[ $LEFT -ge 200 ] && SESSIONS_4="256" R four $LEFT DECODE_PROCESSES=2 DECODE_AHEAD=1
 for l in eight four; do cp $W/$l/stages.txt $OUT/stages-$l.txt 2>/dev/null; done
 cp $W/times.txt $OUT/times.log
 tar -czf $OUT/next.tgz --exclude 'next/mps-pipe*' -C /tmp next
