@@ -3,7 +3,8 @@
 # frames/s at 256 sessions against ~5,000 for four of two (LOG.md, "Thirty-second session").
 # Here, in one call, the real network: triton-fp16-direct on eight replicas of one lane (two
 # nvJPEG children each, --decode-ahead, MPS) at 256 / 320 sessions, then call 1's four replicas
-# of two lanes at 256 -- the same call's baseline (a warm compile cache by then).
+# of two lanes at 256 -- the same call's baseline (a warm compile cache by then: ~90 s to ready,
+# so it runs only with 200 s left).
 # carry: [".raywhl", ".gpu"]. Run: bash docs/benchmarks/h200-2026-12-03h/next/call.sh
 # > $OUT/call.log 2>&1 (~520 s). Prediction in ../../LOG.md ("Thirty-second session").
 set -x
