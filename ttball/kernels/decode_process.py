@@ -17,7 +17,8 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
   into the slot, waits for its stream and answers their shapes; the parent copies the frames
   out on its current stream, each run of one shape as one tensor whose rows are the frames
-  (the slot is reused two calls later, after an event says those copies are done). A batch larger than a slot comes back in rounds;
+  (the slot is reused two calls later, after an event says those copies are done). A batch
+  larger than a slot comes back in rounds;
 - a frame that does not decode raises :class:`~ttball.kernels.prepost_image.DecodeError` with
   its index, as ``JpegDecoder`` does; a child found dead when a call begins is started again
   (``restarts`` counts them), and one that dies during a call makes that call raise.
@@ -43,6 +44,7 @@ import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 import torch
@@ -210,8 +212,9 @@ class _Child:
         self.inbox = torch.empty(inbox_bytes, dtype=torch.uint8).share_memory_()
         # written through a memoryview: one memcpy a frame with the interpreter lock held. A
         # numpy slice assignment lets the lock go for each frame, and taking it back waits for
-        # whichever thread holds it, up to the switch interval (5 ms) each time: ~48 ms for
-        # 22 frames of 150 KB beside one busy thread, 0.1 ms so (LOG.md, thirty-second session)
+        # whichever thread holds it, up to the switch interval (5 ms) each time: 22 frames of
+        # 150 KB beside a thread busy in Python 57.7 ms so, 0.10 ms through the memoryview
+        # (scripts/gil_convoy.py; LOG.md, thirty-second session)
         self._inbox = memoryview(self.inbox.numpy()).cast("B")
         self.piped = 0  # requests too large for the inbox, sent through the pipe
         self.ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=device)
@@ -315,15 +318,10 @@ class _Child:
         process's other threads (docs/benchmarks/LOG.md, thirty-second session). A frame kept
         (a session's last) keeps its run's copy alive."""
         buf, offset, out = self.ring[self._slot], 0, []
-        start = 0
-        while start < len(shapes):
-            shape, stop = shapes[start], start + 1
-            while stop < len(shapes) and shapes[stop] == shape:
-                stop += 1
-            n, k = math.prod(shape), stop - start
-            run = buf[offset:offset + k * n].view(k, *shape).clone()
-            out.extend(run.unbind(0) if k > 1 else [run[0]])
-            offset, start = offset + k * n, stop
+        for shape, run in groupby(shapes):
+            k, n = sum(1 for _ in run), math.prod(shape)
+            out.extend(buf[offset:offset + k * n].view(k, *shape).clone().unbind(0))
+            offset += k * n
         return out
 
     def _record(self) -> torch.cuda.Event | None:
