@@ -16,7 +16,8 @@
 #   replica on at most half of the SMs, as the daemon's default; SM_PERCENT=50: the same through
 #   `serve --ray --mps-sm-percent`, set in each replica only), BLOCKING_SYNC=1 (serve
 #   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), SWITCH_MS=0.5 (serve
-#   --switch-interval-ms: Python's switch interval in each replica), PYSPY=1 (py-spy --gil on one
+#   --switch-interval-ms: Python's switch interval in each replica), BATCHES_AHEAD (serve
+#   --batches-ahead), PYSPY=1 (py-spy --gil on one
 #   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), DECODE_PROCESSES (serve --decode-processes), DECODE_AHEAD=1 (serve --decode-ahead), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
@@ -106,6 +107,7 @@ start() {
     $([ -n "${SM_PERCENT:-}" ] && echo --mps-sm-percent "$SM_PERCENT") \
     $([ -n "${BLOCKING_SYNC:-}" ] && echo --cuda-blocking-sync) \
     $([ -n "${SWITCH_MS:-}" ] && echo --switch-interval-ms "$SWITCH_MS") \
+    $([ -n "${BATCHES_AHEAD:-}" ] && echo --batches-ahead "$BATCHES_AHEAD") \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds

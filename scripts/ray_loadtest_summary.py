@@ -127,6 +127,7 @@ def mode(env: dict[str, str]) -> str:
     text += f" (--mps-sm-percent {env['SM_PERCENT']})" if env.get("SM_PERCENT") else ""
     text += ", blocking sync" if env.get("BLOCKING_SYNC") else ""
     text += f", switch interval {env['SWITCH_MS']} ms" if env.get("SWITCH_MS") else ""
+    text += f", --batches-ahead {env['BATCHES_AHEAD']}" if env.get("BATCHES_AHEAD") else ""
     text += ", RAY_USE_UVLOOP=0" if env.get("RAY_USE_UVLOOP") == "0" else ""
     return text
 

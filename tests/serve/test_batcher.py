@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ttball.backends import BackendBase
+from ttball.errors import UserError
 from ttball.model.config import WeightsConfig
 from ttball.serve.batcher import Batcher, Overloaded, Worker
 from ttball.serve.metrics import Metrics
@@ -224,6 +225,114 @@ def test_a_lookahead_kinds_runner_is_told_the_batch_queued_after_its_own() -> No
 
     assert asyncio.run(go()) == [1, 2, 3, 4, 6, -7, 8]
     assert seen == [([1, 2], [3, 4]), ([3, 4], [6]), ([6], []), ([8], [])]
+
+
+def _spans_under_a_late_loop(batches_ahead: int, lookahead: bool = False):
+    """Three full batches of two, each job's answer holding the event loop for 0.1 s (a loop
+    late under load): the runner's (items, upcoming, start, end) per batch, and the rows."""
+    spans: list[tuple[list[int], list[int], float, float]] = []
+
+    def run(items: list[int], upcoming: list[int] = ()) -> list[int]:
+        start = time.perf_counter()
+        time.sleep(0.05)
+        spans.append((items, list(upcoming), start, time.perf_counter()))
+        return [10 * i for i in items]
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR, runners={"job": run},
+                          lookahead=("job",) if lookahead else (), batches_ahead=batches_ahead)
+        batcher.reserve(6)
+        jobs = [batcher.submit_job("job", i) for i in range(1, 7)]
+        for job in jobs:
+            job.add_done_callback(lambda _: time.sleep(0.1))
+        batcher.start()
+        out = await asyncio.gather(*jobs)
+        await batcher.stop()
+        return out
+
+    return spans, asyncio.run(go())
+
+
+def test_batches_ahead_start_when_the_last_ends_not_when_the_loop_answers() -> None:
+    """--batches-ahead 1: a full batch is handed to the lane's thread while one runs, so a
+    late event loop no longer leaves the thread idle between batches; rows and order as before."""
+    spans, out = _spans_under_a_late_loop(batches_ahead=0)
+    assert out == [10, 20, 30, 40, 50, 60]
+    gaps = [b[2] - a[3] for a, b in zip(spans, spans[1:])]
+    assert min(gaps) > 0.15  # one at a time: each waits for the loop to answer two jobs
+    spans, out = _spans_under_a_late_loop(batches_ahead=1)
+    assert out == [10, 20, 30, 40, 50, 60]
+    assert [items for items, *_ in spans] == [[1, 2], [3, 4], [5, 6]]
+    assert spans[1][2] - spans[0][3] < 0.03  # the second began as the first ended
+
+
+def test_batches_ahead_tell_a_lookahead_runner_the_batch_after_its_own() -> None:
+    spans, out = _spans_under_a_late_loop(batches_ahead=1, lookahead=True)
+    assert out == [10, 20, 30, 40, 50, 60]
+    assert [(items, upcoming) for items, upcoming, *_ in spans] == [
+        ([1, 2], [3, 4]), ([3, 4], [5, 6]), ([5, 6], [])]
+
+
+def test_a_short_batch_is_not_handed_ahead_and_idle_work_waits_for_the_thread() -> None:
+    """Only a full batch goes ahead: a short one waits for the running batches; the lane's
+    idle work (a flush when the queue runs short) runs once nothing is running, as with one
+    batch at a time: after [3, 4] (one job left) and at the end."""
+    events: list[tuple[str, object]] = []
+
+    def run(items: list[int]) -> list[int]:
+        events.append(("run", items))
+        time.sleep(0.05)
+        return items
+
+    def idle() -> None:
+        events.append(("idle", None))
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR, runners={"job": run},
+                          batches_ahead=2)
+        batcher.add_lane(ThreadPoolExecutor(1), {"job": run}, idle=idle)
+        batcher.start()
+        batcher.reserve(5)
+        first = [batcher.submit_job("job", i, lane=1) for i in (1, 2, 3, 4, 5)]
+        await asyncio.gather(*first)
+        await batcher.stop()
+
+    asyncio.run(go())
+    assert events == [("run", [1, 2]), ("run", [3, 4]), ("idle", None), ("run", [5]),
+                      ("idle", None)]
+
+
+def test_a_failed_batch_fails_its_jobs_alone_when_the_next_was_handed_ahead() -> None:
+    def run(items: list[int]) -> list[int]:
+        time.sleep(0.02)
+        if 1 in items:
+            raise RuntimeError("boom")
+        return items
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR, runners={"job": run},
+                          batches_ahead=1)
+        batcher.reserve(4)
+        jobs = [batcher.submit_job("job", i) for i in (1, 2, 3, 4)]
+        batcher.start()
+        out = await asyncio.gather(*jobs, return_exceptions=True)
+        await batcher.stop()
+        return out
+
+    out = asyncio.run(go())
+    assert [type(o).__name__ for o in out[:2]] == ["ApiError"] * 2 and out[2:] == [3, 4]
+    assert out[0].status == 500 and "boom" in out[0].message
+
+
+def test_batches_ahead_is_bounded() -> None:
+    with pytest.raises(ValueError, match="batches_ahead"):
+        Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2, max_delay_s=0.0,
+                capacity=4, executor=EXECUTOR, batches_ahead=-1)
+    with pytest.raises(UserError, match="--batches-ahead"):
+        ServeSettings(batches_ahead=5).validate()
 
 
 def test_max_batch_above_warmed_sizes_is_refused() -> None:

@@ -82,6 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Python's switch interval for this process (default Python's 5 ms): "
                         "the longest the event loop waits for the interpreter lock while a "
                         "lane's thread runs Python; no effect measured yet (docs/serve.md)")
+    p.add_argument("--batches-ahead", type=int, default=0, metavar="N",
+                   help="full batches each lane hands its thread while one runs, so the next "
+                        "starts when one ends instead of after the event loop answers it "
+                        "(default 0: one at a time; docs/serve.md)")
     p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", default="info",
@@ -138,6 +142,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,
+        batches_ahead=args.batches_ahead,
         direct_streams=getattr(args, "direct_streams", False),
     )
     settings.validate()

@@ -85,6 +85,9 @@ class ServeSettings:
     # which reads and answers every session) waits before its holder (a lane's Python) must
     # drop it. None: Python's own, 5 ms.
     switch_interval_ms: float | None = None
+    # Full batches each lane hands its thread while one runs (Batcher._loop): the thread starts
+    # the next when one ends instead of waiting for the event loop to answer it; 0: one at a time.
+    batches_ahead: int = 0
     # serve --ray only: each replica also serves its sessions' WebSockets on a port of its own,
     # and the ingress answers a session's creation with that address (``stream_url``), so the
     # frames skip the ingress (docs/ray.md, "Direct streams").
@@ -136,6 +139,8 @@ class ServeSettings:
             raise UserError(f"--pipeline-lanes must be >= 1, got {self.pipeline_lanes}")
         if self.pipeline_lanes > 1 and not self.device_pipeline:
             raise UserError("--pipeline-lanes needs --device-pipeline")
+        if not 0 <= self.batches_ahead <= 4:
+            raise UserError(f"--batches-ahead must be between 0 and 4, got {self.batches_ahead}")
         if self.switch_interval_ms is not None and not 0.01 <= self.switch_interval_ms <= 100:
             raise UserError(f"--switch-interval-ms must be between 0.01 and 100, got "
                             f"{self.switch_interval_ms:g}")
