@@ -89,7 +89,8 @@ def servers(small_weights):
 @pytest.fixture(scope="module")
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
-    with overlap and each lane's decoder in two processes of its own, decoding ahead."""
+    with overlap and each lane's decoder in two processes of its own, decoding ahead, each lane
+    handed its next full batch while one runs (--batches-ahead 1)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -100,7 +101,8 @@ def laned(small_weights):
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
-                                                         pipeline_decode_ahead=True))) as p_url, \
+                                                         pipeline_decode_ahead=True,
+                                                         batches_ahead=1))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
             for client in (lanes, overlap, process):
                 client.wait_ready(timeout=90, poll=0.1)
