@@ -346,3 +346,51 @@ def test_a_child_that_dies_under_a_dropped_prefetch_is_started_again():
         assert d.restarts == 1 and d.ahead_misses == 1
     finally:
         d.close()
+
+
+def test_then_is_sent_before_the_call_waits_and_taken_by_the_next_call(three):
+    """``then``: the next call's frames go to the children before this call reads its own, so
+    each child holds two requests at once (in rounds here: slots of 2.5 frames, runs of 3-4),
+    and they come back in order, equal; the next call takes them as a prefetch."""
+    hits, misses = three.ahead_hits, three.ahead_misses
+    first, second, third = blobs(10), blobs(11), blobs(4)
+    assert_frames_equal(three(first, then=second), first)
+    assert_frames_equal(three(second, then=third), second)  # taken; third queued behind it
+    assert_frames_equal(three(third), third)
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 2, misses)
+    assert_frames_equal(three(first, then=second), first)
+    assert_frames_equal(three(third), third)  # another call: ``second`` read and dropped
+    assert three.ahead_misses == misses + 1
+    assert three([], then=first) == []  # nothing to decode now, ``first`` sent all the same
+    assert_frames_equal(three(first + third), first + third)  # taken, and the rest decoded
+    assert (three.ahead_hits, three.ahead_misses) == (hits + 3, misses + 1)
+
+
+def test_then_survives_a_bad_frame_in_the_call_before_it(three):
+    """A call that raises (a frame that does not decode) leaves its ``then`` in flight for the
+    call after it (a push retried without the bad upload drops it; an equal one takes it)."""
+    data, after = blobs(7), blobs(5)
+    bad = data[:2] + [b"not a jpeg"] + data[3:]
+    with pytest.raises(DecodeError, match="frame 2 of the batch"):
+        three(bad, then=after)
+    hits = three.ahead_hits
+    assert_frames_equal(three(after), after)
+    assert three.ahead_hits == hits + 1
+    three.prefetch(bad)  # a prefetch taken, with a bad frame, and ``then`` sent behind it
+    with pytest.raises(DecodeError, match="frame 2 of the batch"):
+        three(bad, then=after)
+    assert_frames_equal(three(after), after)
+
+
+def test_a_child_holds_no_more_requests_than_it_has_slots():
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 4)
+    try:
+        child = d._children[0]
+        child.send(blobs(1))
+        child.send(blobs(2))
+        with pytest.raises(RuntimeError, match="as many requests as it has slots"):
+            child.send(blobs(3))
+        assert_frames_equal(child.receive()[0], blobs(1))
+        assert_frames_equal(child.receive()[0], blobs(2))
+    finally:
+        d.close()

@@ -10,7 +10,7 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
 
 - the parent allocates ``slots`` buffers of ``slot_bytes`` on the device once per child and
   shares them with it (CUDA IPC; shared memory on the CPU, where tests run it);
-- a call writes the JPEG bytes into a shared-memory inbox of ``inbox_bytes`` (one a child)
+- a call writes the JPEG bytes into a shared-memory inbox of ``inbox_bytes`` (one a slot)
   and sends only their lengths through a pipe (a request larger than the inbox sends the bytes
   themselves through the pipe: pickled and written 64 KiB at a time, 4-6 ms for 40 frames of
   150 KB on the H200's host, which is what the inbox saves); the child decodes them with its own
@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -97,26 +98,41 @@ class DecoderProcess:
     def restarts(self) -> int:
         return sum(child.restarts for child in self._children)
 
-    def __call__(self, blobs: Sequence[bytes]) -> list[Tensor]:
+    def __call__(self, blobs: Sequence[bytes], then: Sequence[bytes] = ()) -> list[Tensor]:
+        """The frames of ``blobs``. ``then``: the next call's, sent to the children before this
+        call waits for its own (as :meth:`prefetch` would after it), so each child has its next
+        request in hand the moment it answers this one, instead of after this call has read the
+        answer and the caller has sent the next; a request of ``then`` waits in the child's pipe
+        meanwhile (its ``to_child`` counts that wait)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             if _same(ahead.blobs, blobs[:len(ahead.blobs)]):
                 self.ahead_hits += 1
-                frames = self._receive(ahead)
                 rest = blobs[len(ahead.blobs):]
                 if not rest:
-                    return frames
+                    self._send_ahead(then)  # queued behind ``ahead`` in each child
+                    return self._receive(ahead)
+                frames = self._receive(ahead)
                 split = self.last_seconds
                 try:
-                    frames += self._receive(self._send(list(rest)))
+                    more = self._receive_sending_after(self._send(list(rest)), then)
                 except DecodeError as exc:
                     raise DecodeError(len(ahead.blobs) + exc.index, exc.reason) from None
                 self.last_seconds = {key: split[key] + self.last_seconds[key] for key in split}
-                return frames
+                return frames + more
             self._drop(ahead)
         if not blobs:
+            self._send_ahead(then)
             return []
-        return self._receive(self._send(list(blobs)))
+        return self._receive_sending_after(self._send(list(blobs)), then)
+
+    def _receive_sending_after(self, request: _Request, then: Sequence[bytes]) -> list[Tensor]:
+        self._send_ahead(then)
+        return self._receive(request)
+
+    def _send_ahead(self, blobs: Sequence[bytes]) -> None:
+        if blobs:
+            self._ahead = self._send(list(blobs))
 
     def prefetch(self, blobs: Sequence[bytes]) -> None:
         """Start decoding ``blobs`` now, for the next call: if that call's frames begin with
@@ -124,7 +140,7 @@ class DecoderProcess:
         and decodes the rest afresh (a bad frame raises :class:`DecodeError` with its index in
         that call, as a fresh decode would); any other call drops them (``ahead_hits``,
         ``ahead_misses`` count both). One is held at a time: a second
-        prefetch drops the first. With a prefetch taken, ``last_seconds`` covers the request
+        prefetch drops the first (so does a call's ``then``, which takes this one's place). With a prefetch taken, ``last_seconds`` covers the request
         from when it was sent, so its parts may add up to more than the call's own wait."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
@@ -202,20 +218,22 @@ def _same(held: list[bytes], blobs: Sequence[bytes]) -> bool:
 
 
 class _Child:
-    """One child process, its pipe, its ``slots`` shared buffers and its inbox."""
+    """One child process, its pipe, its ``slots`` shared buffers and their inboxes."""
 
     def __init__(self, device: torch.device, library: str, slot_bytes: int, slots: int,
                  inbox_bytes: int) -> None:
         self.device, self.library = device, library
-        # the JPEG bytes of a request (read by the child before it answers, so free again
-        # once the answer is in)
-        self.inbox = torch.empty(inbox_bytes, dtype=torch.uint8).share_memory_()
+        # the JPEG bytes of a request, one inbox a slot (read by the child before it answers, so
+        # free again once the answer is in; a second request may be sent before the first's
+        # answer: DecoderProcess's ``then``)
+        self.inboxes = [torch.empty(inbox_bytes, dtype=torch.uint8).share_memory_()
+                        for _ in range(slots)]
         # written through a memoryview: one memcpy a frame with the interpreter lock held. A
         # numpy slice assignment lets the lock go for each frame, and taking it back waits for
         # whichever thread holds it, up to the switch interval (5 ms) each time: 22 frames of
         # 150 KB beside a thread busy in Python 57.7 ms so, 0.10 ms through the memoryview
         # (scripts/gil_convoy.py; LOG.md, thirty-second session)
-        self._inbox = memoryview(self.inbox.numpy()).cast("B")
+        self._inboxes = [memoryview(inbox.numpy()).cast("B") for inbox in self.inboxes]
         self.piped = 0  # requests too large for the inbox, sent through the pipe
         self.ring = [torch.empty(slot_bytes, dtype=torch.uint8, device=device)
                      for _ in range(slots)]
@@ -223,7 +241,9 @@ class _Child:
             for buf in self.ring:
                 buf.share_memory_()
         self._copied: list[torch.cuda.Event | None] = [None] * slots
-        self._next, self._slot = 0, 0
+        self._next, self._slot = 0, 0  # the next slot to fill; the slot being read
+        # requests sent and not yet answered, oldest first: (slot, when sent); at most ``slots``
+        self._in_flight: deque[tuple[int, float]] = deque()
         self._sent = 0.0  # when the request in hand (or its last "next") was sent
         self.restarts = 0
         self.kind, self.gpu_reason = "", None
@@ -233,11 +253,12 @@ class _Child:
         ctx = tmp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring,
-                                               self.inbox),
+                                               self.inboxes),
                            daemon=True, name="ttball-decoder")
         proc.start()
         child.close()
         self.proc, self.conn = proc, parent
+        self._in_flight.clear()  # a dead child's requests die with it
         self._finalizer = weakref.finalize(self, _stop, proc, parent)
         reply = self._receive()
         if reply[0] != "ready":
@@ -258,37 +279,44 @@ class _Child:
                                f"(code {self.proc.exitcode})") from None
 
     def send(self, blobs: Sequence[bytes]) -> None:
-        """Start decoding ``blobs`` into the next slot (a dead child is started again first)."""
-        if not self.proc.is_alive():
+        """Start decoding ``blobs`` into the next slot (a dead child is started again first, unless
+        a request of this one is in flight: that one's :meth:`receive` reports it). At most
+        ``slots`` requests may be in flight."""
+        if len(self._in_flight) >= len(self.ring):
+            raise RuntimeError("a decode child holds as many requests as it has slots")
+        if not self._in_flight and not self.proc.is_alive():
             self._finalizer()
             self.restarts += 1
             self._start()
-        self._slot, self._next = self._next, (self._next + 1) % len(self.ring)
-        if self._copied[self._slot] is not None:
-            self._copied[self._slot].synchronize()  # the copies out of its last use (long done)
-        self._sent = time.monotonic()
+        slot, self._next = self._next, (self._next + 1) % len(self.ring)
+        if self._copied[slot] is not None:
+            self._copied[slot].synchronize()  # the copies out of its last use (long done)
+        sent = time.monotonic()
         lengths = [len(b) for b in blobs]
-        if sum(lengths) <= len(self._inbox):
+        inbox = self._inboxes[slot]
+        if sum(lengths) <= len(inbox):
             offset = 0
             for blob, n in zip(blobs, lengths):
-                self._inbox[offset:offset + n] = blob
+                inbox[offset:offset + n] = blob
                 offset += n
-            request: tuple[Any, ...] = (self._slot, "inbox", lengths)
+            request: tuple[Any, ...] = (slot, "inbox", lengths)
         else:
             self.piped += 1
-            request = (self._slot, "pipe", [bytes(b) for b in blobs])
+            request = (slot, "pipe", [bytes(b) for b in blobs])
         try:
             self.conn.send(request)
         except (BrokenPipeError, OSError):
             raise RuntimeError("the decode process exited "
                                f"(code {self.proc.exitcode})") from None
+        self._in_flight.append((slot, sent))
 
     def receive(self) -> tuple[list[Tensor], dict[str, float]]:
-        """The frames of the last :meth:`send`, copied out of the slot, and the request's
-        seconds: ``child``, ``fill``, ``to_child``, ``from_child``, ``copy_out`` (summed over
-        its rounds; see the module's docstring)."""
+        """The frames of the oldest :meth:`send` not yet received, copied out of its slot, and
+        the request's seconds: ``child``, ``fill``, ``to_child``, ``from_child``, ``copy_out``
+        (summed over its rounds; see the module's docstring)."""
         split = dict.fromkeys(("child", "fill", "to_child", "from_child", "copy_out"), 0.0)
         out: list[Tensor] = []
+        self._slot, self._sent = self._in_flight.popleft()
         while True:
             reply = self._receive()
             held = time.monotonic()
@@ -352,11 +380,13 @@ def _stop(proc: Any, conn: Any) -> None:
     conn.close()
 
 
-def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: Tensor) -> None:
+def serve(conn: Any, device_name: str, library: str, ring: list[Tensor],
+          inboxes: list[Tensor]) -> None:
     """The child: decode each request into its slot of ``ring`` until ``None`` or EOF.
 
-    A request is ``(slot, "inbox", lengths)`` (the JPEG bytes one after another in ``inbox``)
-    or ``(slot, "pipe", blobs)``.
+    A request is ``(slot, "inbox", lengths)`` (the JPEG bytes one after another in the slot's
+    inbox) or ``(slot, "pipe", blobs)``; the next may come before this one is answered (it
+    waits its turn, also while a round waits for its ``"next"``).
 
     Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
     ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
@@ -374,10 +404,11 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", decoder.kind, decoder.gpu_reason))
-    held = inbox.numpy()
+    held = [inbox.numpy() for inbox in inboxes]
+    pipe = _Pipe(conn)
     while True:
         try:
-            request = conn.recv()
+            request = pipe.request()
         except (EOFError, OSError):
             return
         got = time.monotonic()
@@ -387,7 +418,7 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
         if where == "inbox":
             blobs, offset = [], 0
             for n in payload:  # copied out: the parent may write the inbox once we answer
-                blobs.append(held[offset:offset + n].tobytes())
+                blobs.append(held[slot][offset:offset + n].tobytes())
                 offset += n
         else:
             blobs = payload
@@ -395,14 +426,40 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor], inbox: 
             with torch.cuda.stream(stream) if cuda else nullcontext():
                 start = time.perf_counter()
                 images = decoder(blobs)
-                _fill(conn, images, ring[slot], stream, time.perf_counter() - start, got)
+                _fill(pipe, images, ring[slot], stream, time.perf_counter() - start, got)
         except DecodeError as exc:
             conn.send(("decode", exc.index, exc.reason))
         except Exception as exc:  # noqa: BLE001
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: float,
+class _Pipe:
+    """The child's end: requests in the order sent, and a round's ``"next"`` told apart from
+    a request sent meanwhile (which is kept for its turn)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._waiting: deque[Any] = deque()
+
+    def send(self, message: Any) -> None:
+        self.conn.send(message)
+
+    def request(self) -> Any:
+        return self._waiting.popleft() if self._waiting else self.conn.recv()
+
+    def next_round(self) -> bool:
+        """Wait for the parent's ``"next"``; False if it ended the request instead."""
+        while True:
+            message = self.conn.recv()
+            if message == "next":
+                return True
+            if message is None:
+                self._waiting.append(None)
+                return False
+            self._waiting.append(message)
+
+
+def _fill(conn: _Pipe, images: list[Tensor], buf: Tensor, stream: Any, decoding: float,
           got: float) -> None:
     """Copy ``images`` into ``buf`` one after another, a round at a time (``decoding``: the
     seconds the decode took, reported with the first round; ``got``: when the request came)."""
@@ -416,7 +473,7 @@ def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: f
                              f"({buf.numel()} bytes)")
         if offset + n > buf.numel():
             _round(conn, "part", shapes, stream, decoding, start, got)
-            if conn.recv() != "next":
+            if not conn.next_round():
                 raise RuntimeError("the parent ended the request")
             got = time.monotonic()
             shapes, offset, decoding, start = [], 0, 0.0, time.perf_counter()
@@ -426,7 +483,7 @@ def _fill(conn: Any, images: list[Tensor], buf: Tensor, stream: Any, decoding: f
     _round(conn, "done", shapes, stream, decoding, start, got)
 
 
-def _round(conn: Any, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,
+def _round(conn: _Pipe, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,
            start: float, got: float) -> None:
     if stream is not None:
         stream.synchronize()
