@@ -506,11 +506,13 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["after", "early"])
 def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
-        small_config: WeightsConfig) -> None:
+        small_config: WeightsConfig, early: bool) -> None:
     """Each push told the next push's frames: its decode prefetched in the decode processes and
     taken by the next push (the clip's repeated bytes skipped there as in a push); told other
-    frames, each prefetch is dropped. The rows are the same either way."""
+    frames, each prefetch is dropped. The rows are the same either way, and whether the next
+    push's decode is sent after this push's is read or before (``decode_early``)."""
     sessions = {
         "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
         "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
@@ -521,7 +523,7 @@ def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
     decoder = DecoderProcess("cpu", library="cv2", processes=2)
     try:
         pipeline = GpuPipeline(BrightBackend(), small_config, decoder=decoder,  # type: ignore[arg-type]
-                               batch_sizes=(1, 2, 4), overlap=True)
+                               batch_sizes=(1, 2, 4), overlap=True, decode_early=early)
         got = gpu_rows(pipeline, sessions, 60.0, chunk=5,
                        upcoming=lambda start: queue[start + 5 : start + 10])
         pushes = -(-len(queue) // 5)
@@ -529,7 +531,7 @@ def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
         for sid in sessions:
             assert_rows_match(got[sid], want[sid])
         wrong = GpuPipeline(BrightBackend(), small_config, decoder=decoder,  # type: ignore[arg-type]
-                            batch_sizes=(1, 2, 4))
+                            batch_sizes=(1, 2, 4), decode_early=early)
         got = gpu_rows(wrong, sessions, 60.0, chunk=5,
                        upcoming=lambda start: queue[start + 6 : start + 11])
         assert decoder.ahead_hits == pushes - 1 and decoder.ahead_misses >= pushes - 2

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -259,7 +260,7 @@ def test_batches_ahead_start_when_the_last_ends_not_when_the_loop_answers() -> N
     late event loop no longer leaves the thread idle between batches; rows and order as before."""
     spans, out = _spans_under_a_late_loop(batches_ahead=0)
     assert out == [10, 20, 30, 40, 50, 60]
-    gaps = [b[2] - a[3] for a, b in zip(spans, spans[1:])]
+    gaps = [b[2] - a[3] for a, b in pairwise(spans)]
     assert min(gaps) > 0.15  # one at a time: each waits for the loop to answer two jobs
     spans, out = _spans_under_a_late_loop(batches_ahead=1)
     assert out == [10, 20, 30, 40, 50, 60]

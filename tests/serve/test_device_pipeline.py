@@ -89,8 +89,9 @@ def servers(small_weights):
 @pytest.fixture(scope="module")
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
-    with overlap and each lane's decoder in two processes of its own, decoding ahead, each lane
-    handed its next full batch while one runs (--batches-ahead 1)."""
+    with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
+    before a push waits for its own: --decode-early), each lane handed its next full batch
+    while one runs (--batches-ahead 1)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -102,6 +103,7 @@ def laned(small_weights):
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
+                                                         pipeline_decode_early=True,
                                                          batches_ahead=1))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
             for client in (lanes, overlap, process):
@@ -209,6 +211,7 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
     assert ready["decoder_processes"] == (2 if mode == "lanes-decode-processes" else 0)
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
+    assert ready["decode_early"] is (mode == "lanes-decode-processes")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -592,7 +595,13 @@ def test_cli_flag_sets_the_mode() -> None:
     assert apart.pipeline_decode_processes == 2 and apart.pipeline_decode_ahead is False
     ahead = settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "1",
                                              "--decode-ahead"]))
-    assert ahead.pipeline_decode_ahead is True
+    assert ahead.pipeline_decode_ahead is True and ahead.pipeline_decode_early is False
+    early = settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "1",
+                                             "--decode-ahead", "--decode-early"]))
+    assert early.pipeline_decode_early is True
+    with pytest.raises(UserError, match="--decode-early needs --decode-ahead"):
+        settings_from(parser.parse_args(["--device-pipeline", "--decode-processes", "1",
+                                         "--decode-early"]))
     with pytest.raises(UserError, match="--decode-ahead needs --decode-processes"):
         settings_from(parser.parse_args(["--device-pipeline", "--decode-ahead"]))
     with pytest.raises(UserError, match="--decode-processes needs --device-pipeline"):

@@ -70,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --decode-processes: each push sends the next queued push's JPEGs "
                         "to the decode processes once its own are decoded, so they decode while "
                         "it runs (docs/serve.md)")
+    p.add_argument("--decode-early", action="store_true",
+                   help="with --decode-ahead: the next push's JPEGs go to the decode processes "
+                        "before a push waits for its own, so each has its next request the "
+                        "moment it answers one (docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
@@ -139,6 +143,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_decoder=args.jpeg_decoder,
         pipeline_decode_processes=args.decode_processes,
         pipeline_decode_ahead=args.decode_ahead,
+        pipeline_decode_early=args.decode_early,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,

@@ -204,13 +204,17 @@ class GpuPipeline:
         max_batch: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
         overlap: bool = False,
+        decode_early: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
         ``compile_resize``: the resize fused by ``torch.compile``; ``max_batch``: windows per
         backend call at most (default: the largest batch size), each call padded up to one of
         ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
         ``overlap``: a push leaves its batches running and returns the previous push's rows
-        (see the module docstring; call :meth:`flush` when no push follows)."""
+        (see the module docstring; call :meth:`flush` when no push follows); ``decode_early``:
+        with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
+        before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
+        after."""
         self.backend, self.config = backend, config
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
@@ -228,6 +232,7 @@ class GpuPipeline:
         self.graph_error: str | None = None
         self.timer = timer or StageTimer(self.device)
         self.overlap = overlap
+        self.decode_early = decode_early
         # overlap on CUDA: decode and resize on their own stream, so the duplicate test's
         # read-back does not wait for the previous push's network on the default stream; of a
         # higher priority than it, so that their kernels are scheduled ahead of the network's that
@@ -279,8 +284,9 @@ class GpuPipeline:
 
         ``upcoming``: the frames of the push expected next. With a decoder that can prefetch
         (:class:`DecoderProcess`) their decode starts as soon as this push's frames are
-        decoded, so it runs while this push is prepared, run and read back; the next push
-        takes those frames if its own begin with them, and decodes afresh otherwise.
+        decoded (with ``decode_early``, before this push waits for its own), so it runs while
+        this push is prepared, run and read back; the next push takes those frames if its own
+        begin with them, and decodes afresh otherwise.
 
         With ``overlap``, the rows are those the previous push's batches finished (and any this
         push's frames finish without a window), for every session concerned."""
@@ -375,13 +381,20 @@ class GpuPipeline:
         half-enters a stream."""
         last_bytes = _last_bytes(sessions)
         todo, where, repeats = _to_decode(frames, sessions, last_bytes)
+        process = self.decoder if isinstance(self.decoder, DecoderProcess) else None
+        ahead = self._ahead_todo(upcoming, last_bytes) if upcoming and process else None
         try:
-            decoded = iter(self.decoder(todo))
-            if isinstance(self.decoder, DecoderProcess) and todo:
-                for part, seconds in self.decoder.last_seconds.items():
+            if process is None:
+                decoded = iter(self.decoder(todo))
+            elif ahead is not None and self.decode_early:
+                decoded = iter(process(todo, then=ahead))
+            else:
+                decoded = iter(process(todo))
+                if ahead is not None:
+                    process.prefetch(ahead)
+            if process is not None and todo:
+                for part, seconds in process.last_seconds.items():
                     self.timer.seconds[f"decode_{part}"] += seconds
-            if upcoming and isinstance(self.decoder, DecoderProcess):
-                self._decode_ahead(upcoming, last_bytes)
         except DecodeError as exc:
             position = where[exc.index]
             raise FrameRejected(position, "decode", frames[position][0],
@@ -398,18 +411,17 @@ class GpuPipeline:
             session.last_bytes = data
         return images, repeats
 
-    def _decode_ahead(self, upcoming: Sequence[tuple[str, bytes]],
-                      last_bytes: dict[int, bytes | None]) -> None:
-        """Prefetch the frames the next push would decode, were it ``upcoming`` and this push
-        taken as it is (``last_bytes``: each of its sessions' bytes after it). Nothing when a
-        session of ``upcoming`` is not open."""
-        assert isinstance(self.decoder, DecoderProcess)
+    def _ahead_todo(self, upcoming: Sequence[tuple[str, bytes]],
+                    last_bytes: dict[int, bytes | None]) -> list[bytes] | None:
+        """The frames the next push would decode, were it ``upcoming`` and this push taken as
+        it is (``last_bytes``: each of its sessions' bytes after it); None when a session of
+        ``upcoming`` is not open."""
         sessions = [self._sessions.get(sid) for sid, _ in upcoming]
         if any(session is None for session in sessions):
-            return
+            return None
         after = {**_last_bytes(sessions), **last_bytes}
         todo, _, _ = _to_decode(upcoming, sessions, after)
-        self.decoder.prefetch(todo)
+        return todo
 
     @staticmethod
     def _check_size(position: int, sid: str, session: _Session, previous: Tensor | None,

@@ -92,7 +92,8 @@ class DevicePath:
                                     batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
                                     overlap=settings.pipeline_overlap,
-                                    compile_resize=settings.pipeline_compile_resize)
+                                    compile_resize=settings.pipeline_compile_resize,
+                                    decode_early=settings.pipeline_decode_early)
         self.config = config
         metrics.watch_device()
         # backend thread: each open session's delivery (with overlap, a push returns rows of
@@ -107,7 +108,7 @@ class DevicePath:
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
                 "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
                                       else 0),
-                "decode_ahead": self._ahead,
+                "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
 

@@ -73,6 +73,9 @@ class ServeSettings:
     # wait for the lane's network; 0: in the lane's own process.
     pipeline_decode_processes: int = 0
     pipeline_decode_ahead: bool = False  # a push starts the next one's decode (needs processes)
+    # With decode_ahead: the next push's decode is sent before a push waits for its own, so each
+    # child has its next request the moment it answers one (DecoderProcess's ``then``).
+    pipeline_decode_early: bool = False
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -133,6 +136,8 @@ class ServeSettings:
                             f"{self.pipeline_decode_processes}")
         if self.pipeline_decode_processes and not self.device_pipeline:
             raise UserError("--decode-processes needs --device-pipeline")
+        if self.pipeline_decode_early and not self.pipeline_decode_ahead:
+            raise UserError("--decode-early needs --decode-ahead")
         if self.pipeline_decode_ahead and not self.pipeline_decode_processes:
             raise UserError("--decode-ahead needs --decode-processes (1 or more)")
         if self.pipeline_lanes < 1:
