@@ -394,3 +394,17 @@ def test_a_child_holds_no_more_requests_than_it_has_slots():
         assert_frames_equal(child.receive()[0], blobs(2))
     finally:
         d.close()
+
+
+def test_a_child_that_dies_under_a_then_is_started_again_by_the_call_after():
+    d = DecoderProcess("cpu", library="cv2", slot_bytes=FRAME * 4)
+    try:
+        data, after = blobs(2), blobs(3)
+        assert_frames_equal(d(data, then=after), data)
+        d._children[0].proc.kill()
+        d._children[0].proc.join()
+        fresh = blobs(4)
+        assert_frames_equal(d(fresh), fresh)  # ``after`` never answered: dropped, child anew
+        assert d.restarts == 1 and d.ahead_misses == 1
+    finally:
+        d.close()

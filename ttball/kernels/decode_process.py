@@ -139,9 +139,10 @@ class DecoderProcess:
         the same bytes, it takes these frames, waiting only for what is left of their decode,
         and decodes the rest afresh (a bad frame raises :class:`DecodeError` with its index in
         that call, as a fresh decode would); any other call drops them (``ahead_hits``,
-        ``ahead_misses`` count both). One is held at a time: a second
-        prefetch drops the first (so does a call's ``then``, which takes this one's place). With a prefetch taken, ``last_seconds`` covers the request
-        from when it was sent, so its parts may add up to more than the call's own wait."""
+        ``ahead_misses`` count both). One is held at a time: a second prefetch drops the first
+        (a call's ``then`` takes its place). With a prefetch taken, ``last_seconds`` covers the
+        request from when it was sent, so its parts may add up to more than the call's own
+        wait."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             self._drop(ahead)
