@@ -101,7 +101,8 @@ def quantile(q: float, buckets: dict[float | str, float]) -> float:
 def stage_quantiles(folder: Path) -> list[dict[str, float]]:
     """One row per run in ``folder``, as :func:`runs`: for each of :data:`HISTOGRAMS`, its
     mean and :data:`QUANTILES` in milliseconds over that run's observations; ``frames_a_push``
-    (the mean push's frames) and ``lanes_busy`` (:func:`lanes_busy`)."""
+    (the mean push's frames), ``lanes_busy`` (:func:`lanes_busy`) and ``children_busy``
+    (:func:`children_busy`)."""
     snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
     rows, before, server = [], {}, None
     for path in snapshots:
@@ -120,6 +121,9 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
                                 else float("nan"))
         row["lanes_busy"] = lanes_busy(folder, replicas, sessions,
                                        delta.get("push", {}).get("sum", 0.0))
+        row["children_busy"] = children_busy(
+            folder, replicas, sessions,
+            sum(delta.get(label, {}).get("sum", 0.0) for label in ("decode_child", "decode_fill")))
         for label, _, _ in HISTOGRAMS:
             series = delta.get(label, {})
             count = series.get("count", 0.0)
@@ -137,6 +141,20 @@ def lanes_busy(folder: Path, replicas: int, sessions: int, push_seconds: float) 
     (``ready-R.json``'s lanes a replica × its replicas, ``loadtest-R-S.json``'s ``active_s``;
     Ray runs only). Near 1 at saturation a lane never waits for work; well under it, the lanes
     wait between pushes (for the event loop, the batcher). NaN without those files."""
+    return push_seconds / _lane_seconds(folder, replicas, sessions)
+
+
+def children_busy(folder: Path, replicas: int, sessions: int, child_seconds: float) -> float:
+    """With ``--decode-processes``: the share of its time a lane's slowest decode child spent
+    decoding and filling its slot (``decode_child`` + ``decode_fill``, summed over lanes and
+    replicas, over lanes × the load's active seconds, as :func:`lanes_busy`). Well under 1 at
+    saturation, the children idle between one request and the next (what ``--decode-early``
+    is for); NaN without the files or the stages."""
+    return child_seconds / _lane_seconds(folder, replicas, sessions) if child_seconds else float("nan")
+
+
+def _lane_seconds(folder: Path, replicas: int, sessions: int) -> float:
+    """Lanes × the load's active seconds (see :func:`lanes_busy`); NaN without the files."""
     ready, load = folder / f"ready-{replicas}.json", folder / f"loadtest-{replicas}-{sessions}.json"
     if not replicas or not ready.exists() or not load.exists():
         return float("nan")
@@ -147,7 +165,7 @@ def lanes_busy(folder: Path, replicas: int, sessions: int, push_seconds: float) 
         active = float(report["active_s"])
     except (ValueError, KeyError, TypeError, AttributeError):  # a partial or empty file
         return float("nan")
-    return push_seconds / (lanes * per * active) if active > 0 else float("nan")
+    return lanes * per * active if active > 0 else float("nan")
 
 
 def _counts(path: Path) -> tuple[int, int]:
@@ -211,17 +229,22 @@ def _print_quantiles(folder: Path) -> None:
     rows = stage_quantiles(folder)
     shown = [label for label, _, _ in HISTOGRAMS
              if label not in DECODE_PROCESS or any(row[f"{label}_n"] for row in rows)]
+    children = "decode_child" in shown
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
-          "and replicas); fr/push: frames a push, mean; busy %: the lanes' time in pushes")
-    print("  " + " ".join(f"{h:>8}" for h in ("replicas", "sessions", "fr/push", "busy %"))
-          + "".join(f" {label:>24}" for label in shown))
+          "and replicas); fr/push: frames a push, mean; busy %: the lanes' time in pushes"
+          + ("; kids %: a lane's slowest decode child's time decoding and filling" if children
+             else ""))
+    fixed = ("replicas", "sessions", "fr/push", "busy %") + (("kids %",) if children else ())
+    print("  " + " ".join(f"{h:>8}" for h in fixed) + "".join(f" {label:>24}" for label in shown))
     for row in rows:
         cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}",
                  f"{row['frames_a_push']:8.1f}", f"{100 * row['lanes_busy']:8.0f}"]
+        if children:
+            cells.append(f"{100 * row['children_busy']:8.0f}")
         for label in shown:
             values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
             cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))
-        print("  " + " ".join(cells[:4]) + "".join(cells[4:]))
+        print("  " + " ".join(cells[:len(fixed)]) + "".join(cells[len(fixed):]))
 
 
 if __name__ == "__main__":

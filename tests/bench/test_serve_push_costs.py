@@ -200,3 +200,38 @@ def test_frames_a_push_and_the_lanes_busy_share(tmp_path: Path) -> None:
                            "--quantiles", str(tmp_path)], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.splitlines()[2].split()[:4] == ["2", "64", "40.0", "60"]
+
+
+def test_the_children_busy_share(tmp_path: Path) -> None:
+    """``kids %``: a lane's slowest child's decode and fill seconds over lanes × the load's
+    active seconds; shown only with the decode children's stages; NaN without them."""
+    def snapshot(scale: float, stages: tuple[str, ...]) -> str:
+        lines = []
+        for stage, seconds in zip(("total", "decode", *stages), (30.0, 12.0, 9.0, 3.0)):
+            lines += [f'ttball_push_seconds_count{{replica="a",stage="{stage}"}} {100 * scale}',
+                      f'ttball_push_seconds_sum{{replica="a",stage="{stage}"}} {seconds * scale}']
+        return "\n".join(lines) + "\n"
+
+    def table(folder: Path) -> list[str]:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                               "--quantiles", str(folder)], capture_output=True, text=True,
+                              timeout=60, check=True)
+        return done.stdout.splitlines()
+
+    kids, plain = tmp_path / "kids", tmp_path / "plain"
+    for folder, stages in ((kids, ("decode_child", "decode_fill")), (plain, ())):
+        folder.mkdir()
+        (folder / "metrics-2-0.txt").write_text(snapshot(0.1, stages))
+        (folder / "metrics-2-64.txt").write_text(snapshot(1.1, stages))
+        (folder / "ready-2.json").write_text(json.dumps({"device_pipeline": {"lanes": 1},
+                                                         "replicas": [{}, {}]}))
+        (folder / "loadtest-2-64.json").write_text(json.dumps({"active_s": 10.0}))
+    (row,) = push_costs.stage_quantiles(kids)
+    assert math.isclose(row["children_busy"], (9.0 + 3.0) / (2 * 10.0))  # two lanes, 10 s
+    assert math.isclose(row["lanes_busy"], 30.0 / 20.0)
+    head, cells = table(kids)[1:3]
+    assert head.split()[:6] == ["replicas", "sessions", "fr/push", "busy", "%", "kids"]
+    assert cells.split()[4] == "60"
+    (row,) = push_costs.stage_quantiles(plain)
+    assert math.isnan(row["children_busy"])
+    assert "kids" not in table(plain)[1]
