@@ -464,7 +464,7 @@ def _fill(conn: _Pipe, images: list[Tensor], buf: Tensor, stream: Any, decoding:
           got: float) -> None:
     """Copy ``images`` into ``buf`` one after another, a round at a time (``decoding``: the
     seconds the decode took, reported with the first round; ``got``: when the request came)."""
-    shapes: list[tuple[int, ...]] = []
+    held: list[Tensor] = []
     offset = 0
     start = time.perf_counter()
     for image in images:
@@ -473,15 +473,27 @@ def _fill(conn: _Pipe, images: list[Tensor], buf: Tensor, stream: Any, decoding:
             raise ValueError(f"a frame of {n} bytes is larger than the decode slot "
                              f"({buf.numel()} bytes)")
         if offset + n > buf.numel():
-            _round(conn, "part", shapes, stream, decoding, start, got)
+            _round(conn, "part", _copy_in(held, buf), stream, decoding, start, got)
             if not conn.next_round():
                 raise RuntimeError("the parent ended the request")
             got = time.monotonic()
-            shapes, offset, decoding, start = [], 0, 0.0, time.perf_counter()
-        buf[offset:offset + n].view(image.shape).copy_(image)
-        shapes.append(tuple(image.shape))
+            held, offset, decoding, start = [], 0, 0.0, time.perf_counter()
+        held.append(image)
         offset += n
-    _round(conn, "done", shapes, stream, decoding, start, got)
+    _round(conn, "done", _copy_in(held, buf), stream, decoding, start, got)
+
+
+def _copy_in(images: list[Tensor], buf: Tensor) -> list[tuple[int, ...]]:
+    """``images`` into ``buf`` one after another, each run of one shape as one copy (one
+    kernel, not one a frame: each must find room among the other processes' kernels on a busy
+    GPU); their shapes."""
+    shapes = [tuple(image.shape) for image in images]
+    offset, start = 0, 0
+    for shape, run in groupby(shapes):
+        k, n = sum(1 for _ in run), math.prod(shape)
+        torch.stack(images[start:start + k], out=buf[offset:offset + k * n].view(k, *shape))
+        offset, start = offset + k * n, start + k
+    return shapes
 
 
 def _round(conn: _Pipe, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,
