@@ -15,7 +15,8 @@ the SMs 90 % busy), so :class:`DecoderProcess` decodes in a child process:
   themselves through the pipe: pickled and written 64 KiB at a time, 4-6 ms for 40 frames of
   150 KB on the H200's host, which is what the inbox saves); the child decodes them with its own
   ``JpegDecoder`` (its own CUDA context, or MPS client), copies the frames one after another
-  into the slot, waits for its stream and answers their shapes; the parent copies the frames
+  into the slot (each run of one shape as one copy), waits for its stream and answers their
+  shapes; the parent copies the frames
   out on its current stream, each run of one shape as one tensor whose rows are the frames
   (the slot is reused two calls later, after an event says those copies are done). A batch
   larger than a slot comes back in rounds;
