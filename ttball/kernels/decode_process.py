@@ -43,7 +43,7 @@ import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import groupby
@@ -110,9 +110,8 @@ class DecoderProcess:
             if _same(ahead.blobs, blobs[:len(ahead.blobs)]):
                 self.ahead_hits += 1
                 rest = blobs[len(ahead.blobs):]
-                if not rest:
-                    self._send_ahead(then)  # queued behind ``ahead`` in each child
-                    return self._receive(ahead)
+                if not rest:  # ``then`` queued behind ``ahead`` in each child
+                    return self._receive_sending_after(ahead, then)
                 frames = self._receive(ahead)
                 split = self.last_seconds
                 try:
@@ -347,11 +346,9 @@ class _Child:
         frame, each of which lets the interpreter lock go and waits to take it back behind the
         process's other threads (docs/benchmarks/LOG.md, thirty-second session). A frame kept
         (a session's last) keeps its run's copy alive."""
-        buf, offset, out = self.ring[self._slot], 0, []
-        for shape, run in groupby(shapes):
-            k, n = sum(1 for _ in run), math.prod(shape)
-            out.extend(buf[offset:offset + k * n].view(k, *shape).clone().unbind(0))
-            offset += k * n
+        out: list[Tensor] = []
+        for _, _, run in _runs(self.ring[self._slot], shapes):
+            out.extend(run.clone().unbind(0))
         return out
 
     def _record(self) -> torch.cuda.Event | None:
@@ -489,12 +486,21 @@ def _copy_in(images: list[Tensor], buf: Tensor) -> list[tuple[int, ...]]:
     kernel, not one a frame: each must find room among the other processes' kernels on a busy
     GPU); their shapes."""
     shapes = [tuple(image.shape) for image in images]
-    offset, start = 0, 0
-    for shape, run in groupby(shapes):
-        k, n = sum(1 for _ in run), math.prod(shape)
-        torch.stack(images[start:start + k], out=buf[offset:offset + k * n].view(k, *shape))
-        offset, start = offset + k * n, start + k
+    for first, k, run in _runs(buf, shapes):
+        torch.stack(images[first:first + k], out=run)
     return shapes
+
+
+def _runs(buf: Tensor, shapes: Sequence[tuple[int, ...]]) -> Iterator[tuple[int, int, Tensor]]:
+    """Frames of ``shapes`` laid one after another from the start of ``buf``, by runs of one
+    shape: each run's first frame's index, its frames and ``buf``'s view of them,
+    ``(frames, *shape)`` (the child's copies in and the parent's copies out both go by it)."""
+    offset = first = 0
+    for shape, run in groupby(shapes):
+        k = sum(1 for _ in run)
+        n = k * math.prod(shape)
+        yield first, k, buf[offset:offset + n].view(k, *shape)
+        offset, first = offset + n, first + k
 
 
 def _round(conn: _Pipe, kind: str, shapes: list[tuple[int, ...]], stream: Any, decoding: float,

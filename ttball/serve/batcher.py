@@ -265,11 +265,9 @@ class Batcher:
         the running ones, as without."""
         running: deque[asyncio.Future[None]] = deque()
         while True:
-            if running and (len(running) > self.batches_ahead
-                            or lane.queued < self.max_batch * WINDOW):
+            if running and (len(running) > self.batches_ahead or self._short(lane)):
                 await running.popleft()
-                if (not running and lane.idle is not None
-                        and lane.queued < self.max_batch * WINDOW):
+                if not running and lane.idle is not None and self._short(lane):
                     await self._run_idle(lane)
                 continue
             if not lane.queue:
@@ -283,8 +281,12 @@ class Batcher:
             jobs = self._take(lane)
             if jobs:
                 running.append(self._start(lane, jobs))
-            elif not running and lane.idle is not None and lane.queued < self.max_batch * WINDOW:
+            elif not running and lane.idle is not None and self._short(lane):
                 await self._run_idle(lane)
+
+    def _short(self, lane: _Lane) -> bool:
+        """Less than a full batch of work queued in ``lane``."""
+        return lane.queued < self.max_batch * WINDOW
 
     async def _run_idle(self, lane: _Lane) -> None:
         assert lane.idle is not None
@@ -298,7 +300,7 @@ class Batcher:
         """Wait until max_batch windows of work are queued in ``lane`` or its oldest job has
         waited max_delay."""
         deadline = lane.queue[0].enqueued + self.max_delay_s
-        while lane.queued < self.max_batch * WINDOW and not self._stopping:
+        while self._short(lane) and not self._stopping:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return
