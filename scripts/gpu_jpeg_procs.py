@@ -31,6 +31,15 @@ library); one that waits behind ``mm`` only waits for SMs (its kernels queued be
 which a decode stream of a higher ``--priority`` (-1; CUDA's default is 0, the least urgent)
 should jump. torchvision's nvJPEG decodes on a stream of its own, whatever ``--priority`` says.
 
+``--busy-network N``: N more processes run the network itself (``--busy-backend``, default
+``triton-fp16-direct``, on ``--busy-batch`` random windows), back to back, waiting for each call,
+from before the first row to after the last, as ``serve --ray``'s replicas' lanes do beside their
+decode children: each row then says what the decode got beside the network *and* what the
+network got beside the decode (``network_windows_per_s``: the calls that ended in the row's
+span), against the network alone (``network_alone``, measured for ``--seconds`` before the first
+row). If both keep their rates alone, the GPU holds the two together; if they share a budget,
+that is the worker's ceiling whatever its lanes do.
+
 ``--decode-processes N``: each process decodes through ``serve --decode-processes``'s
 :class:`ttball.kernels.decode_process.DecoderProcess` (N children, the frames back through
 shared device buffers) instead of in itself; the row adds the mean of its calls' split
@@ -139,7 +148,8 @@ def decode_worker(device_name: str, blobs: list[bytes], load: Load, barrier: Any
             wall = time.perf_counter() - start
         if children:
             decoder.close()
-        results.put({"frames": frames, "wall_s": wall, "call_s": calls, "splits": splits})
+        results.put({"frames": frames, "start": start, "wall_s": wall, "call_s": calls,
+                     "splits": splits})
     except Exception as exc:  # noqa: BLE001  (reported in the row, not lost in a child's stderr)
         try:
             barrier.abort()
@@ -200,6 +210,106 @@ def busy_worker(duty: float, stop: Any, ready: Any) -> None:
         time.sleep(max(0.0, 0.010 - (time.perf_counter() - t0)))
 
 
+@dataclass(frozen=True)
+class Network:
+    """What each ``--busy-network`` process runs: ``backend`` on ``batch`` random windows of the
+    default weights (at ``input_size``, ``HxW``, when given: a CPU smoke test's small frames)."""
+
+    backend: str
+    batch: int
+    device: str = "cuda"
+    input_size: str | None = None
+
+
+def network_worker(net: Network, stop: Any, results: Any) -> None:
+    """The network back to back until ``stop``: reports ``{"ready": True}`` once warm, then the
+    end time of every call (``time.perf_counter``, which every process on the host shares)."""
+    try:
+        from gpu_e2e import load_weights
+
+        from ttball.backends import create
+        from ttball.backends.base import random_windows
+
+        device = torch.device(net.device)
+        model = load_weights(None, net.input_size)
+        backend = create(net.backend, model, device)
+        backend.warmup([net.batch], *model.config.input_size)
+        windows = random_windows(net.batch, *model.config.input_size, device)
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (
+            lambda: None)
+        for _ in range(3):  # the graph's first replays
+            backend(windows)
+        sync()
+        results.put({"ready": True})
+        ends: list[float] = []
+        while not stop.is_set():
+            backend(windows)
+            sync()
+            ends.append(time.perf_counter())
+        results.put({"ends": ends})
+    except Exception as exc:  # noqa: BLE001  (reported, not lost in a child's stderr)
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+class BusyNetworks:
+    """``count`` processes of :func:`network_worker`. :meth:`start` brings the first one up
+    alone (it fills the tuner's and compilers' caches the others then read), then the rest;
+    :meth:`stop` returns each process's call end times."""
+
+    def __init__(self, ctx: Any, net: Network, count: int) -> None:
+        self.ctx, self.net, self.count = ctx, net, count
+        self.stop_event, self.results = ctx.Event(), ctx.Queue()
+        self.workers: list[Any] = []
+
+    def _spawn(self, count: int, timeout_s: float) -> None:
+        for _ in range(count):
+            w = self.ctx.Process(target=network_worker,
+                                 args=(self.net, self.stop_event, self.results))
+            w.start()
+            self.workers.append(w)
+        for _ in range(count):
+            try:
+                msg = self.results.get(timeout=timeout_s)
+            except queue.Empty:
+                raise RuntimeError(f"--busy-network: not warm after {timeout_s:.0f} s") from None
+            if "error" in msg:
+                raise RuntimeError(f"--busy-network: {msg['error']}")
+
+    def start(self, timeout_s: float = 300.0) -> None:
+        try:
+            self._spawn(1, timeout_s)
+            self._spawn(self.count - 1, timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+
+    def stop(self, timeout_s: float = 60.0) -> list[list[float]]:
+        self.stop_event.set()
+        ends = []
+        try:
+            for _ in self.workers:
+                msg = self.results.get(timeout=timeout_s)
+                if "error" in msg:
+                    raise RuntimeError(f"--busy-network: {msg['error']}")
+                ends.append(msg["ends"])
+        finally:
+            self.kill()
+        return ends
+
+    def kill(self) -> None:
+        for w in self.workers:
+            w.join(timeout=5)
+            if w.is_alive():
+                w.kill()
+
+
+def windows_per_s(ends: list[list[float]], batch: int, span: tuple[float, float]) -> float:
+    """Windows a second of the calls that ended inside ``span`` (start, end), all processes."""
+    t0, t1 = span
+    calls = sum(1 for one in ends for t in one if t0 < t <= t1)
+    return calls * batch / (t1 - t0)
+
+
 def run_row(ctx: Any, device: str, blobs: list[bytes], procs: int, load: Load) -> dict[str, Any]:
     """``procs`` processes each running ``load`` at once: the row of their frames and calls."""
     barrier, results = ctx.Barrier(procs), ctx.Queue()
@@ -230,13 +340,14 @@ def run_row(ctx: Any, device: str, blobs: list[bytes], procs: int, load: Load) -
     splits = [split for o in outs for split in o["splits"]]
     split_ms = {key: 1e3 * statistics.fmean(split[key] for split in splits)
                 for key in splits[0]} if splits else None
+    span = (min(o["start"] for o in outs), max(o["start"] + o["wall_s"] for o in outs))
     return {"procs": procs, "batch": load.batch, "vary": load.vary, "ahead_ms": load.ahead_ms,
             "ahead_kind": load.ahead_kind, "priority": load.priority,
             "decode_processes": load.children, "split_ms": split_ms,
             "frames": frames, "frames_per_s": frames / wall,
             "per_proc_frames_per_s": [o["frames"] / o["wall_s"] for o in outs],
             "call_ms_median": 1e3 * statistics.median(calls),
-            "call_ms_p99": 1e3 * percentile(calls, 99), "calls": len(calls)}
+            "call_ms_p99": 1e3 * percentile(calls, 99), "calls": len(calls), "span": span}
 
 
 def main() -> None:
@@ -266,8 +377,16 @@ def main() -> None:
     p.add_argument("--decode-processes", default="0",
                    help="comma-separated: decode through that many child processes each "
                         "(serve --decode-processes; 0: in the process itself)")
+    p.add_argument("--busy-network", type=int, default=0,
+                   help="this many more processes run the network back to back throughout")
+    p.add_argument("--busy-backend", default="triton-fp16-direct")
+    p.add_argument("--busy-batch", type=int, default=16, help="windows a call of the network")
+    p.add_argument("--input-size", default=None,
+                   help="HxW of the network's windows (default: the weights'; 72x128 on a CPU)")
     p.add_argument("--tag", default="", help="a label for the rows (e.g. mps, time slices)")
     args = p.parse_args()
+    if args.busy_network < 0 or args.busy_batch < 1:
+        raise SystemExit("--busy-network: 0 or more; --busy-batch: 1 or more")
     if not 0.0 <= args.busy_duty < 1.0:
         raise SystemExit("--busy-duty: a share in [0, 1)")
     kinds = args.ahead_kind.split(",")
@@ -290,6 +409,14 @@ def main() -> None:
         busy = ctx.Process(target=busy_worker, args=(args.busy_duty, stop, ready))
         busy.start()
         ready.wait(timeout=120)
+    networks = None
+    if args.busy_network:
+        networks = BusyNetworks(ctx, Network(args.busy_backend, args.busy_batch, args.device,
+                                             args.input_size), args.busy_network)
+        networks.start()
+        alone = (time.perf_counter(), 0.0)
+        time.sleep(args.seconds)
+        alone = (alone[0], time.perf_counter())
     rows = []
     try:
         for library, procs, kind, priority, children in itertools.product(
@@ -305,7 +432,19 @@ def main() -> None:
         if busy is not None:
             stop.set()
             busy.join(timeout=30)
-    Path(args.out).write_text(json.dumps({"frames": frames, "rows": rows}, indent=1))
+        ends = networks.stop() if networks is not None else None
+    out: dict[str, Any] = {"frames": frames, "rows": rows}
+    if ends is not None:
+        out["network"] = {"processes": args.busy_network, "backend": args.busy_backend,
+                          "batch": args.busy_batch,
+                          "alone_windows_per_s": windows_per_s(ends, args.busy_batch, alone)}
+        print(f"network alone: {out['network']['alone_windows_per_s']:.0f} windows/s")
+        for row in rows:
+            if "span" in row:
+                row["network_windows_per_s"] = windows_per_s(ends, args.busy_batch, row["span"])
+                print(f"{row['procs']} x {row['batch']}: {row['frames_per_s']:.0f} frames/s "
+                      f"beside {row['network_windows_per_s']:.0f} windows/s")
+    Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
 
 

@@ -95,3 +95,31 @@ def test_a_row_through_decode_processes_has_their_split():
     assert row["split_ms"]["child"] < row["call_ms_p99"]
     plain = procs.run_row(mp.get_context("spawn"), "cpu", blobs(), 1, procs.Load("cv2", 4, 0.1))
     assert plain["decode_processes"] == 0 and plain["split_ms"] is None
+
+
+def test_windows_a_second_count_the_calls_that_ended_in_the_span():
+    ends = [[1.0, 1.5, 2.0, 3.5], [1.2, 2.5]]
+    assert procs.windows_per_s(ends, 4, (1.0, 3.0)) == 4 * 4 / 2.0  # 1.5, 2.0, 1.2, 2.5
+
+
+def test_busy_networks_run_beside_a_decode_row_and_say_what_each_got():
+    ctx = mp.get_context("spawn")
+    networks = procs.BusyNetworks(ctx, procs.Network("eager-fp32", 2, "cpu", "72x128"), 2)
+    networks.start(timeout_s=120)
+    try:
+        row = procs.run_row(ctx, "cpu", blobs(), 1, procs.Load("cv2", 4, 0.5))
+    finally:
+        ends = networks.stop()
+    assert "error" not in row and len(ends) == 2
+    t0, t1 = row["span"]
+    assert t1 - t0 >= 0.5
+    assert all(one == sorted(one) and one for one in ends)
+    assert procs.windows_per_s(ends, 2, row["span"]) > 0
+
+
+def test_a_network_that_cannot_start_says_why():
+    networks = procs.BusyNetworks(mp.get_context("spawn"),
+                                  procs.Network("no-such-backend", 2, "cpu", "72x128"), 2)
+    with pytest.raises(RuntimeError, match="--busy-network: .*no-such-backend"):
+        networks.start(timeout_s=60)
+    assert not any(w.is_alive() for w in networks.workers)
