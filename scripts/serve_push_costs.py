@@ -26,13 +26,17 @@ STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
 # thirtieth session): columns only where a run has them
 DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer", "decode_to_child",
                   "decode_from_child", "decode_copy_out")
+# each backend call's time on its lane's stream (GpuPipeline with overlap on CUDA, since the
+# thirty-fourth session): columns only where a run has them
+GPU = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
+OPTIONAL = (*DECODE_PROCESS, *GPU)
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
               ("preprocess", "ttball_push_seconds", "preprocess"),
               ("postprocess", "ttball_push_seconds", "postprocess"),
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
-              *((stage, "ttball_push_seconds", stage) for stage in DECODE_PROCESS))
+              *((stage, "ttball_push_seconds", stage) for stage in OPTIONAL))
 # --quantiles: not in ms (each run's mean only)
 PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -101,8 +105,9 @@ def quantile(q: float, buckets: dict[float | str, float]) -> float:
 def stage_quantiles(folder: Path) -> list[dict[str, float]]:
     """One row per run in ``folder``, as :func:`runs`: for each of :data:`HISTOGRAMS`, its
     mean and :data:`QUANTILES` in milliseconds over that run's observations; ``frames_a_push``
-    (the mean push's frames), ``lanes_busy`` (:func:`lanes_busy`) and ``children_busy``
-    (:func:`children_busy`)."""
+    (the mean push's frames), ``lanes_busy`` (:func:`lanes_busy`), ``children_busy``
+    (:func:`children_busy`) and ``network_busy`` (the share of a lane's time its network ran on
+    the GPU: ``gpu_network`` over lanes × the load's active seconds; NaN without it)."""
     snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
     rows, before, server = [], {}, None
     for path in snapshots:
@@ -124,6 +129,9 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
         row["children_busy"] = children_busy(
             folder, replicas, sessions,
             sum(delta.get(label, {}).get("sum", 0.0) for label in ("decode_child", "decode_fill")))
+        network = delta.get("gpu_network", {}).get("sum", 0.0)
+        row["network_busy"] = (network / _lane_seconds(folder, replicas, sessions) if network
+                               else float("nan"))
         for label, _, _ in HISTOGRAMS:
             series = delta.get(label, {})
             count = series.get("count", 0.0)
@@ -228,19 +236,24 @@ def main() -> None:
 def _print_quantiles(folder: Path) -> None:
     rows = stage_quantiles(folder)
     shown = [label for label, _, _ in HISTOGRAMS
-             if label not in DECODE_PROCESS or any(row[f"{label}_n"] for row in rows)]
-    children = "decode_child" in shown
+             if label not in OPTIONAL or any(row[f"{label}_n"] for row in rows)]
+    children, gpu = "decode_child" in shown, "gpu_network" in shown
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
           "and replicas); fr/push: frames a push, mean; busy %: the lanes' time in pushes"
           + ("; kids %: a lane's slowest decode child's time decoding and filling" if children
-             else ""))
-    fixed = ("replicas", "sessions", "fr/push", "busy %") + (("kids %",) if children else ())
+             else "")
+          + ("; net %: a lane's time with its network running on the GPU; gpu_*: a push's "
+             "backend calls on their stream, read back by the next push" if gpu else ""))
+    fixed = (("replicas", "sessions", "fr/push", "busy %") + (("kids %",) if children else ())
+             + (("net %",) if gpu else ()))
     print("  " + " ".join(f"{h:>8}" for h in fixed) + "".join(f" {label:>24}" for label in shown))
     for row in rows:
         cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}",
                  f"{row['frames_a_push']:8.1f}", f"{100 * row['lanes_busy']:8.0f}"]
         if children:
             cells.append(f"{100 * row['children_busy']:8.0f}")
+        if gpu:
+            cells.append(f"{100 * row['network_busy']:8.0f}")
         for label in shown:
             values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
             cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))

@@ -235,3 +235,42 @@ def test_the_children_busy_share(tmp_path: Path) -> None:
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["children_busy"])
     assert "kids" not in table(plain)[1]
+
+
+def test_the_gpu_stages_and_the_network_busy_share(tmp_path: Path) -> None:
+    """``gpu_*`` push stages (a backend call's time on its stream): columns only where a run
+    has them, after the decode children's; ``net %``: ``gpu_network`` over lanes × the load's
+    active seconds."""
+    def snapshot(scale: float, stages: dict[str, float]) -> str:
+        lines = []
+        for stage, seconds in {"total": 30.0, "decode": 12.0, **stages}.items():
+            lines += [f'ttball_push_seconds_count{{replica="a",stage="{stage}"}} {100 * scale}',
+                      f'ttball_push_seconds_sum{{replica="a",stage="{stage}"}} {seconds * scale}']
+        return "\n".join(lines) + "\n"
+
+    def table(folder: Path) -> list[str]:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                               "--quantiles", str(folder)], capture_output=True, text=True,
+                              timeout=60, check=True)
+        return done.stdout.splitlines()
+
+    gpu, plain = tmp_path / "gpu", tmp_path / "plain"
+    stages = {"decode_child": 9.0, "gpu_between": 4.0, "gpu_normalize": 1.0, "gpu_network": 15.0,
+              "gpu_stats": 2.0}
+    for folder, these in ((gpu, stages), (plain, {})):
+        folder.mkdir()
+        (folder / "metrics-2-0.txt").write_text(snapshot(0.1, these))
+        (folder / "metrics-2-64.txt").write_text(snapshot(1.1, these))
+        (folder / "ready-2.json").write_text(json.dumps({"device_pipeline": {"lanes": 1},
+                                                         "replicas": [{}, {}]}))
+        (folder / "loadtest-2-64.json").write_text(json.dumps({"active_s": 10.0}))
+    (row,) = push_costs.stage_quantiles(gpu)
+    assert math.isclose(row["network_busy"], 15.0 / (2 * 10.0))
+    assert math.isclose(row["gpu_network_mean"], 150.0)  # ms a push: 15 s over 100 pushes
+    head, cells = table(gpu)[1:3]
+    assert head.split()[-5:] == ["decode_child", *push_costs.GPU]
+    assert head.split()[5:8] == ["kids", "%", "net"]
+    assert cells.split()[4:6] == ["45", "75"]
+    (row,) = push_costs.stage_quantiles(plain)
+    assert math.isnan(row["network_busy"])
+    assert "net %" not in table(plain)[1] and "gpu_network" not in table(plain)[1]

@@ -5,6 +5,7 @@ on CPU tensors. Post-processing alone: ``test_prepost_post.py``."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
 
 import cv2
@@ -20,6 +21,7 @@ from ttball.frames import Frame, normalize, preprocess
 from ttball.kernels import prepost_image
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import (
+    GPU_STAGES,
     DecodeError,
     GpuPipeline,
     JpegDecoder,
@@ -27,6 +29,7 @@ from ttball.kernels.prepost import (
     Resizer,
     decode_cv2,
     gpu_jpeg_reason,
+    gpu_split,
     stack_windows,
 )
 from ttball.model.config import WeightsConfig
@@ -504,6 +507,49 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert [r.frame for r in pipeline.flush()["s"]] == [2]
     assert pipeline.in_flight == 0 and pipeline.flush() == {}
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
+
+
+class _Mark:
+    """A completed event at ``t`` seconds: ``elapsed_time`` in milliseconds, as CUDA's."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def elapsed_time(self, other: _Mark) -> float:
+        return (other.t - self.t) * 1e3
+
+
+def test_gpu_split_reads_each_step_between_its_events() -> None:
+    marks = (_Mark(1.0), _Mark(1.25), _Mark(3.25))
+    split = gpu_split(marks, _Mark(3.5), previous_end=_Mark(0.5))
+    assert split == pytest.approx({"gpu_between": 0.5, "gpu_normalize": 0.25,
+                                   "gpu_network": 2.0, "gpu_stats": 0.25})
+    assert set(split) == set(GPU_STAGES)
+    assert "gpu_between" not in gpu_split(marks, _Mark(3.5), previous_end=None)
+
+
+def test_the_pipeline_on_the_cpu_times_no_gpu_stages(small_config: WeightsConfig) -> None:
+    pipeline = cpu_pipeline(small_config, overlap=True)
+    gpu_rows(pipeline, {"a": (session_frames(9, (320, 180), streak=True), StreamOptions(step=1))},
+             60.0, chunk=4)
+    assert "network" in pipeline.timer.seconds
+    assert not set(GPU_STAGES) & set(pipeline.timer.seconds)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_overlap_on_cuda_times_each_call_on_its_stream(small_config: WeightsConfig) -> None:
+    """Each call read back adds its normalisation, network and statistics time on the GPU, and
+    from the second call on the stream's time since the previous call's end."""
+    pipeline = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    start = time.perf_counter()
+    gpu_rows(pipeline, {"a": (session_frames(12, (320, 180), streak=True), StreamOptions(step=1))},
+             60.0, chunk=3)
+    wall = time.perf_counter() - start
+    seconds = pipeline.timer.seconds
+    assert set(GPU_STAGES) <= set(seconds)
+    assert seconds["gpu_network"] > 0 and all(seconds[s] >= 0 for s in GPU_STAGES)
+    assert sum(seconds[s] for s in GPU_STAGES) < wall  # one stream's time: within the run's
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["after", "early"])

@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -177,13 +178,38 @@ class _Session:
 class _InFlight:
     """One backend call, launched: its windows and their sessions, the packed candidate
     statistics (on the host once ``ready`` has passed; ``None``: a blocking copy is still to
-    make) and the unpadded logits (for the rare map that needs the host post-processing)."""
+    make), the unpadded logits (for the rare map that needs the host post-processing) and,
+    with overlap on CUDA, the timing events around its steps on the stream (:data:`GPU_STAGES`;
+    ``ready`` is the last)."""
 
     windows: list[Window]
     sessions: list[_Session]
     packed: Tensor
     ready: torch.cuda.Event | None
     logits: Tensor
+    marks: tuple[Any, ...] = ()
+
+
+# With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
+# stream idle or waiting since the previous call's end (for the side stream's decode and resize,
+# or with nothing queued), the windows' stacking and normalisation, the network, and the
+# statistics with their copy to the host. Read once the call is back, so a push's figures are
+# its previous push's calls'.
+GPU_STAGES = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
+
+
+def gpu_split(marks: Sequence[Any], end: Any, previous_end: Any | None) -> dict[str, float]:
+    """Seconds of :data:`GPU_STAGES` from a call's events (``marks``: before the normalisation,
+    before the network, after it; ``end``: after the copy to the host) and the previous call's
+    ``end`` on the same stream (None: the first call, no ``gpu_between``). Events complete:
+    ``elapsed_time`` is in milliseconds."""
+    start, network, stats = marks
+    out = {"gpu_normalize": start.elapsed_time(network) / 1e3,
+           "gpu_network": network.elapsed_time(stats) / 1e3,
+           "gpu_stats": stats.elapsed_time(end) / 1e3}
+    if previous_end is not None:
+        out["gpu_between"] = previous_end.elapsed_time(start) / 1e3
+    return out
 
 
 class GpuPipeline:
@@ -242,6 +268,7 @@ class GpuPipeline:
                       if overlap and self.device.type == "cuda" else None)
         self._pending: list[_InFlight] = []  # overlap: the last push's batches, not yet read back
         self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
+        self._last_end: torch.cuda.Event | None = None  # overlap on CUDA: the last call's end
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
@@ -487,9 +514,12 @@ class GpuPipeline:
         padded = windows + [windows[-1]] * (size - len(windows))
         sessions = [self._sessions[w.stream_id] for w in windows]
         with self.timer.stage("preprocess"):
+            start = self._timed()
             batch = self._normalize(stack_windows([w.frames for w in padded]))  # type: ignore[attr-defined]
         with self.timer.stage("network"):
+            network = self._timed()
             logits = self.backend(batch)
+            stats = self._timed()
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
@@ -507,9 +537,17 @@ class GpuPipeline:
                 if packed.device.type == "cuda":  # (on the CPU, packed_stats' output is new)
                     host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
                     packed = host.copy_(packed, non_blocking=True)
-                    ready = torch.cuda.Event()
-                    ready.record()
-        return _InFlight(windows, sessions, packed, ready, logits)
+                    ready = self._timed()
+        timed = (start, network, stats) if ready is not None else ()
+        return _InFlight(windows, sessions, packed, ready, logits, timed)
+
+    def _timed(self) -> torch.cuda.Event | None:
+        """A timing event recorded on the current stream (overlap on CUDA; else None)."""
+        if not (self.overlap and self.device.type == "cuda"):
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
     def _complete(self, flights: list[_InFlight]) -> None:
         """Read launched calls back, in order: candidates to each window's stream (skipping
@@ -528,6 +566,11 @@ class GpuPipeline:
         """A launched call's packed statistics → candidates per window and position."""
         if flight.ready is not None:
             flight.ready.synchronize()
+            if flight.marks:
+                for stage, seconds in gpu_split(flight.marks, flight.ready,
+                                                self._last_end).items():
+                    self.timer.seconds[stage] += seconds
+                self._last_end = flight.ready
         packed = flight.packed.cpu().numpy()
         logits = flight.logits
         streams = [s.stream for s in flight.sessions]
