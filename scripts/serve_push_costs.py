@@ -29,7 +29,11 @@ DECODE_PROCESS = ("decode_child", "decode_fill", "decode_transfer", "decode_to_c
 # each backend call's time on its lane's stream (GpuPipeline with overlap on CUDA, since the
 # thirty-fourth session): columns only where a run has them
 GPU = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
-OPTIONAL = (*DECODE_PROCESS, *GPU)
+# and their parts (thirty-fifth session): the network's copy in, graph and copy out (a CUDA-graph
+# backend), the statistics' upload, graph, the logits' copy and the copy to the host
+GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_upload",
+             "gpu_stats_graph", "gpu_stats_clone", "gpu_stats_to_host")
+OPTIONAL = (*DECODE_PROCESS, *GPU, *GPU_STEPS)
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),

@@ -274,3 +274,11 @@ def test_the_gpu_stages_and_the_network_busy_share(tmp_path: Path) -> None:
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["network_busy"])
     assert "net %" not in table(plain)[1] and "gpu_network" not in table(plain)[1]
+
+
+def test_the_gpu_columns_are_the_pipelines_stages() -> None:
+    """The report's gpu_* columns are the stage names GpuPipeline times, parts included."""
+    from ttball.kernels.prepost import GPU_STAGES, GPU_STEPS
+
+    assert push_costs.GPU == GPU_STAGES and push_costs.GPU_STEPS == GPU_STEPS
+    assert set(GPU_STEPS) <= set(push_costs.OPTIONAL)

@@ -17,11 +17,13 @@ from torch import Tensor
 
 from ttball.backends import create
 from ttball.backends.base import BackendBase
+from ttball.backends.cudagraph import GraphCache, GraphedBackend
 from ttball.frames import Frame, normalize, preprocess
 from ttball.kernels import prepost_image
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import (
     GPU_STAGES,
+    GPU_STEPS,
     DecodeError,
     GpuPipeline,
     JpegDecoder,
@@ -263,6 +265,19 @@ class BrightBackend(BackendBase):
     def run(self, batch: Tensor) -> Tensor:
         b, _, h, w = batch.shape
         return 4.0 * (batch.view(b, 3, 3, h, w).mean(2) - 0.7)
+
+
+class GraphedBright(GraphedBackend):
+    """:class:`BrightBackend`'s network replayed from CUDA graphs (CUDA only)."""
+
+    name = "bright-graphed"
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cuda"))
+        self._graphs = GraphCache(BrightBackend("cuda").run, self.device, warmup=1)
+
+    def run(self, batch: Tensor) -> Tensor:
+        return self._graphs(batch)
 
 
 def draw(i: int, size: tuple[int, int], streak: bool) -> np.ndarray:
@@ -520,12 +535,30 @@ class _Mark:
 
 
 def test_gpu_split_reads_each_step_between_its_events() -> None:
-    marks = (_Mark(1.0), _Mark(1.25), _Mark(3.25))
+    marks = (("start", _Mark(1.0)), ("normalize", _Mark(1.25)), ("network", _Mark(3.25)),
+             ("stats_upload", _Mark(3.3)), ("stats_graph", _Mark(3.4)),
+             ("stats_clone", _Mark(3.45)))
     split = gpu_split(marks, _Mark(3.5), previous_end=_Mark(0.5))
     assert split == pytest.approx({"gpu_between": 0.5, "gpu_normalize": 0.25,
-                                   "gpu_network": 2.0, "gpu_stats": 0.25})
-    assert set(split) == set(GPU_STAGES)
+                                   "gpu_network": 2.0, "gpu_stats": 0.25,
+                                   "gpu_stats_upload": 0.05, "gpu_stats_graph": 0.1,
+                                   "gpu_stats_clone": 0.05, "gpu_stats_to_host": 0.05})
+    assert set(split) <= set(GPU_STAGES) | set(GPU_STEPS)
     assert "gpu_between" not in gpu_split(marks, _Mark(3.5), previous_end=None)
+
+
+def test_gpu_split_splits_the_network_where_the_backend_marks_it() -> None:
+    """A CUDA-graph backend's marks split ``gpu_network`` into the copy in, the graph and the
+    copy out, which add up to it."""
+    marks = (("start", _Mark(0.0)), ("normalize", _Mark(1.0)), ("net_copy_in", _Mark(1.5)),
+             ("net_graph", _Mark(4.0)), ("network", _Mark(4.25)), ("stats_upload", _Mark(5.0)),
+             ("stats_graph", _Mark(5.0)), ("stats_clone", _Mark(5.0)))
+    split = gpu_split(marks, _Mark(6.0), previous_end=None)
+    assert split["gpu_network"] == pytest.approx(3.25)
+    assert (split["gpu_net_copy_in"], split["gpu_net_graph"], split["gpu_net_copy_out"]) \
+        == pytest.approx((0.5, 2.5, 0.25))
+    assert split["gpu_stats"] == pytest.approx(1.75) == split["gpu_stats_upload"] + 1.0
+    assert set(split) == set(GPU_STEPS) | set(GPU_STAGES) - {"gpu_between"}
 
 
 def test_the_pipeline_on_the_cpu_times_no_gpu_stages(small_config: WeightsConfig) -> None:
@@ -533,7 +566,7 @@ def test_the_pipeline_on_the_cpu_times_no_gpu_stages(small_config: WeightsConfig
     gpu_rows(pipeline, {"a": (session_frames(9, (320, 180), streak=True), StreamOptions(step=1))},
              60.0, chunk=4)
     assert "network" in pipeline.timer.seconds
-    assert not set(GPU_STAGES) & set(pipeline.timer.seconds)
+    assert not (set(GPU_STAGES) | set(GPU_STEPS)) & set(pipeline.timer.seconds)
 
 
 @pytest.mark.gpu
@@ -550,6 +583,32 @@ def test_overlap_on_cuda_times_each_call_on_its_stream(small_config: WeightsConf
     assert set(GPU_STAGES) <= set(seconds)
     assert seconds["gpu_network"] > 0 and all(seconds[s] >= 0 for s in GPU_STAGES)
     assert sum(seconds[s] for s in GPU_STAGES) < wall  # one stream's time: within the run's
+    steps = {"gpu_stats_upload", "gpu_stats_graph", "gpu_stats_clone", "gpu_stats_to_host"}
+    assert steps <= set(seconds)  # no graphed backend: the network is not split
+    assert sum(seconds[s] for s in steps) == pytest.approx(seconds["gpu_stats"], rel=1e-3)
+    assert "gpu_net_graph" not in seconds
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kernel_copies", [False, True], ids=["memcpy", "kernel"])
+def test_a_graphed_backend_splits_the_network_on_cuda(
+        small_config: WeightsConfig, monkeypatch: pytest.MonkeyPatch, kernel_copies: bool) -> None:
+    """With a CUDA-graph backend the network's time splits into its copy in, graph and copy
+    out (``GraphedBackend.set_marker``), which add up to it, with the copies as memcpys or, with
+    ``TTBALL_KERNEL_COPIES=1``, kernels; the rows are the serial pipeline's either way."""
+    if kernel_copies:
+        monkeypatch.setenv("TTBALL_KERNEL_COPIES", "1")
+    sessions = {"a": (session_frames(12, (320, 180), streak=True), StreamOptions(step=1))}
+    backend = GraphedBright()
+    want = gpu_rows(GpuPipeline(backend, small_config, batch_sizes=(1, 2)), sessions, 60.0, chunk=3)
+    pipeline = GpuPipeline(backend, small_config, batch_sizes=(1, 2), overlap=True)
+    got = gpu_rows(pipeline, sessions, 60.0, chunk=3)
+    assert_rows_match(got["a"], want["a"])
+    seconds = pipeline.timer.seconds
+    parts = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out")
+    assert seconds["gpu_net_graph"] > 0
+    assert sum(seconds[s] for s in parts) == pytest.approx(seconds["gpu_network"], rel=1e-3)
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["after", "early"])

@@ -27,6 +27,7 @@ from ttball.backends._recipe import (
 )
 from ttball.backends.base import BackendBase, needs_cuda
 from ttball.errors import BackendUnavailable
+from ttball.kernels import copies
 
 _CAPTURE_WARMUP = 3  # side-stream runs before capture (lazy cuDNN/cuBLAS init must not be captured)
 
@@ -45,6 +46,9 @@ class GraphCache:
     graphs (the Triton executor writes into its own per-shape buffers). Correct for any
     tensor later found at that address: the graph reads whatever the address holds when it
     replays, which is then the caller's batch.
+
+    The copies in and out are :mod:`ttball.kernels.copies`' (memcpys, or kernels with
+    ``TTBALL_KERNEL_COPIES=1``).
 
     ``frozen`` (set by callers that push from several threads once they are warm): no new
     captures; a shape or address without a graph runs ``fn`` directly (counted in
@@ -66,6 +70,10 @@ class GraphCache:
         self._pool: Any = None
         self.frozen = False
         self.uncaptured = 0
+        # called on the calling thread with "copy_in" once the batch is in the graph's input
+        # (at once for a graph that reads it in place) and "graph" once the replay is queued:
+        # a caller's timing events around the steps (GpuPipeline's gpu_net_* stages)
+        self.marker: Callable[[str], None] | None = None
 
     def __contains__(self, shape: tuple[int, ...]) -> bool:
         return shape in self._graphs
@@ -102,17 +110,25 @@ class GraphCache:
                 graph, _, out = self.capture(batch, copy=False)
                 hit = self._addressed[key] = (graph, out)
             if hit is not None:
+                self._mark("copy_in")
                 hit[0].replay()
-                return hit[1].clone()
+                self._mark("graph")
+                return copies.clone(hit[1])
         if shape not in self._graphs:
             if self.frozen:
                 self.uncaptured += 1
                 return self.fn(batch).clone()
             self._graphs[shape] = self.capture(batch)
         graph, static_in, static_out = self._graphs[shape]
-        static_in.copy_(batch)
+        copies.copy_into(static_in, batch)
+        self._mark("copy_in")
         graph.replay()
-        return static_out.clone()
+        self._mark("graph")
+        return copies.clone(static_out)
+
+    def _mark(self, step: str) -> None:
+        if self.marker is not None:
+            self.marker(step)
 
     def _repeated(self, key: tuple[Any, ...]) -> bool:
         """Whether ``key`` was seen before (and remember it now)."""
@@ -134,6 +150,11 @@ class GraphedBackend(BackendBase):
     def freeze_graphs(self) -> None:
         """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""
         self._graphs.frozen = True
+
+    def set_marker(self, marker: Callable[[str], None] | None) -> None:
+        """``marker(step)`` at each replayed call's steps (see :class:`GraphCache`'s
+        ``marker``); None: no more."""
+        self._graphs.marker = marker
 
     @property
     def uncaptured_calls(self) -> int:

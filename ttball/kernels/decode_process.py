@@ -53,6 +53,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import Tensor
 
+from ttball.kernels import copies
 from ttball.kernels.prepost_image import DecodeError, JpegDecoder
 from ttball.threadnames import name_os_thread
 
@@ -348,7 +349,7 @@ class _Child:
         (a session's last) keeps its run's copy alive."""
         out: list[Tensor] = []
         for _, _, run in _runs(self.ring[self._slot], shapes):
-            out.extend(run.clone().unbind(0))
+            out.extend(copies.clone(run).unbind(0))
         return out
 
     def _record(self) -> torch.cuda.Event | None:

@@ -30,6 +30,7 @@ Not supported here: the SSIM near-duplicate filter (``dedup_ssim``; refused, not
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,7 @@ from torch import Tensor
 
 from ttball.backends.base import Backend, synchronize
 from ttball.frames import host_to_device, normalizer
+from ttball.kernels import copies
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost_image import (
     DECODERS,
@@ -179,15 +181,15 @@ class _InFlight:
     """One backend call, launched: its windows and their sessions, the packed candidate
     statistics (on the host once ``ready`` has passed; ``None``: a blocking copy is still to
     make), the unpadded logits (for the rare map that needs the host post-processing) and,
-    with overlap on CUDA, the timing events around its steps on the stream (:data:`GPU_STAGES`;
-    ``ready`` is the last)."""
+    with overlap on CUDA, the timing events of its steps on the stream (:func:`gpu_split`'s
+    ``marks``; ``ready`` is the end)."""
 
     windows: list[Window]
     sessions: list[_Session]
     packed: Tensor
     ready: torch.cuda.Event | None
     logits: Tensor
-    marks: tuple[Any, ...] = ()
+    marks: tuple[tuple[str, Any], ...] = ()
 
 
 # With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
@@ -196,19 +198,39 @@ class _InFlight:
 # statistics with their copy to the host. Read once the call is back, so a push's figures are
 # its previous push's calls'.
 GPU_STAGES = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
+# Their parts: the network's copy into a CUDA-graph backend's input, its graph and the copy of
+# its output (with a backend that marks them: GraphedBackend.set_marker), and the statistics'
+# thresholds' upload, graph, the logits' private copy and the copy to the host.
+GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_upload",
+             "gpu_stats_graph", "gpu_stats_clone", "gpu_stats_to_host")
 
 
-def gpu_split(marks: Sequence[Any], end: Any, previous_end: Any | None) -> dict[str, float]:
-    """Seconds of :data:`GPU_STAGES` from a call's events (``marks``: before the normalisation,
-    before the network, after it; ``end``: after the copy to the host) and the previous call's
-    ``end`` on the same stream (None: the first call, no ``gpu_between``). Events complete:
-    ``elapsed_time`` is in milliseconds."""
-    start, network, stats = marks
-    out = {"gpu_normalize": start.elapsed_time(network) / 1e3,
-           "gpu_network": network.elapsed_time(stats) / 1e3,
-           "gpu_stats": stats.elapsed_time(end) / 1e3}
+def gpu_split(marks: Sequence[tuple[str, Any]], end: Any,
+              previous_end: Any | None) -> dict[str, float]:
+    """Seconds of :data:`GPU_STAGES` and :data:`GPU_STEPS` from a call's timing events.
+
+    ``marks``: ``(name, event)`` in the order queued, each event closing the step it names:
+    ``start`` (before the normalisation), ``normalize``, the backend's ``net_copy_in`` and
+    ``net_graph`` if it marks them, ``network`` (the backend call's end), then
+    ``stats_upload``, ``stats_graph``, ``stats_clone``; ``end``: after the copy to the host
+    (closes ``stats_to_host``); ``previous_end``: the previous call's ``end`` on the same stream
+    (None: the first call, no ``gpu_between``). Events complete: ``elapsed_time`` is in ms."""
+    named = dict(marks)
+
+    def seconds(before: Any, after: Any) -> float:
+        return before.elapsed_time(after) / 1e3
+
+    out = {"gpu_normalize": seconds(named["start"], named["normalize"]),
+           "gpu_network": seconds(named["normalize"], named["network"]),
+           "gpu_stats": seconds(named["network"], end)}
+    steps = [*marks, ("stats_to_host", end)]
+    for (_, before), (name, after) in itertools.pairwise(steps):
+        if name == "network":
+            name = "net_copy_out" if "net_graph" in named else ""
+        if name and name != "normalize":
+            out[f"gpu_{name}"] = seconds(before, after)
     if previous_end is not None:
-        out["gpu_between"] = previous_end.elapsed_time(start) / 1e3
+        out["gpu_between"] = seconds(previous_end, named["start"])
     return out
 
 
@@ -269,6 +291,9 @@ class GpuPipeline:
         self._pending: list[_InFlight] = []  # overlap: the last push's batches, not yet read back
         self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
         self._last_end: torch.cuda.Event | None = None  # overlap on CUDA: the last call's end
+        self._marks: list[tuple[str, Any]] | None = None  # the call being launched's events
+        if self._timing and hasattr(backend, "set_marker"):
+            backend.set_marker(lambda step: self._mark(f"net_{step}"))
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
@@ -513,13 +538,14 @@ class GpuPipeline:
         size = self.sizes[bisect.bisect_left(self.sizes, len(windows))]
         padded = windows + [windows[-1]] * (size - len(windows))
         sessions = [self._sessions[w.stream_id] for w in windows]
+        self._marks = [] if self._timing else None
         with self.timer.stage("preprocess"):
-            start = self._timed()
+            self._mark("start")
             batch = self._normalize(stack_windows([w.frames for w in padded]))  # type: ignore[attr-defined]
+            self._mark("normalize")
         with self.timer.stage("network"):
-            network = self._timed()
             logits = self.backend(batch)
-            stats = self._timed()
+            self._mark("network")
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
         with self.timer.stage("postprocess"):
@@ -529,25 +555,34 @@ class GpuPipeline:
                 torch.tensor([self._sessions[w.stream_id].stream.threshold
                               for w in padded for _ in range(3)],
                              dtype=torch.float32), logits.device)
+            self._mark("stats_upload")
             packed = self._packed(logits, thresholds)[: 3 * len(windows)]
+            self._mark("stats_graph")
             logits = logits[: len(windows)]
             ready = None
             if self.overlap:
-                logits = logits.clone()
+                logits = copies.clone(logits)
+                self._mark("stats_clone")
                 if packed.device.type == "cuda":  # (on the CPU, packed_stats' output is new)
                     host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
                     packed = host.copy_(packed, non_blocking=True)
-                    ready = self._timed()
-        timed = (start, network, stats) if ready is not None else ()
-        return _InFlight(windows, sessions, packed, ready, logits, timed)
+                    ready = torch.cuda.Event(enable_timing=self._timing)
+                    ready.record()
+        marks, self._marks = tuple(self._marks or ()), None
+        return _InFlight(windows, sessions, packed, ready, logits, marks)
 
-    def _timed(self) -> torch.cuda.Event | None:
-        """A timing event recorded on the current stream (overlap on CUDA; else None)."""
-        if not (self.overlap and self.device.type == "cuda"):
-            return None
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+    @property
+    def _timing(self) -> bool:
+        """Timing events on each call's steps (overlap on CUDA)."""
+        return self.overlap and self.device.type == "cuda"
+
+    def _mark(self, name: str) -> None:
+        """A timing event closing step ``name`` of the call being launched, on the current
+        stream (only while one is: see :meth:`_launch`)."""
+        if self._marks is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks.append((name, event))
 
     def _complete(self, flights: list[_InFlight]) -> None:
         """Read launched calls back, in order: candidates to each window's stream (skipping

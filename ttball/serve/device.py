@@ -42,6 +42,7 @@ import cv2
 import numpy as np
 
 from ttball.backends import Backend
+from ttball.kernels import copies
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
 from ttball.model.config import WeightsConfig
@@ -110,7 +111,8 @@ class DevicePath:
                                       else 0),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
-                "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error}
+                "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
+                "kernel_copies": copies.kernel_copies()}
 
     def ahead_counts(self) -> dict[str, int]:
         """``--decode-ahead``: prefetched decodes taken and dropped, this lane's."""
