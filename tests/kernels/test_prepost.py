@@ -662,6 +662,44 @@ def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> Non
         {sid: [r.as_dict() for r in rows] for sid, rows in eager.items()}
 
 
+class KeptOutputs(BrightBackend):
+    """BrightBackend remembering each output it returned."""
+
+    def __init__(self, fresh: bool) -> None:
+        super().__init__()
+        self.fresh_outputs, self.outputs = fresh, []
+
+    def run(self, batch: Tensor) -> Tensor:
+        self.outputs.append(super().run(batch))
+        return self.outputs[-1]
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["copied", "kept"])
+def test_overlap_copies_the_logits_it_keeps_unless_the_backend_says_they_are_its_own(
+        small_config: WeightsConfig, fresh: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logits a call leaves in flight are a private copy, unless the backend's outputs are
+    fresh (``fresh_outputs``: a CUDA-graph backend's clones), where the copy is skipped;
+    ``TTBALL_PIPELINE_CLONE=1`` copies anyway. The rows are the same."""
+    sessions = {"a": (session_frames(9, (320, 180), streak=True), StreamOptions(step=1))}
+    want = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=4)
+    for forced in (False, True):
+        if forced:
+            monkeypatch.setenv("TTBALL_PIPELINE_CLONE", "1")
+        backend = KeptOutputs(fresh)
+        pipeline = GpuPipeline(backend, small_config, decoder=JpegDecoder("cpu"),  # type: ignore[arg-type]
+                               batch_sizes=(1, 2, 4), overlap=True)
+        pipeline.open("a", StreamOptions(step=1), 60.0)
+        pipeline.push([("a", blob) for blob in sessions["a"][0][:5]])
+        (flight,) = pipeline._pending
+        shared = flight.logits.data_ptr() == backend.outputs[-1].data_ptr()
+        assert shared == (fresh and not forced)
+        pipeline.close("a")
+        got = gpu_rows(GpuPipeline(KeptOutputs(fresh), small_config, decoder=JpegDecoder("cpu"),  # type: ignore[arg-type]
+                                   batch_sizes=(1, 2, 4), overlap=True), sessions, 60.0, chunk=4)
+        assert_rows_match(got["a"], want["a"])
+    assert GraphedBackend.fresh_outputs and not BackendBase.fresh_outputs
+
+
 def test_overlap_drops_the_windows_of_a_session_closed_in_flight(small_config: WeightsConfig) -> None:
     pipeline = cpu_pipeline(small_config, overlap=True)
     a, b = ([jpeg(draw(i, (320, 180), streak)) for i in range(6)] for streak in (True, False))

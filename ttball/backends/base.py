@@ -49,9 +49,14 @@ def synchronize(device: torch.device) -> None:
 
 
 class BackendBase:
-    """Shared plumbing: moving the batch in, warm-up bookkeeping. Subclasses implement ``run``."""
+    """Shared plumbing: moving the batch in, warm-up bookkeeping. Subclasses implement ``run``.
+
+    ``fresh_outputs``: each call returns a tensor of its own that no later call writes (a
+    caller that keeps outputs across calls needs no copy of its own); False unless a subclass
+    says so (a CUDA-graph backend of torch.compile reuses its output buffers)."""
 
     name = "base"
+    fresh_outputs = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

@@ -143,9 +143,11 @@ class GraphCache:
 
 class GraphedBackend(BackendBase):
     """A backend that replays its calls from a :class:`GraphCache` (``self._graphs``): the
-    cache's freezing for callers on several threads."""
+    cache's freezing for callers on several threads. Its outputs are the cache's clones (or a
+    subclass's own: ``fresh_outputs``)."""
 
     _graphs: GraphCache
+    fresh_outputs = True
 
     def freeze_graphs(self) -> None:
         """No captures from now on (see :class:`GraphCache`'s ``frozen``)."""

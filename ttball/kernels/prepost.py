@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -259,7 +260,8 @@ class GpuPipeline:
         backend call at most (default: the largest batch size), each call padded up to one of
         ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
         ``overlap``: a push leaves its batches running and returns the previous push's rows
-        (see the module docstring; call :meth:`flush` when no push follows); ``decode_early``:
+        (see the module docstring; call :meth:`flush` when no push follows; the logits it
+        keeps meanwhile are copied unless the backend's ``fresh_outputs``); ``decode_early``:
         with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
         before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
         after."""
@@ -292,6 +294,12 @@ class GpuPipeline:
         self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
         self._last_end: torch.cuda.Event | None = None  # overlap on CUDA: the last call's end
         self._marks: list[tuple[str, Any]] | None = None  # the call being launched's events
+        # overlap keeps a call's logits until the next push reads it back: a private copy,
+        # unless the backend's outputs are its own already (fresh_outputs: a CUDA-graph
+        # backend's clone; the copy took 6-9 ms of a lane's stream a call on the H200 in the
+        # thirty-fifth session); TTBALL_PIPELINE_CLONE=1 copies anyway (for measurement)
+        self._fresh = (bool(getattr(backend, "fresh_outputs", False))
+                       and os.environ.get("TTBALL_PIPELINE_CLONE", "") != "1")
         if self._timing and hasattr(backend, "set_marker"):
             backend.set_marker(lambda step: self._mark(f"net_{step}"))
         self._sessions: dict[str, _Session] = {}
@@ -561,7 +569,8 @@ class GpuPipeline:
             logits = logits[: len(windows)]
             ready = None
             if self.overlap:
-                logits = copies.clone(logits)
+                if not self._fresh:
+                    logits = copies.clone(logits)
                 self._mark("stats_clone")
                 if packed.device.type == "cuda":  # (on the CPU, packed_stats' output is new)
                     host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)

@@ -36,6 +36,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import cv2
@@ -49,6 +50,7 @@ from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import WINDOW, Batcher
 from ttball.serve.metrics import Metrics
+from ttball.serve.push_profile import PushProfiler
 from ttball.serve.sessions import Session
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import PNG_MAGIC, Part, header_size
@@ -102,6 +104,7 @@ class DevicePath:
         self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
         self._waiting: list[Future[None]] = []  # overlap: uploads whose batches are in flight
         self._ahead = settings.pipeline_decode_ahead  # run() is told the upcoming uploads
+        self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
 
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
@@ -257,7 +260,8 @@ class DevicePath:
         ahead = self.ahead_counts()
         start = time.perf_counter()
         try:
-            rows = pipeline.push(frames, stamps, upcoming)
+            with self._profiler.push() if self._profiler is not None else nullcontext():
+                rows = pipeline.push(frames, stamps, upcoming)
         finally:
             counter = self.metrics.decode_ahead
             assert counter is not None

@@ -1,0 +1,56 @@
+"""ttball.serve.push_profile: TTBALL_PROFILE_PUSHES profiles a lane's pushes once a folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ttball.serve.push_profile import ENV, PushProfiler, summarize
+
+
+def test_unset_means_no_profiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    assert PushProfiler.from_env() is None
+
+
+@pytest.mark.parametrize("value", ["3:2", "a:2:/tmp/x", "0:2:/tmp/x", "2:0:/tmp/x"])
+def test_a_bad_value_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(ENV, value)
+    with pytest.raises(ValueError, match=ENV):
+        PushProfiler.from_env()
+
+
+def test_the_first_lane_to_get_there_profiles_its_pushes_and_the_others_do_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, f"2:3:{tmp_path / 'prof'}")
+    lanes = [PushProfiler.from_env(), PushProfiler.from_env()]
+    assert all(lane is not None for lane in lanes)
+    for _ in range(5):
+        for lane in lanes:
+            with lane.push():  # type: ignore[union-attr]
+                torch.ones(64, 64) @ torch.ones(64, 64)
+    written = [lane.written for lane in lanes]  # type: ignore[union-attr]
+    assert written == [tmp_path / "prof", None]
+    summary = json.loads((tmp_path / "prof" / "summary.json").read_text())
+    assert summary["pushes"] == 3 and (tmp_path / "prof" / "trace.json.gz").exists()
+    assert not (tmp_path / "prof" / "trace.json").exists()
+
+
+def test_summarize_reads_each_streams_busy_time_span_and_gaps() -> None:
+    def op(name: str, ts: float, dur: float, stream: int, cat: str = "kernel") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+    trace = {"traceEvents": [
+        op("conv", 0, 10, 7), op("conv", 30, 10, 7), op("Memcpy DtoD", 45, 5, 7, "gpu_memcpy"),
+        op("resize", 5, 2, 9), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 99},
+    ]}
+    summary = summarize(trace)
+    assert summary["streams"]["7"] == {"ops": 3, "busy_us": 25.0, "span_us": 50.0,
+                                       "largest_gap_us": 20.0}
+    assert summary["streams"]["9"]["ops"] == 1
+    assert summary["top"][0] == {"name": "conv", "count": 2, "total_us": 20.0, "stream": 7,
+                                 "mean_us": 10.0}
+    assert [t["name"] for t in summary["top"]] == ["conv", "Memcpy DtoD", "resize"]
