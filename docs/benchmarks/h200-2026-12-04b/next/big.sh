@@ -1,0 +1,18 @@
+# For the next session (not run yet). The thirty-fifth session's profile (../call3/) found each
+# lane's GPU work short (7-9 ms of kernels a push, spread over ~25 ms by sharing) and its host
+# thread launching a call only every ~50 ms: the per-push host cycle (the decode round trip,
+# the interpreter lock around each call that releases it, launches, syncs) is the bound, not
+# the GPU. Larger pushes spread those per-push costs over more frames. One call: four replicas
+# of one lane warmed up to 64 windows (pushes up to 192 frames, four decode children a lane) at
+# 320 sessions, cold Triton cache (batches 32 and 64 are new); then eight of one up to 16 (the
+# thirty-fifth session's shape, warm cache) at 320, the baseline of the same machine.
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=570 bash docs/benchmarks/h200-2026-12-04b/next/big.sh
+# > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-fifth session").
+TOTAL=${TOTAL:-570}
+source docs/benchmarks/h200-2026-12-03h/next/_call.sh
+R big4 360 SESSIONS_4="320" REPLICAS=4 LANES=1 GPUS_PER_REPLICA=0.25 CPUS_PER_REPLICA=3 \
+  DECODE_PROCESSES=4 DECODE_AHEAD=1 BATCHES_AHEAD=1 BATCHES=1,2,4,8,16,32,64
+LEFT=$(left)
+[ $LEFT -ge 120 ] && R eight $LEFT SESSIONS_8="320" REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 \
+  CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1
+finish big4 eight
