@@ -296,8 +296,8 @@ class GpuPipeline:
         self._marks: list[tuple[str, Any]] | None = None  # the call being launched's events
         # overlap keeps a call's logits until the next push reads it back: a private copy,
         # unless the backend's outputs are its own already (fresh_outputs: a CUDA-graph
-        # backend's clone; the copy took 6-9 ms of a lane's stream a call on the H200 in the
-        # thirty-fifth session); TTBALL_PIPELINE_CLONE=1 copies anyway (for measurement)
+        # backend's clone; one 28 MB copy a call of 16 less, no measurable change on the H200
+        # in the thirty-fifth session); TTBALL_PIPELINE_CLONE=1 copies anyway (measurement)
         self._fresh = (bool(getattr(backend, "fresh_outputs", False))
                        and os.environ.get("TTBALL_PIPELINE_CLONE", "") != "1")
         if self._timing and hasattr(backend, "set_marker"):
