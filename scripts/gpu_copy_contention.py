@@ -12,9 +12,13 @@ frames between them). Here, as MPS clients when a daemon runs:
   ``memcpy`` (``Tensor.clone`` of ``--probe-mb`` MB), ``kernel_copy`` (the same as an
   element-wise kernel, :mod:`ttball.kernels.copies`), ``tiny`` (an add on 1,024 numbers);
 - **background**: ``--procs`` processes copying ``--mb`` MB device to device back to back
-  (``memcpy``: ``Tensor.copy_``; ``kernel``: the element-wise kernel), each reporting GB/s.
+  (``memcpy``: ``Tensor.copy_``; ``kernel``: the element-wise kernel), each reporting GB/s; or
+  (``spin``) each running one-thread kernels that spin ~1 ms (``torch.cuda._sleep``) back to
+  back: every SM but a few stays free, so a probe step that still waits ~1 ms beside them waits
+  for the other processes' kernels to end, not for room on the SMs (the clients' kernels do not
+  run side by side), and one that does not wait shares the GPU with them.
 
-One row per background kind (``--backgrounds none,memcpy,kernel``): each probe step's median,
+One row per background kind (``--backgrounds none,memcpy,kernel,spin``): each probe step's median,
 p90 and max ms, and the background's GB/s. If ``d2h``/``h2d``/``memcpy`` wait milliseconds
 behind ``memcpy`` copies but not behind ``kernel`` ones while ``tiny`` does not, the copy
 engines are what a lane's steps queue for, and copies as kernels are the lever::
@@ -38,6 +42,8 @@ import torch
 from ttball.kernels import copies
 
 PROBES = ("d2h", "h2d", "memcpy", "kernel_copy", "tiny")
+BACKGROUNDS = ("none", "memcpy", "kernel", "spin")
+SPIN_CYCLES = 2_000_000  # one spinning thread, ~1 ms at the H200's 1.98 GHz
 
 
 def summary(ms: list[float]) -> dict[str, float]:
@@ -83,14 +89,18 @@ def probe(device: torch.device, mb: float, reps: int) -> dict[str, dict[str, flo
 
 
 def copier(device_name: str, kind: str, mb: float, ready: Any, stop: Any, results: Any) -> None:
-    """Copy ``mb`` MB device to device back to back until ``stop``; put GB/s on ``results``."""
+    """Copy ``mb`` MB device to device (or spin, ``kind`` ``spin``) back to back until ``stop``;
+    put ``(operations, GB copied, seconds)`` on ``results``."""
     device = torch.device(device_name)
     src = torch.randint(0, 255, (int(mb * 2**20),), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     kernel = kind == "kernel"
 
     def copy() -> None:
-        copies.copy_into(dst, src, kernel=kernel)
+        if kind == "spin" and device.type == "cuda":
+            torch.cuda._sleep(SPIN_CYCLES)
+        else:  # (on the CPU, spin copies: a dry run)
+            copies.copy_into(dst, src, kernel=kernel)
     copy()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -102,7 +112,7 @@ def copier(device_name: str, kind: str, mb: float, ready: Any, stop: Any, result
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         done += 4
-    results.put(done * src.numel() / 1e9 / (time.perf_counter() - start))
+    results.put((done, done * src.numel() / 1e9, time.perf_counter() - start))
 
 
 def run_row(device: torch.device, kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -125,8 +135,10 @@ def run_row(device: torch.device, kind: str, args: argparse.Namespace) -> dict[s
         rates = [results.get(timeout=60) for _ in procs]
         for proc in procs:
             proc.join(timeout=30)
-    if rates:
-        row["background_gb_per_s"] = round(sum(rates), 1)
+    if rates and kind == "spin":
+        row["background_spins_per_s"] = round(sum(n / sec for n, _, sec in rates), 1)
+    elif rates:
+        row["background_gb_per_s"] = round(sum(gb / sec for _, gb, sec in rates), 1)
     return row
 
 
@@ -137,15 +149,15 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=143.0, help="MB a background copy")
     parser.add_argument("--probe-mb", type=float, default=28.0, help="MB of the probe's copies")
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--backgrounds", default="none,memcpy,kernel")
+    parser.add_argument("--backgrounds", default="none,memcpy,kernel,spin")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_copy_contention.py: no CUDA device (use --device cpu for a dry run)")
     kinds = args.backgrounds.split(",")
-    if bad := [k for k in kinds if k not in ("none", "memcpy", "kernel")]:
-        sys.exit(f"gpu_copy_contention.py: unknown background {bad[0]!r} (none, memcpy, kernel)")
+    if bad := [k for k in kinds if k not in BACKGROUNDS]:
+        sys.exit(f"gpu_copy_contention.py: unknown background {bad[0]!r} ({', '.join(BACKGROUNDS)})")
     rows = []
     for kind in kinds:
         rows.append(run_row(device, kind, args))

@@ -25,15 +25,17 @@ def test_a_dry_run_on_the_cpu_gives_a_row_per_background(tmp_path: Path) -> None
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_copy_contention.py"),
                     "--device", "cpu", "--procs", "1", "--mb", "1", "--probe-mb", "1",
-                    "--reps", "3", "--out", str(out)], env=env, check=True, timeout=120,
+                    "--reps", "3", "--backgrounds", "none,memcpy,kernel,spin", "--out", str(out)],
+                   env=env, check=True, timeout=180,
                    capture_output=True)
     rows = json.loads(out.read_text())["rows"]
-    assert [r["background"] for r in rows] == ["none", "memcpy", "kernel"]
+    assert [r["background"] for r in rows] == ["none", "memcpy", "kernel", "spin"]
     for row in rows:
         assert set(row["probe"]) == set(contention.PROBES)
         assert all(v["median"] >= 0 for v in row["probe"].values())
     assert "background_gb_per_s" not in rows[0]
     assert rows[1]["background_gb_per_s"] > 0 and rows[2]["background_gb_per_s"] > 0
+    assert rows[3]["background_spins_per_s"] > 0 and "background_gb_per_s" not in rows[3]
 
 
 def test_an_unknown_background_is_one_line(tmp_path: Path) -> None:
