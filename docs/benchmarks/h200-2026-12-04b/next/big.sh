@@ -1,11 +1,12 @@
 # For the next session (not run yet). The thirty-fifth session's profile (../call3/) found each
-# lane's GPU work short (7-9 ms of kernels a push, spread over ~25 ms by sharing) and its host
-# thread launching a call only every ~50 ms: the per-push host cycle (the decode round trip,
-# the interpreter lock around each call that releases it, launches, syncs) is the bound, not
-# the GPU. Larger pushes spread those per-push costs over more frames. One call: four replicas
-# of one lane warmed up to 64 windows (pushes up to 192 frames, four decode children a lane) at
-# 320 sessions, cold Triton cache (batches 32 and 64 are new); then eight of one up to 16 (the
-# thirty-fifth session's shape, warm cache) at 320, the baseline of the same machine.
+# lane's GPU work short (7-9 ms of kernels a push, spread over ~25 ms by sharing) and the lane
+# launching a call only every ~50 ms, ~70 % of it waiting for its decode children's answers:
+# the decode round trip is the bound, not the GPU (the thirty-third session's model,
+# F / (F / 12,400 + Z), F the frames in flight at the JPEG engines). Larger pushes put more
+# frames at the engines at once. One call: four replicas of one lane warmed up to 64 windows
+# (pushes up to 192 frames, four decode children a lane) at 320 sessions, cold Triton cache
+# (batches 32 and 64 are new); then eight of one up to 16 (the thirty-fifth session's shape,
+# warm cache) at 320, the baseline of the same machine.
 # carry: [".raywhl", ".gpu"]. Run: TOTAL=570 bash docs/benchmarks/h200-2026-12-04b/next/big.sh
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-fifth session").
 TOTAL=${TOTAL:-570}
