@@ -1,0 +1,124 @@
+"""Where a profiled lane's pushes went: the graphs it launched and its thread's time.
+
+Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.push_profile``;
+``trace.json.gz``) and prints
+
+- per CUDA-graph launch (``cudaGraphLaunch`` with its kernels, matched by CUPTI's correlation
+  id): when it was launched, the kernels' count, the ms from the launch to its first kernel,
+  from its first kernel's start to its last kernel's end (``span``), and the kernels' own ms
+  (``busy``); a span several times its busy time is a graph whose kernels waited for room;
+- the thread's time, from its top-level torch operations and CUDA calls laid end to end (the
+  profiler's own closing ``cudaDeviceSynchronize`` left out): in those calls, waiting before a
+  decode answer's copy out (gaps that end at an ``aten::slice``, the first operation on an
+  answer from a decode child), and the other gaps (Python between calls).
+
+    tar xzf docs/benchmarks/h200-2026-12-04b/call3/next.tgz -C /tmp next/prof/trace.json.gz
+    python scripts/push_profile_report.py /tmp/next/prof/trace.json.gz [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
+
+
+def load(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def _complete(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+
+
+def graph_launches(trace: dict[str, Any]) -> list[dict[str, float]]:
+    """Each ``cudaGraphLaunch`` that ran kernels, in launch order (ms from the first launch)."""
+    events = _complete(trace)
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
+    work: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("cat") in GPU and e.get("args", {}).get("correlation") in launches:
+            work.setdefault(e["args"]["correlation"], []).append(e)
+    rows = []
+    for corr, launch in sorted(launches.items(), key=lambda kv: kv[1]["ts"]):
+        ops = work.get(corr)
+        if not ops:
+            continue
+        first = min(o["ts"] for o in ops)
+        last = max(o["ts"] + o["dur"] for o in ops)
+        rows.append({"launch_ms": launch["ts"] / 1e3, "kernels": len(ops),
+                     "to_first_ms": (first - launch["ts"]) / 1e3, "span_ms": (last - first) / 1e3,
+                     "busy_ms": sum(o["dur"] for o in ops) / 1e3})
+    if rows:
+        t0 = rows[0]["launch_ms"]
+        for row in rows:
+            row["launch_ms"] -= t0
+    return rows
+
+
+def thread_split(trace: dict[str, Any]) -> dict[str, float]:
+    """The busiest host thread's ms: in calls, waiting before a decode answer's copy out, and
+    in the other gaps between calls (see the module docstring)."""
+    events = [e for e in _complete(trace) if e.get("cat") in HOST
+              and e.get("name") != "cudaDeviceSynchronize"]
+    if not events:
+        return {"span_ms": 0.0, "calls_ms": 0.0, "decode_wait_ms": 0.0, "other_gaps_ms": 0.0}
+    counts: dict[Any, int] = {}
+    for e in events:
+        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
+    tid = max(counts, key=lambda k: counts[k])
+    top, end = [], float("-inf")
+    for e in sorted((e for e in events if e.get("tid") == tid), key=lambda e: e["ts"]):
+        if e["ts"] >= end:
+            top.append(e)
+            end = e["ts"] + e["dur"]
+    calls = sum(e["dur"] for e in top)
+    wait = other = 0.0
+    for before, after in itertools.pairwise(top):
+        gap = after["ts"] - before["ts"] - before["dur"]
+        if after["name"] == "aten::slice" and gap > 1000:  # > 1 ms: a wait, not a step
+            wait += gap
+        else:
+            other += gap
+    span = top[-1]["ts"] + top[-1]["dur"] - top[0]["ts"]
+    return {"span_ms": span / 1e3, "calls_ms": calls / 1e3, "decode_wait_ms": wait / 1e3,
+            "other_gaps_ms": other / 1e3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    args = parser.parse_args()
+    try:
+        trace = load(args.trace)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"push_profile_report.py: cannot read {args.trace}: {exc}")
+    graphs, split = graph_launches(trace), thread_split(trace)
+    if args.json:
+        print(json.dumps({"graphs": graphs, "thread": split}, indent=1))
+        return
+    print("graph launches: at ms, kernels, launch -> first kernel ms, span ms, busy ms")
+    for g in graphs:
+        print(f"  {g['launch_ms']:8.1f} {g['kernels']:5d} {g['to_first_ms']:8.2f} "
+              f"{g['span_ms']:8.2f} {g['busy_ms']:8.2f}")
+    span = split["span_ms"] or 1.0
+    print(f"thread: {split['span_ms']:.1f} ms; in calls {split['calls_ms']:.1f} "
+          f"({100 * split['calls_ms'] / span:.0f} %), waiting before a decode answer "
+          f"{split['decode_wait_ms']:.1f} ({100 * split['decode_wait_ms'] / span:.0f} %), "
+          f"other gaps {split['other_gaps_ms']:.1f} ({100 * split['other_gaps_ms'] / span:.0f} %)")
+
+
+if __name__ == "__main__":
+    main()

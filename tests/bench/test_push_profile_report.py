@@ -1,0 +1,61 @@
+"""scripts/push_profile_report.py on a small made-up trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.script_env import ROOT, load_script
+
+report = load_script("push_profile_report")
+
+
+def x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: object) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid, "args": args}
+
+
+TRACE = {"traceEvents": [
+    # the lane thread: a launch, a wait for a decode answer, its copy out, a gap of Python
+    x("cuda_runtime", "cudaGraphLaunch", 1000, 300, correlation=7),
+    x("cpu_op", "aten::slice", 6300, 100),  # 5 ms after the launch: a decode wait
+    x("cpu_op", "aten::stack", 6900, 100),  # 0.5 ms of Python before it
+    x("cuda_runtime", "cudaDeviceSynchronize", 8000, 9000),  # the profiler's own: left out
+    x("cpu_op", "aten::mm", 0, 50, tid=2),  # another thread, fewer events
+    # the graph's kernels: first 2 ms after the launch, 4 ms span, 1.5 ms of work
+    x("kernel", "conv", 3000, 1000, correlation=7), x("kernel", "conv", 6000, 500, correlation=7),
+    x("kernel", "other", 3000, 9, correlation=99),
+]}
+
+
+def test_graph_launches_read_span_busy_and_wait() -> None:
+    (row,) = report.graph_launches(TRACE)
+    assert row == pytest.approx({"launch_ms": 0.0, "kernels": 2, "to_first_ms": 2.0,
+                                 "span_ms": 3.5, "busy_ms": 1.5})
+
+
+def test_thread_split_tells_decode_waits_from_other_gaps() -> None:
+    split = report.thread_split(TRACE)
+    assert split == pytest.approx({"span_ms": 6.0, "calls_ms": 0.5, "decode_wait_ms": 5.0,
+                                   "other_gaps_ms": 0.5})
+
+
+def test_the_command_prints_both_and_refuses_a_bad_file(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(TRACE, f)
+    script = str(ROOT / "scripts" / "push_profile_report.py")
+    out = subprocess.run([sys.executable, script, str(path), "--json"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    assert json.loads(out)["thread"]["decode_wait_ms"] == pytest.approx(5.0)
+    text = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+    assert "waiting before a decode answer 5.0 (83 %)" in text
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = subprocess.run([sys.executable, script, str(tmp_path / "bad.json")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode != 0 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
