@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+from ttball.serve.push_profile import GPU_CATEGORIES
+
 HOST = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
 
 
@@ -48,7 +49,7 @@ def graph_launches(trace: dict[str, Any]) -> list[dict[str, float]]:
                 and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
     work: dict[int, list[dict[str, Any]]] = {}
     for e in events:
-        if e.get("cat") in GPU and e.get("args", {}).get("correlation") in launches:
+        if e.get("cat") in GPU_CATEGORIES and e.get("args", {}).get("correlation") in launches:
             work.setdefault(e["args"]["correlation"], []).append(e)
     rows = []
     for corr, launch in sorted(launches.items(), key=lambda kv: kv[1]["ts"]):

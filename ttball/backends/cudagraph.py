@@ -117,7 +117,7 @@ class GraphCache:
         if shape not in self._graphs:
             if self.frozen:
                 self.uncaptured += 1
-                return self.fn(batch).clone()
+                return copies.clone(self.fn(batch))
             self._graphs[shape] = self.capture(batch)
         graph, static_in, static_out = self._graphs[shape]
         copies.copy_into(static_in, batch)
