@@ -18,7 +18,10 @@
 #   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), SWITCH_MS=0.5 (serve
 #   --switch-interval-ms: Python's switch interval in each replica), BATCHES_AHEAD (serve
 #   --batches-ahead), PYSPY=1 (py-spy --gil on one
-#   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), DECODE_PROCESSES (serve --decode-processes), DECODE_AHEAD=1 (serve --decode-ahead), DECODE_EARLY=1 (serve --decode-early), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md;
+#   PYSPY=idle: py-spy --idle on one replica and one of its decode children instead, every
+#   thread's stacks waiting or not, stacks-R-S.txt and stacks-child-R-S.txt for
+#   scripts/stack_report.py), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), DECODER (serve --jpeg-decoder), DECODE_PROCESSES (serve --decode-processes), DECODE_AHEAD=1 (serve --decode-ahead), DECODE_EARLY=1 (serve --decode-early), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -153,11 +156,21 @@ for n in $REPLICAS; do
     gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)
     python3 scripts/proc_cpu.py snap 'ServeReplica|spawn_main' > "$W/procs-before.json" 2>/dev/null
     GIL_PID=""  # PYSPY=1: who holds one replica's interpreter lock during the load (summary)
+    KID_PID=""  # PYSPY=idle: every thread's stacks, waiting or not, of one replica and one of
+    # its decode children (scripts/stack_report.py reads stacks-R-S.txt, stacks-child-R-S.txt)
     if [ -n "${PYSPY:-}" ] && command -v py-spy > /dev/null; then
       pid=$(pgrep -f TTBallWorker | head -1)
-      # -r 200: the rate scripts/ray_loadtest_summary.py's gil_share assumes
-      [ -n "$pid" ] && { py-spy record --gil --threads --nonblocking -r 200 -d "$DURATION" -f raw \
-        -o "$S/gil-$n-$s.txt" --pid "$pid" > "$S/gil-$n-$s.log" 2>&1 & GIL_PID=$!; }
+      if [ "$PYSPY" = idle ]; then
+        [ -n "$pid" ] && { py-spy record --idle --threads --nonblocking -r 100 -d "$DURATION" -f raw \
+          -o "$S/stacks-$n-$s.txt" --pid "$pid" > "$S/stacks-$n-$s.log" 2>&1 & GIL_PID=$!; }
+        kid=$([ -n "$pid" ] && pgrep -P "$pid" -f spawn_main | head -1)
+        [ -n "$kid" ] && { py-spy record --idle --threads --nonblocking -r 100 -d "$DURATION" -f raw \
+          -o "$S/stacks-child-$n-$s.txt" --pid "$kid" > "$S/stacks-child-$n-$s.log" 2>&1 & KID_PID=$!; }
+      else
+        # -r 200: the rate scripts/ray_loadtest_summary.py's gil_share assumes
+        [ -n "$pid" ] && { py-spy record --gil --threads --nonblocking -r 200 -d "$DURATION" -f raw \
+          -o "$S/gil-$n-$s.txt" --pid "$pid" > "$S/gil-$n-$s.log" 2>&1 & GIL_PID=$!; }
+      fi
     fi
     timeout -k 5 $(( need + 15 )) python3 -m ttball.cli loadtest "$URL" --clips "$CLIP" --sessions "$s" --processes $(( (s + SESSIONS_PER_CLIENT - 1) / SESSIONS_PER_CLIENT )) \
       --fps 60 --step 3 --duration "$DURATION" --max-frames 120 --deadline-ms 50 --drain-timeout 8 \
@@ -165,6 +178,7 @@ for n in $REPLICAS; do
     head -1 /proc/stat >> "$S/cpu-$n-$s.txt"
     gpu_sampler_stop
     [ -n "$GIL_PID" ] && wait "$GIL_PID"
+    [ -n "$KID_PID" ] && wait "$KID_PID"
     python3 scripts/proc_cpu.py snap 'ServeReplica|spawn_main' > "$W/procs-after.json" 2>/dev/null \
       && python3 scripts/proc_cpu.py diff --json "$W/procs-before.json" "$W/procs-after.json" > "$S/procs-$n-$s.json"
     fetch "$URL/metrics" > "$S/metrics-$n-$s.txt"

@@ -45,6 +45,11 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
 PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
+# the lane thread's CPU seconds by push stage (thirty-sixth session): "cpu %" columns, each
+# stage's CPU time over its wall time, where a run has them
+CPU_STAGES = ("decode", "preprocess", "postprocess", "total")
+# the CUDA caching allocator's events (thirty-sixth session), summed over replicas
+ALLOCATOR = ("num_device_alloc", "num_device_free", "num_alloc_retries")
 
 
 def read_metrics(path: Path) -> dict[str, float]:
@@ -54,6 +59,12 @@ def read_metrics(path: Path) -> dict[str, float]:
         for sample in family.samples:
             if sample.name == "ttball_push_seconds_sum" and sample.labels.get("stage") in STAGES:
                 key = f"push_{sample.labels['stage']}"
+            elif (sample.name == "ttball_push_cpu_seconds_total"
+                  and sample.labels.get("stage") in CPU_STAGES):
+                key = f"cpu_{sample.labels['stage']}"
+            elif (sample.name == "ttball_cuda_allocator_events"
+                  and sample.labels.get("event") in ALLOCATOR):
+                key = sample.labels["event"]
             elif sample.name in COUNTERS:
                 key = sample.name.removeprefix("ttball_")
             else:
@@ -208,6 +219,13 @@ def runs(folder: Path) -> list[dict[str, float]]:
         for stage in STAGES:
             seconds = delta.get(f"push_{stage}", 0.0)
             row[f"{stage}_ms"] = 1e3 * seconds / frames if frames else 0.0
+        for stage in CPU_STAGES:
+            if f"cpu_{stage}" in now:
+                wall = delta.get(f"push_{stage}", 0.0)
+                row[f"{stage}_cpu_pct"] = 100 * delta[f"cpu_{stage}"] / wall if wall else 0.0
+        for event in ALLOCATOR:
+            if event in now:
+                row[event] = delta[event]
         rows.append(row)
     return rows
 
@@ -228,11 +246,15 @@ def main() -> None:
         ray = any(row["replicas"] for row in rows)
         head = (["replicas"] if ray else []) + ["sessions", "frames", "windows_a_call"]
         head += [f"{s}_ms" for s in STAGES]
+        head += [h for h in (*(f"{s}_cpu_pct" for s in CPU_STAGES), *ALLOCATOR)
+                 if any(h in row for row in rows)]
         print(f"{folder}: push stages, host ms a frame (all lanes{' and replicas' if ray else ''}"
-              " summed)")
+              " summed); *_cpu_pct: the lane thread's CPU time in a stage over its wall time;"
+              " num_*: the CUDA caching allocator's cudaMalloc, cudaFree and retries")
         print("  " + " ".join(f"{h:>14}" for h in head))
         for row in rows:
-            cells = [f"{row[h]:14.0f}" if h in ("replicas", "sessions", "frames")
+            cells = [f"{row.get(h, float('nan')):14.0f}"
+                     if h in ("replicas", "sessions", "frames", *ALLOCATOR) or h.endswith("_pct")
                      else f"{row[h]:14.3f}" for h in head]
             print("  " + " ".join(cells))
 

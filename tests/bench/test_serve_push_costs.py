@@ -282,3 +282,25 @@ def test_the_gpu_columns_are_the_pipelines_stages() -> None:
 
     assert push_costs.GPU == GPU_STAGES and push_costs.GPU_STEPS == GPU_STEPS
     assert set(GPU_STEPS) <= set(push_costs.OPTIONAL)
+
+
+def test_cpu_shares_and_allocator_events_are_shown_where_a_run_has_them(tmp_path: Path) -> None:
+    def snapshot(frames: int, total: float, cpu: float, decode_cpu: float, mallocs: int) -> str:
+        return _snapshot(frames, 3 * frames // 10, frames // 10, total / 2, total) + "\n".join([
+            f'ttball_push_cpu_seconds_total{{stage="total"}} {cpu}',
+            f'ttball_push_cpu_seconds_total{{stage="decode"}} {decode_cpu}',
+            f'ttball_cuda_allocator_events{{event="num_device_alloc"}} {mallocs}',
+            'ttball_cuda_allocator_events{event="num_device_free"} 0.0', ""])
+
+    (tmp_path / "metrics-8.txt").write_text(snapshot(1000, 0.5, 0.2, 0.05, 40))
+    (tmp_path / "metrics-16.txt").write_text(snapshot(5000, 2.5, 0.6, 0.45, 46))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    lines = done.stdout.splitlines()
+    head = lines[1].split()
+    rows = [dict(zip(head, line.split())) for line in lines[2:]]
+    # run 16: 2.0 s of pushes, 0.4 s on the CPU; decode 1.0 s, 0.4 on the CPU; 6 cudaMallocs
+    assert rows[1]["total_cpu_pct"] == "20" and rows[1]["decode_cpu_pct"] == "40"
+    assert rows[1]["num_device_alloc"] == "6" and rows[1]["num_device_free"] == "0"
+    assert rows[0]["total_cpu_pct"] == "40" and rows[0]["num_device_alloc"] == "40"
+    assert "preprocess_cpu_pct" not in head and "num_alloc_retries" not in head

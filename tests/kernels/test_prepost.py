@@ -29,6 +29,7 @@ from ttball.kernels.prepost import (
     JpegDecoder,
     PostOptions,
     Resizer,
+    StageTimer,
     decode_cv2,
     gpu_jpeg_reason,
     gpu_split,
@@ -746,3 +747,17 @@ def test_warm_resize_compiles_every_graph_a_worker_needs() -> None:
         frames = torch.randint(0, 255, (count, 3, h, w), dtype=torch.uint8)
         assert torch.equal(resize(frames), Resizer(36, 64)(frames))
     assert counters["stats"]["unique_graphs"] == graphs and resize.compile_error is None
+
+
+def test_stage_timer_tells_a_stage_s_cpu_time_from_its_wait() -> None:
+    timer = StageTimer(torch.device("cpu"))
+    with timer.stage("wait"):
+        time.sleep(0.05)
+    with timer.stage("work"):
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+    assert timer.seconds["wait"] >= 0.05 and timer.cpu_seconds["wait"] < 0.02
+    # the spin's CPU time: most of its wall time (a loaded CI host may take some away)
+    assert timer.cpu_seconds["work"] > 0.5 * timer.seconds["work"]
+    assert timer.cpu_seconds["work"] <= timer.seconds["work"] + 0.005

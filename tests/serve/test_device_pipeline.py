@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -361,6 +362,15 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
                  "ttball_queue_depth", "ttball_sessions"):
         assert name in text, name
     assert "ttball_push_seconds" not in servers["host"].metrics()
+    # the lane thread's CPU time in pushes: some, and no more than the pushes' wall time
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    for stage in ("total", "decode", "preprocess", "postprocess"):
+        cpu = samples[("ttball_push_cpu_seconds_total", (("stage", stage),))]
+        wall = samples[("ttball_push_seconds_sum", (("stage", stage),))]
+        assert 0 < cpu <= wall + 0.01, stage
+    assert (samples[("ttball_push_cpu_seconds_total", (("stage", "total"),))]
+            >= samples[("ttball_push_cpu_seconds_total", (("stage", "decode"),))])
 
 
 # -- a shared push with a bad frame, at the runner itself -------------------------------------------

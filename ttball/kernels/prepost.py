@@ -148,22 +148,27 @@ class DeviceStream(FrameStream):
 
 
 class StageTimer:
-    """Seconds per stage. ``sync=True`` waits for the device at each stage's end, so the time
-    lands on the stage that spent it (costs the overlap; for measurement only)."""
+    """Seconds per stage: ``seconds`` on the wall clock, ``cpu_seconds`` on the calling thread's
+    CPU clock (what a stage's wall time holds beyond its CPU time, the thread spent off the CPU:
+    waiting for the device, a child process, or the interpreter lock). ``sync=True`` waits for
+    the device at each stage's end, so the time lands on the stage that spent it (costs the
+    overlap; for measurement only)."""
 
     def __init__(self, device: torch.device, sync: bool = False) -> None:
         self.device, self.sync = device, sync
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu_seconds: dict[str, float] = defaultdict(float)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
             if self.sync:
                 synchronize(self.device)
             self.seconds[name] += time.perf_counter() - start
+            self.cpu_seconds[name] += time.thread_time() - cpu
 
 
 @dataclass

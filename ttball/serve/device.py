@@ -256,9 +256,10 @@ class DevicePath:
                     upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
         pipeline = self.pipeline
         before = dict(pipeline.timer.seconds)
+        before_cpu = dict(pipeline.timer.cpu_seconds)
         heatmaps, fallbacks = pipeline.heatmaps, pipeline.fallbacks
         ahead = self.ahead_counts()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._profiler.push() if self._profiler is not None else nullcontext():
                 rows = pipeline.push(frames, stamps, upcoming)
@@ -272,6 +273,11 @@ class DevicePath:
         seconds.labels("total").observe(time.perf_counter() - start)
         for stage, total in pipeline.timer.seconds.items():
             seconds.labels(stage).observe(total - before.get(stage, 0.0))
+        on_cpu = self.metrics.push_cpu_seconds
+        assert on_cpu is not None
+        on_cpu.labels("total").inc(max(0.0, time.thread_time() - cpu))
+        for stage, total in pipeline.timer.cpu_seconds.items():
+            on_cpu.labels(stage).inc(max(0.0, total - before_cpu.get(stage, 0.0)))
         self.metrics.push_frames.observe(len(frames))
         host = pipeline.fallbacks - fallbacks
         self.metrics.heatmaps.labels("device").inc(pipeline.heatmaps - heatmaps - host)

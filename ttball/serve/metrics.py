@@ -34,6 +34,9 @@ LATENCY_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 RATE_WINDOW_S = 10.0
+# torch.cuda.memory_stats' counters that ttball_cuda_allocator_events exports
+ALLOCATOR_EVENTS = ("num_device_alloc", "num_device_free", "num_alloc_retries",
+                    "num_sync_all_streams")
 LOOP_LAG_INTERVAL_S = 0.01  # the event loop's lag is measured this often (100 callbacks a second)
 LOOP_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
                     0.5, 1.0)
@@ -106,6 +109,7 @@ class Metrics:
                          registry=r)
         self._gpu: list[Gauge] = []
         self.push_seconds: Histogram | None = None
+        self.push_cpu_seconds: Counter | None = None
         self.push_frames: Histogram | None = None
         self.heatmaps: Counter | None = None
         self.decode_ahead: Counter | None = None
@@ -147,6 +151,14 @@ class Metrics:
         for kind, read in readers.items():
             gauge.labels(kind).set_function(lambda read=read: float(read(device)))
         self._gpu.append(gauge)
+        events = Gauge("ttball_cuda_allocator_events", "The CUDA caching allocator's events "
+                       "so far: cudaMalloc and cudaFree calls (a cudaFree waits for the "
+                       "device), retries after a failed allocation (each frees the cache), "
+                       "synchronizations of every stream", ["event"], registry=self.registry)
+        for event in ALLOCATOR_EVENTS:
+            events.labels(event).set_function(
+                lambda event=event: float(torch.cuda.memory_stats(device).get(event, 0)))
+        self._gpu.append(events)
 
     def watch_device(self) -> None:
         """The device pipeline's metrics (``--device-pipeline`` only)."""
@@ -157,6 +169,11 @@ class Metrics:
             "ttball_push_seconds", "Device pipeline: seconds per push, by stage (GPU work is "
             "asynchronous: it lands on the stage that waits for it)", ["stage"],
             buckets=LATENCY_BUCKETS, registry=r)
+        self.push_cpu_seconds = Counter(
+            "ttball_push_cpu_seconds", "Device pipeline: the lane thread's CPU seconds in "
+            "pushes, by stage (against ttball_push_seconds' sums: the rest of a stage's wall "
+            "time the thread spent off the CPU, waiting for the device, a decode child or the "
+            "interpreter lock)", ["stage"], registry=r)
         self.push_frames = Histogram("ttball_push_frames", "Device pipeline: frames per push",
                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512),
                                      registry=r)
