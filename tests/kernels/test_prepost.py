@@ -447,6 +447,11 @@ def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> N
     got = gpu_rows(overlap, sessions, 60.0, chunk=7)
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
         {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
+    deep = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True,
+                       depth=2)  # two pushes' batches in flight: their buffers must not clash
+    got = gpu_rows(deep, sessions, 60.0, chunk=7)
+    assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
+        {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
 
 
 @pytest.mark.gpu
@@ -523,6 +528,37 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert [r.frame for r in pipeline.flush()["s"]] == [2]
     assert pipeline.in_flight == 0 and pipeline.flush() == {}
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_depth_two_gives_the_serial_rows_two_pushes_later(small_config: WeightsConfig,
+                                                          flush: bool) -> None:
+    """overlap with depth=2: the same rows again, but a push reads back the batches of the
+    push before the previous one, so two pushes' batches stay in flight."""
+    sessions = {
+        "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+        "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
+    }
+    serial = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
+    deep = cpu_pipeline(small_config, overlap=True, depth=2)
+    got = gpu_rows(deep, sessions, 60.0, chunk=5, flush=flush)
+    for sid in sessions:
+        assert_rows_match(got[sid], serial[sid])
+    assert deep.in_flight == 0 and deep.pushes_done == deep.pushes_launched > 2
+
+    pipeline = cpu_pipeline(small_config, overlap=True, depth=2)
+    blobs = [jpeg(draw(i, (320, 180), True)) for i in range(7)]
+    pipeline.open("s", StreamOptions(step=1), 60.0)
+    assert pipeline.push([("s", b) for b in blobs[:4]]) == {"s": []}  # windows 2, 3 launched
+    assert pipeline.push([("s", blobs[4])]) == {"s": []}  # the first push's still in flight
+    assert pipeline.in_flight == 3 and (pipeline.pushes_launched, pipeline.pushes_done) == (2, 0)
+    assert [r.frame for r in pipeline.push([("s", blobs[5])])["s"]] == [0, 1]
+    assert pipeline.in_flight == 2 and pipeline.pushes_done == 1
+    assert [r.frame for r in pipeline.flush()["s"]] == [2, 3]
+    assert pipeline.in_flight == 0 and pipeline.pushes_done == 3
+    assert [r.frame for r in pipeline.finish("s")] == [4, 5]
+    with pytest.raises(ValueError, match="depth must be in 1..4"):
+        cpu_pipeline(small_config, overlap=True, depth=0)
 
 
 class _Mark:
@@ -691,7 +727,7 @@ def test_overlap_copies_the_logits_it_keeps_unless_the_backend_says_they_are_its
                                batch_sizes=(1, 2, 4), overlap=True)
         pipeline.open("a", StreamOptions(step=1), 60.0)
         pipeline.push([("a", blob) for blob in sessions["a"][0][:5]])
-        (flight,) = pipeline._pending
+        ((flight,),) = pipeline._pending  # one push of one call
         shared = flight.logits.data_ptr() == backend.outputs[-1].data_ptr()
         assert shared == (fresh and not forced)
         pipeline.close("a")

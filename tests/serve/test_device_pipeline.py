@@ -445,6 +445,41 @@ def test_overlap_resolves_an_upload_once_its_rows_are_delivered(small_model, sma
     assert isinstance(failure, ApiError) and (failure.status, failure.code) == (500, "backend_error")
 
 
+def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config, jpegs) -> None:
+    """--pipeline-depth 2: an upload's future resolves once the push two after its own has read
+    its batches back (a push in between leaves it waiting), and a flush resolves the rest."""
+    from ttball.stream import StreamOptions
+
+    backend = create("eager-fp32", small_model, "cpu")
+    settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True, pipeline_overlap=True,
+                             pipeline_depth=2)
+    path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
+    assert path.describe()["depth"] == 2
+    rows: list = []
+    key = path.open("s", StreamOptions(step=1), 30.0).stream_id
+
+    def upload(first: int, count: int) -> Upload:
+        return Upload(key, tuple(jpegs[first : first + count]),
+                      tuple((k, k / 30) for k in range(first, first + count)), rows.extend)
+
+    first = path.run([upload(0, 4)])[0]
+    second = path.run([upload(4, 1)])[0]
+    assert isinstance(first, Future) and isinstance(second, Future)
+    assert not first.done() and not second.done() and rows == []
+    third = path.run([upload(5, 1)])[0]
+    assert first.done() and not second.done() and not third.done()
+    assert [r.frame for r in rows] == [0, 1]
+    path.flush()
+    assert second.done() and third.done() and [r.frame for r in rows] == [0, 1, 2, 3, 4]
+
+
+def test_pipeline_depth_needs_overlap() -> None:
+    with pytest.raises(UserError, match="--pipeline-depth needs --pipeline-overlap"):
+        ServeSettings(device_pipeline=True, pipeline_depth=2).validate()
+    with pytest.raises(UserError, match="between 1 and 4"):
+        ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_depth=5).validate()
+
+
 # -- batching and back-pressure with a gated backend -------------------------------------------------
 @pytest.fixture()
 def gated(small_weights):

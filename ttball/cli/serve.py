@@ -54,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-overlap", action="store_true",
                    help="with --device-pipeline: overlap a push's network with the next push's "
                         "decode under load; a push's rows come with the next one (docs/serve.md)")
+    p.add_argument("--pipeline-depth", type=int, default=1, metavar="N",
+                   help="with --pipeline-overlap: pushes whose batches may run at once; a push "
+                        "reads back those of the push N before it (default 1; 2 gives a call "
+                        "on a shared GPU a push more before its lane waits; docs/serve.md)")
     p.add_argument("--pipeline-compile-resize", action="store_true",
                    help="with --device-pipeline: fuse the device resize with torch.compile "
                         "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
@@ -139,6 +143,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         decode_threads=args.decode_threads, torch_threads=args.torch_threads,
         device_pipeline=args.device_pipeline,
         pipeline_overlap=args.pipeline_overlap,
+        pipeline_depth=args.pipeline_depth,
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
         pipeline_decode_processes=args.decode_processes,

@@ -22,7 +22,10 @@ JPEG frames that arrived for any sessions and:
 With ``overlap=True`` a push does not wait for its own network: it decodes and prepares its
 frames (on a side CUDA stream) while the previous push's batches run on the GPU, then reads
 those back and tracks them, then launches its own; their rows come with the next push or
-:meth:`~GpuPipeline.flush`. The rows are the same; each arrives one push later.
+:meth:`~GpuPipeline.flush`. The rows are the same; each arrives one push later. With
+``depth=2`` a push reads back the batches of the push before the previous one instead, so a
+call has two pushes' time to run on a shared GPU before its lane waits for it; the rows arrive
+two pushes later.
 
 Not supported here: the SSIM near-duplicate filter (``dedup_ssim``; refused, not ignored).
 """
@@ -33,7 +36,7 @@ import bisect
 import itertools
 import os
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -258,6 +261,7 @@ class GpuPipeline:
         max_batch: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
         overlap: bool = False,
+        depth: int = 1,
         decode_early: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
@@ -266,7 +270,11 @@ class GpuPipeline:
         ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
         ``overlap``: a push leaves its batches running and returns the previous push's rows
         (see the module docstring; call :meth:`flush` when no push follows; the logits it
-        keeps meanwhile are copied unless the backend's ``fresh_outputs``); ``decode_early``:
+        keeps meanwhile are copied unless the backend's ``fresh_outputs``); ``depth`` (with
+        ``overlap``): the pushes whose batches may be left running at once -- a push reads back
+        the batches of the push ``depth`` before it, so with 2 a call has a whole push more to
+        finish on a shared GPU before its lane waits for it, and its rows come one push later;
+        ``decode_early``:
         with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
         before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
         after."""
@@ -287,6 +295,9 @@ class GpuPipeline:
         self.graph_error: str | None = None
         self.timer = timer or StageTimer(self.device)
         self.overlap = overlap
+        if not 1 <= depth <= 4:
+            raise ValueError(f"depth must be in 1..4, got {depth}")
+        self.depth = depth
         self.decode_early = decode_early
         # overlap on CUDA: decode and resize on their own stream, so the duplicate test's
         # read-back does not wait for the previous push's network on the default stream; of a
@@ -295,7 +306,11 @@ class GpuPipeline:
         # stream of its own)
         self._side = (torch.cuda.Stream(self.device, priority=-1)
                       if overlap and self.device.type == "cuda" else None)
-        self._pending: list[_InFlight] = []  # overlap: the last push's batches, not yet read back
+        # overlap: the batches of the last pushes (up to ``depth``), one list a push, oldest
+        # first, not yet read back; pushes_launched / pushes_done count those lists (a caller
+        # tells by them when the batches of a given push have been read back)
+        self._pending: deque[list[_InFlight]] = deque()
+        self.pushes_launched = self.pushes_done = 0
         self._ready: dict[str, _Session] = {}  # sessions with rows completed, not yet returned
         self._last_end: torch.cuda.Event | None = None  # overlap on CUDA: the last call's end
         self._marks: list[tuple[str, Any]] | None = None  # the call being launched's events
@@ -329,7 +344,7 @@ class GpuPipeline:
     @property
     def in_flight(self) -> int:
         """Windows launched by the last push and not yet read back (``overlap`` only)."""
-        return sum(len(f.windows) for f in self._pending)
+        return sum(len(f.windows) for flights in self._pending for f in flights)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -372,9 +387,14 @@ class GpuPipeline:
             windows.extend(session.stream.push_device(index, time_s, size, dup, small))
             touched[sid] = session
         if self.overlap:
-            self._complete(self._take_pending())
+            while len(self._pending) >= self.depth:
+                self.pushes_done += 1
+                self._complete(self._pending.popleft())
             self._join_side()
-            self._pending = [self._launch(chunk) for chunk in self._chunks(windows)]
+            flights = [self._launch(chunk) for chunk in self._chunks(windows)]
+            if flights:
+                self._pending.append(flights)
+                self.pushes_launched += 1
         else:
             self._run(windows)
         return self._collect(touched)
@@ -416,7 +436,10 @@ class GpuPipeline:
         return out
 
     def _take_pending(self) -> list[_InFlight]:
-        pending, self._pending = self._pending, []
+        """Every batch left running, oldest first (their pushes counted as done)."""
+        pending = [f for flights in self._pending for f in flights]
+        self.pushes_done += len(self._pending)
+        self._pending.clear()
         return pending
 
     def _on_side(self) -> AbstractContextManager[object]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import nullcontext
@@ -95,6 +96,7 @@ class DevicePath:
                                     batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
                                     overlap=settings.pipeline_overlap,
+                                    depth=settings.pipeline_depth,
                                     compile_resize=settings.pipeline_compile_resize,
                                     decode_early=settings.pipeline_decode_early)
         self.config = config
@@ -102,7 +104,9 @@ class DevicePath:
         # backend thread: each open session's delivery (with overlap, a push returns rows of
         # sessions that are not among its uploads)
         self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
-        self._waiting: list[Future[None]] = []  # overlap: uploads whose batches are in flight
+        # overlap: uploads whose batches are in flight, each with the pipeline's count of
+        # launched pushes after its own (it resolves once pushes_done reaches that)
+        self._waiting: deque[tuple[int, Future[None]]] = deque()
         self._ahead = settings.pipeline_decode_ahead  # run() is told the upcoming uploads
         self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
 
@@ -114,6 +118,7 @@ class DevicePath:
                                       else 0),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
+                "depth": self.pipeline.depth,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
                 "kernel_copies": copies.kernel_copies()}
 
@@ -194,13 +199,12 @@ class DevicePath:
             raise
         if not self.pipeline.overlap:
             return results
-        if pushed or not self.pipeline.in_flight:
-            self._release()  # the batches of the uploads waiting so far have been read back
+        self._release()  # the uploads whose pushes' batches have been read back
         if self.pipeline.in_flight and pushed:
             for i in live:
                 if not uploads[i].finish and results[i] is None:
                     results[i] = later = Future()
-                    self._waiting.append(later)
+                    self._waiting.append((self.pipeline.pushes_launched, later))
         return results
 
     def flush(self) -> None:
@@ -215,9 +219,11 @@ class DevicePath:
         self._release()
 
     def _release(self, error: BaseException | None = None) -> None:
-        """Resolve the uploads waiting for their batches (with ``error``: fail them)."""
-        waiting, self._waiting = self._waiting, []
-        for later in waiting:
+        """Resolve the uploads whose pushes' batches have been read back; with ``error``, fail
+        every upload waiting."""
+        done = self.pipeline.pushes_done
+        while self._waiting and (error is not None or self._waiting[0][0] <= done):
+            later = self._waiting.popleft()[1]
             if error is None:
                 later.set_result(None)
             else:  # as the batcher answers a failed run

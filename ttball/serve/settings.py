@@ -61,6 +61,9 @@ class ServeSettings:
     # With device_pipeline: a push leaves its batches running on the GPU while the next push
     # decodes; rows of a push come with the next one (or when the queue runs short).
     pipeline_overlap: bool = False
+    # With pipeline_overlap: the pushes whose batches may be left running at once; a push reads
+    # back the batches of the push this many before it (2: rows come a push later still).
+    pipeline_depth: int = 1
     # With device_pipeline: the device resize fused by torch.compile (bit-exact with the eager
     # one; compiles during warm-up; falls back to eager if compiling fails).
     pipeline_compile_resize: bool = False
@@ -124,6 +127,10 @@ class ServeSettings:
             raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-batch")
         if self.pipeline_overlap and not self.device_pipeline:
             raise UserError("--pipeline-overlap needs --device-pipeline")
+        if not 1 <= self.pipeline_depth <= 4:
+            raise UserError(f"--pipeline-depth must be between 1 and 4, got {self.pipeline_depth}")
+        if self.pipeline_depth > 1 and not self.pipeline_overlap:
+            raise UserError("--pipeline-depth needs --pipeline-overlap")
         if self.pipeline_compile_resize and not self.device_pipeline:
             raise UserError("--pipeline-compile-resize needs --device-pipeline")
         if self.pipeline_decoder not in JPEG_DECODERS:
