@@ -10,7 +10,11 @@ Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.pus
 - the thread's time, from its top-level torch operations and CUDA calls laid end to end (the
   profiler's own closing ``cudaDeviceSynchronize`` left out): in those calls, waiting before a
   decode answer's copy out (gaps that end at an ``aten::slice``, the first operation on an
-  answer from a decode child), and the other gaps (Python between calls).
+  answer from a decode child), and the other gaps (Python between calls);
+- with ``--python`` (a trace taken with ``TTBALL_PROFILE_STACK=1``): that thread's time by
+  Python function, self time (a call's own, less the calls it made), the largest first -- a
+  wait shows as the built-in call that waits (a pipe's read, an event's synchronize), and a
+  wait for the interpreter lock as the call whose return took it back.
 
     tar xzf docs/benchmarks/h200-2026-12-04b/call3/next.tgz -C /tmp next/prof/trace.json.gz
     python scripts/push_profile_report.py /tmp/next/prof/trace.json.gz [--json]
@@ -97,18 +101,57 @@ def thread_split(trace: dict[str, Any]) -> dict[str, float]:
             "other_gaps_ms": other / 1e3}
 
 
+def python_self_time(trace: dict[str, Any], top: int = 20) -> dict[str, Any]:
+    """The busiest ``python_function`` thread's self time by function name: ``span_ms`` (its
+    first call's start to its last call's end), ``functions`` (``[name, ms, calls]``, the
+    ``top`` largest)."""
+    events = [e for e in _complete(trace) if e.get("cat") == "python_function"]
+    if not events:
+        return {"span_ms": 0.0, "functions": []}
+    counts: dict[Any, int] = {}
+    for e in events:
+        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
+    tid = max(counts, key=lambda k: counts[k])
+    mine = sorted((e for e in events if e.get("tid") == tid), key=lambda e: (e["ts"], -e["dur"]))
+    own: dict[str, list[float]] = {}
+    stack: list[list[Any]] = []  # [event, its children's time]
+    for e in mine:
+        while stack and e["ts"] >= stack[-1][0]["ts"] + stack[-1][0]["dur"]:
+            _close(stack.pop(), stack, own)
+        stack.append([e, 0.0])
+    while stack:
+        _close(stack.pop(), stack, own)
+    span = max(e["ts"] + e["dur"] for e in mine) - mine[0]["ts"]
+    ranked = sorted(own.items(), key=lambda kv: -kv[1][0])[:top]
+    return {"span_ms": span / 1e3,
+            "functions": [[name, ms / 1e3, int(n)] for name, (ms, n) in ranked]}
+
+
+def _close(entry: list[Any], stack: list[list[Any]], own: dict[str, list[float]]) -> None:
+    event, children = entry
+    row = own.setdefault(event["name"], [0.0, 0])
+    row[0] += max(0.0, event["dur"] - children)
+    row[1] += 1
+    if stack:
+        stack[-1][1] += event["dur"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    parser.add_argument("--python", action="store_true",
+                        help="the thread's Python self time by function (TTBALL_PROFILE_STACK=1)")
     args = parser.parse_args()
     try:
         trace = load(args.trace)
     except (OSError, ValueError) as exc:
         sys.exit(f"push_profile_report.py: cannot read {args.trace}: {exc}")
     graphs, split = graph_launches(trace), thread_split(trace)
+    python = python_self_time(trace) if args.python else None
     if args.json:
-        print(json.dumps({"graphs": graphs, "thread": split}, indent=1))
+        print(json.dumps({"graphs": graphs, "thread": split,
+                          **({"python": python} if python is not None else {})}, indent=1))
         return
     print("graph launches: at ms, kernels, launch -> first kernel ms, span ms, busy ms")
     for g in graphs:
@@ -119,6 +162,13 @@ def main() -> None:
           f"({100 * split['calls_ms'] / span:.0f} %), waiting before a decode answer "
           f"{split['decode_wait_ms']:.1f} ({100 * split['decode_wait_ms'] / span:.0f} %), "
           f"other gaps {split['other_gaps_ms']:.1f} ({100 * split['other_gaps_ms'] / span:.0f} %)")
+    if python is not None:
+        if not python["functions"]:
+            print("python: no python_function events (profile with TTBALL_PROFILE_STACK=1)")
+            return
+        print(f"python: {python['span_ms']:.1f} ms; self time by function, ms (% of it), calls")
+        for name, ms, calls in python["functions"]:
+            print(f"  {ms:9.1f} ({100 * ms / (python['span_ms'] or 1.0):4.1f} %) {calls:6d}  {name}")
 
 
 if __name__ == "__main__":

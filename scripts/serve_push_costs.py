@@ -33,7 +33,10 @@ GPU = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
 # backend), the statistics' upload, graph, the logits' copy and the copy to the host
 GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_upload",
              "gpu_stats_graph", "gpu_stats_clone", "gpu_stats_to_host")
-OPTIONAL = (*DECODE_PROCESS, *GPU, *GPU_STEPS)
+# postprocess's parts (thirty-sixth session): the statistics launched behind the network, the
+# wait for the previous call's, and their reading into candidates
+POST = ("post_launch", "post_wait", "post_read")
+OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
@@ -47,7 +50,7 @@ QUANTILES = (0.5, 0.95, 0.99)
 COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
 # the lane thread's CPU seconds by push stage (thirty-sixth session): "cpu %" columns, each
 # stage's CPU time over its wall time, where a run has them
-CPU_STAGES = ("decode", "preprocess", "postprocess", "total")
+CPU_STAGES = ("decode", "preprocess", "postprocess", *POST, "total")
 # the CUDA caching allocator's events (thirty-sixth session), summed over replicas
 ALLOCATOR = ("num_device_alloc", "num_device_free", "num_alloc_retries")
 

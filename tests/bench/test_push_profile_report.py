@@ -59,3 +59,24 @@ def test_the_command_prints_both_and_refuses_a_bad_file(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, script, str(tmp_path / "bad.json")],
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode != 0 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_python_self_time_takes_each_call_s_children_out() -> None:
+    trace = {"traceEvents": [
+        x("python_function", "device.py(240): _push", 0, 10_000),
+        x("python_function", "decode_process.py(322): receive", 1_000, 6_000),
+        x("python_function", "<method 'recv_bytes' of '_multiprocessing.Connection'>", 1_500, 5_000),
+        x("python_function", "prepost.py(640): _post", 7_000, 2_000),
+        x("python_function", "<method 'synchronize' of 'Event'>", 7_100, 1_500),
+        x("python_function", "other.py(1): idle", 0, 100, tid=2),  # another thread, fewer calls
+    ]}
+    got = report.python_self_time(trace)
+    assert got["span_ms"] == pytest.approx(10.0)
+    by_name = {name: (ms, calls) for name, ms, calls in got["functions"]}
+    assert by_name["<method 'recv_bytes' of '_multiprocessing.Connection'>"] == pytest.approx((5.0, 1))
+    assert by_name["decode_process.py(322): receive"] == pytest.approx((1.0, 1))
+    assert by_name["device.py(240): _push"] == pytest.approx((2.0, 1))  # 10 - 6 - 2
+    assert by_name["prepost.py(640): _post"] == pytest.approx((0.5, 1))
+    assert got["functions"][0][0].startswith("<method 'recv_bytes'")  # the largest first
+    assert "other.py(1): idle" not in by_name
+    assert report.python_self_time(TRACE) == {"span_ms": 0.0, "functions": []}

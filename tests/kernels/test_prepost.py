@@ -545,6 +545,10 @@ def test_depth_two_gives_the_serial_rows_two_pushes_later(small_config: WeightsC
     for sid in sessions:
         assert_rows_match(got[sid], serial[sid])
     assert deep.in_flight == 0 and deep.pushes_done == deep.pushes_launched > 2
+    # postprocess's parts (no CUDA event to wait for on the CPU: no post_wait)
+    parts = {"post_launch", "post_read"}
+    assert parts <= set(deep.timer.seconds) and "post_wait" not in deep.timer.seconds
+    assert sum(deep.timer.seconds[p] for p in parts) <= deep.timer.seconds["postprocess"] + 1e-3
 
     pipeline = cpu_pipeline(small_config, overlap=True, depth=2)
     blobs = [jpeg(draw(i, (320, 180), True)) for i in range(7)]

@@ -470,7 +470,9 @@ def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config
     assert first.done() and not second.done() and not third.done()
     assert [r.frame for r in rows] == [0, 1]
     path.flush()
-    assert second.done() and third.done() and [r.frame for r in rows] == [0, 1, 2, 3, 4]
+    assert second.done() and third.done() and [r.frame for r in rows] == [0, 1, 2, 3]
+    assert path.run([Upload(key, (), (), rows.extend, finish=True)]) == [None]
+    assert [r.frame for r in rows] == list(range(6))  # the last two once the session ends
 
 
 def test_pipeline_depth_needs_overlap() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from ttball.serve.push_profile import ENV, PushProfiler, summarize
+from ttball.serve.push_profile import ENV, STACK_ENV, PushProfiler, summarize
 
 
 def test_unset_means_no_profiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,6 +38,25 @@ def test_the_first_lane_to_get_there_profiles_its_pushes_and_the_others_do_not(
     summary = json.loads((tmp_path / "prof" / "summary.json").read_text())
     assert summary["pushes"] == 3 and (tmp_path / "prof" / "trace.json.gz").exists()
     assert not (tmp_path / "prof" / "trace.json").exists()
+
+
+@pytest.mark.parametrize("stack", [False, True])
+def test_profile_stack_records_the_python_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                stack: bool) -> None:
+    monkeypatch.setenv(ENV, f"1:1:{tmp_path / 'prof'}")
+    monkeypatch.setenv(STACK_ENV, "1" if stack else "0")
+    lane = PushProfiler.from_env()
+    assert lane is not None and lane.stack is stack
+
+    def lane_step() -> torch.Tensor:
+        return torch.ones(8, 8) @ torch.ones(8, 8)
+
+    with lane.push():
+        lane_step()
+    with gzip.open(tmp_path / "prof" / "trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    named = [e["name"] for e in events if e.get("cat") == "python_function"]
+    assert any("lane_step" in name for name in named) is stack
 
 
 def test_summarize_reads_each_streams_busy_time_span_and_gaps() -> None:

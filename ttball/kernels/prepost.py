@@ -584,7 +584,7 @@ class GpuPipeline:
             self._mark("network")
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
-        with self.timer.stage("postprocess"):
+        with self.timer.stage("postprocess"), self.timer.stage("post_launch"):
             # the statistics of the padded batch, so their graph is one of a warmed size (a
             # frozen pipeline never meets a new shape); the padding's rows are dropped after
             thresholds = host_to_device(  # no wait for the network just launched
@@ -637,12 +637,18 @@ class GpuPipeline:
     def _post(self, flight: _InFlight) -> list[list[list[Detection]]]:
         """A launched call's packed statistics → candidates per window and position."""
         if flight.ready is not None:
-            flight.ready.synchronize()
+            with self.timer.stage("post_wait"):
+                flight.ready.synchronize()
             if flight.marks:
                 for stage, seconds in gpu_split(flight.marks, flight.ready,
                                                 self._last_end).items():
                     self.timer.seconds[stage] += seconds
                 self._last_end = flight.ready
+        with self.timer.stage("post_read"):
+            return self._read(flight)
+
+    def _read(self, flight: _InFlight) -> list[list[list[Detection]]]:
+        """:meth:`_post` once the call's statistics are on the host."""
         packed = flight.packed.cpu().numpy()
         logits = flight.logits
         streams = [s.stream for s in flight.sessions]

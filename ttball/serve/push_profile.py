@@ -6,7 +6,10 @@ claims ``DIR`` (one profile a folder however many replicas and lanes share it), 
 ``COUNT`` pushes under the profiler (CPU and, on a GPU, CUDA activity: the process's own
 kernels and copies; another MPS client's are not seen) and writes ``DIR/trace.json.gz`` (a
 Chrome trace) and ``DIR/summary.json`` (:func:`summarize`). The other lanes run as before.
-Unset, nothing changes and nothing is imported.
+Unset, nothing changes and nothing is imported. With ``TTBALL_PROFILE_STACK=1`` as well the
+profiler also records every Python call (``with_stack``: ``python_function`` events in the
+trace, the lane's Python time by function in ``scripts/push_profile_report.py --python``; it
+slows the profiled pushes further).
 """
 
 from __future__ import annotations
@@ -21,19 +24,20 @@ from pathlib import Path
 from typing import Any
 
 ENV = "TTBALL_PROFILE_PUSHES"
+STACK_ENV = "TTBALL_PROFILE_STACK"
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
-__all__ = ["ENV", "PushProfiler", "summarize"]
+__all__ = ["ENV", "STACK_ENV", "PushProfiler", "summarize"]
 
 
 class PushProfiler:
     """Counts a lane's pushes; profiles ``count`` of them from the ``first``-th if it claims
     ``folder`` first."""
 
-    def __init__(self, first: int, count: int, folder: Path) -> None:
+    def __init__(self, first: int, count: int, folder: Path, stack: bool = False) -> None:
         if first < 1 or count < 1:
             raise ValueError(f"{ENV}: FIRST and COUNT must be >= 1, got {first}:{count}")
-        self.first, self.count, self.folder = first, count, folder
+        self.first, self.count, self.folder, self.stack = first, count, folder, stack
         self.pushes = 0
         self._profile: Any = None
         self.written: Path | None = None
@@ -46,7 +50,8 @@ class PushProfiler:
             return None
         try:
             first, count, folder = value.split(":", 2)
-            return cls(int(first), int(count), Path(folder))
+            return cls(int(first), int(count), Path(folder),
+                       stack=os.environ.get(STACK_ENV, "") == "1")
         except ValueError as exc:
             raise ValueError(f"{ENV} must be FIRST:COUNT:DIR, got {value!r} ({exc})") from None
 
@@ -70,7 +75,7 @@ class PushProfiler:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profile = torch.profiler.profile(activities=activities)
+            self._profile = torch.profiler.profile(activities=activities, with_stack=self.stack)
             self._profile.__enter__()
         try:
             yield

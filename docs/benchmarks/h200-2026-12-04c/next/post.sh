@@ -1,0 +1,23 @@
+# For the next session (not run yet). The thirty-sixth session's calls 2 and 3: with the
+# network a lane's push is ~50 ms against 34 with --backend null, the difference a postprocess
+# stage of 16-19 ms a push, 73-87 % of it on the lane thread's CPU -- and --pipeline-depth 2,
+# which gives the previous call another push to finish, left it at ~18 ms: not (only) a wait for
+# the previous call. Where in postprocess? Its parts are timed now (post_launch: the statistics
+# queued behind the network; post_wait: the wait for a call's statistics; post_read: reading
+# them into candidates), with their CPU shares. One call: eight replicas of one lane at 320
+# sessions, one lane profiled with its Python calls (pushes 40-45, TTBALL_PROFILE_STACK=1); then
+# the same with --cuda-blocking-sync (a GPU wait sleeps instead of spinning, so a wait's CPU
+# share falls and work's does not).
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=570 bash docs/benchmarks/h200-2026-12-04c/next/post.sh
+# > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-sixth session").
+TOTAL=${TOTAL:-570}
+source docs/benchmarks/h200-2026-12-03h/next/_call.sh
+EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
+after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
+R spin8 280 SESSIONS_8="320" $EIGHT TTBALL_PROFILE_PUSHES="40:6:$W/prof" TTBALL_PROFILE_STACK=1
+after spin8
+cp $W/prof/summary.json $OUT/profile-summary.json 2>/dev/null
+python3 scripts/push_profile_report.py --python $W/prof/trace.json.gz > $OUT/profile-report.txt 2>&1
+LEFT=$(left)
+[ $LEFT -ge 130 ] && { R sleep8 $LEFT SESSIONS_8="320" $EIGHT BLOCKING_SYNC=1; after sleep8; }
+finish spin8 sleep8
