@@ -273,7 +273,8 @@ class GpuPipeline:
         keeps meanwhile are copied unless the backend's ``fresh_outputs``); ``depth`` (with
         ``overlap``): the pushes whose batches may be left running at once -- a push reads back
         the batches of the push ``depth`` before it, so with 2 a call has a whole push more to
-        finish on a shared GPU before its lane waits for it, and its rows come one push later;
+        finish on a shared GPU before its lane waits for it, and its rows come a push later than
+        at depth 1;
         ``decode_early``:
         with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
         before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
@@ -343,7 +344,7 @@ class GpuPipeline:
 
     @property
     def in_flight(self) -> int:
-        """Windows launched by the last push and not yet read back (``overlap`` only)."""
+        """Windows launched by the last pushes and not yet read back (``overlap`` only)."""
         return sum(len(f.windows) for flights in self._pending for f in flights)
 
     def __len__(self) -> int:
