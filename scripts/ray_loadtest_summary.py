@@ -129,6 +129,7 @@ def mode(env: dict[str, str]) -> str:
     text += f", switch interval {env['SWITCH_MS']} ms" if env.get("SWITCH_MS") else ""
     text += f", --batches-ahead {env['BATCHES_AHEAD']}" if env.get("BATCHES_AHEAD") else ""
     text += f", --pipeline-depth {env['PIPELINE_DEPTH']}" if env.get("PIPELINE_DEPTH") else ""
+    text += ", --stats-stream" if env.get("STATS_STREAM") else ""
     text += ", --decode-early" if env.get("DECODE_EARLY") else ""
     text += ", RAY_USE_UVLOOP=0" if env.get("RAY_USE_UVLOOP") == "0" else ""
     return text

@@ -452,16 +452,32 @@ def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> N
     got = gpu_rows(deep, sessions, 60.0, chunk=7)
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
         {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
+    # the statistics on a stream of their own (a backend whose outputs are its own), at depth
+    # 1 and 2: the same rows; without fresh outputs the option does nothing
+    assert not GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True,
+                           stats_stream=True).stats_stream
+    for depth in (1, 2):
+        split = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True,
+                            depth=depth, stats_stream=True)
+        assert split.stats_stream
+        got = gpu_rows(split, sessions, 60.0, chunk=7)
+        assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
+            {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}, depth
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("stats_stream", [False, True])
 def test_overlap_launch_never_waits_for_the_gpu(small_config: WeightsConfig,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                stats_stream: bool) -> None:
     """What overlap is for: launching a push's batches (normalise, network, statistics, their
     copy to the host) makes no synchronizing CUDA call, so the host goes on to the next push
     while the GPU works (``set_sync_debug_mode("error")`` raises on one)."""
-    pipeline = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    backend = GraphedBright() if stats_stream else BrightBackend("cuda")
+    pipeline = GpuPipeline(backend, small_config, batch_sizes=(1, 2), overlap=True,
+                           stats_stream=stats_stream)
+    assert pipeline.stats_stream is stats_stream
     pipeline.open("s", StreamOptions(step=1), 60.0)
     blobs = [jpeg(draw(i, (320, 180), True)) for i in range(8)]
     pipeline.push([("s", b) for b in blobs[:4]])  # two windows: captures the graphs of size 2

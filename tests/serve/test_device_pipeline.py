@@ -455,6 +455,7 @@ def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config
                              pipeline_depth=2)
     path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
     assert path.describe()["depth"] == 2
+    assert path.describe()["stats_stream"] is False  # asked for nothing; on the CPU never
     rows: list = []
     key = path.open("s", StreamOptions(step=1), 30.0).stream_id
 
@@ -480,6 +481,8 @@ def test_pipeline_depth_needs_overlap() -> None:
         ServeSettings(device_pipeline=True, pipeline_depth=2).validate()
     with pytest.raises(UserError, match="between 1 and 4"):
         ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_depth=5).validate()
+    with pytest.raises(UserError, match="--stats-stream needs --pipeline-overlap"):
+        ServeSettings(device_pipeline=True, pipeline_stats_stream=True).validate()
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
@@ -625,6 +628,10 @@ def test_cli_flag_sets_the_mode() -> None:
     assert fused.pipeline_compile_resize and not both.pipeline_compile_resize
     with pytest.raises(UserError, match="--pipeline-compile-resize needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-compile-resize"]))
+    assert both.pipeline_depth == 1 and not both.pipeline_stats_stream
+    deep = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
+                                            "--pipeline-depth", "2", "--stats-stream"]))
+    assert deep.pipeline_depth == 2 and deep.pipeline_stats_stream
     assert both.pipeline_decoder == "nvjpeg"
     from ttball.kernels.prepost import DECODERS
     from ttball.serve.settings import JPEG_DECODERS

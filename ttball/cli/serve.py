@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --pipeline-overlap: pushes whose batches may run at once; a push "
                         "reads back those of the push N before it (default 1; 2 gives a call "
                         "on a shared GPU a push more before its lane waits; docs/serve.md)")
+    p.add_argument("--stats-stream", action="store_true",
+                   help="with --pipeline-overlap on CUDA and a CUDA-graph backend: each call's "
+                        "candidate statistics on a stream of their own, so a lane's next network "
+                        "does not queue behind them (docs/serve.md)")
     p.add_argument("--pipeline-compile-resize", action="store_true",
                    help="with --device-pipeline: fuse the device resize with torch.compile "
                         "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
@@ -144,6 +148,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         device_pipeline=args.device_pipeline,
         pipeline_overlap=args.pipeline_overlap,
         pipeline_depth=args.pipeline_depth,
+        pipeline_stats_stream=args.stats_stream,
         pipeline_compile_resize=args.pipeline_compile_resize,
         pipeline_decoder=args.jpeg_decoder,
         pipeline_decode_processes=args.decode_processes,

@@ -262,6 +262,7 @@ class GpuPipeline:
         on_batch: Callable[[int, int], None] | None = None,
         overlap: bool = False,
         depth: int = 1,
+        stats_stream: bool = False,
         decode_early: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
@@ -274,7 +275,9 @@ class GpuPipeline:
         ``overlap``): the pushes whose batches may be left running at once -- a push reads back
         the batches of the push ``depth`` before it, so with 2 a call has a whole push more to
         finish on a shared GPU before its lane waits for it, and its rows come a push later than
-        at depth 1;
+        at depth 1; ``stats_stream`` (with ``overlap`` on CUDA and a backend whose outputs
+        are its own, ``fresh_outputs``): each call's statistics run on a stream of their own
+        behind its network, so the lane's next network does not queue behind them;
         ``decode_early``:
         with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
         before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
@@ -321,6 +324,12 @@ class GpuPipeline:
         # in the thirty-fifth session); TTBALL_PIPELINE_CLONE=1 copies anyway (measurement)
         self._fresh = (bool(getattr(backend, "fresh_outputs", False))
                        and os.environ.get("TTBALL_PIPELINE_CLONE", "") != "1")
+        # stats_stream: the statistics (a graph of ~150 small kernels, each waiting for room on
+        # a shared GPU: ~9 ms of a call's ~40 on its stream in the thirty-sixth session) off the
+        # lane's stream; only for a backend whose outputs no later call writes, so the next
+        # network cannot overwrite the logits they read
+        self._stats = (torch.cuda.Stream(self.device)
+                       if stats_stream and self._side is not None and self._fresh else None)
         if self._timing and hasattr(backend, "set_marker"):
             backend.set_marker(lambda step: self._mark(f"net_{step}"))
         self._sessions: dict[str, _Session] = {}
@@ -445,6 +454,20 @@ class GpuPipeline:
 
     def _on_side(self) -> AbstractContextManager[object]:
         return torch.cuda.stream(self._side) if self._side is not None else nullcontext()
+
+    @property
+    def stats_stream(self) -> bool:
+        """Whether the statistics run on a stream of their own (see ``stats_stream``)."""
+        return self._stats is not None
+
+    def _on_stats(self, logits: Tensor) -> AbstractContextManager[object]:
+        """With ``stats_stream``: the statistics' stream, made to wait for the network that
+        wrote ``logits`` (which it then uses: the allocator keeps them for it)."""
+        if self._stats is None:
+            return nullcontext()
+        self._stats.wait_stream(torch.cuda.current_stream(self.device))
+        logits.record_stream(self._stats)
+        return torch.cuda.stream(self._stats)
 
     def _join_side(self) -> None:
         """The default stream waits for the side stream's decode and resize."""
@@ -585,7 +608,8 @@ class GpuPipeline:
             self._mark("network")
         if self.on_batch is not None:
             self.on_batch(len(windows), size)
-        with self.timer.stage("postprocess"), self.timer.stage("post_launch"):
+        with self.timer.stage("postprocess"), self.timer.stage("post_launch"), \
+                self._on_stats(logits):
             # the statistics of the padded batch, so their graph is one of a warmed size (a
             # frozen pipeline never meets a new shape); the padding's rows are dropped after
             thresholds = host_to_device(  # no wait for the network just launched

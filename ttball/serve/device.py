@@ -97,6 +97,7 @@ class DevicePath:
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
                                     overlap=settings.pipeline_overlap,
                                     depth=settings.pipeline_depth,
+                                    stats_stream=settings.pipeline_stats_stream,
                                     compile_resize=settings.pipeline_compile_resize,
                                     decode_early=settings.pipeline_decode_early)
         self.config = config
@@ -118,7 +119,7 @@ class DevicePath:
                                       else 0),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
-                "depth": self.pipeline.depth,
+                "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
                 "kernel_copies": copies.kernel_copies()}
 

@@ -64,6 +64,10 @@ class ServeSettings:
     # With pipeline_overlap: the pushes whose batches may be left running at once; a push reads
     # back the batches of the push this many before it (2: rows come a push later still).
     pipeline_depth: int = 1
+    # With pipeline_overlap on CUDA: each call's candidate statistics on a CUDA stream of their
+    # own, so a lane's next network does not queue behind them (a backend whose outputs are its
+    # own only: every CUDA-graph backend; otherwise ignored, /readyz says).
+    pipeline_stats_stream: bool = False
     # With device_pipeline: the device resize fused by torch.compile (bit-exact with the eager
     # one; compiles during warm-up; falls back to eager if compiling fails).
     pipeline_compile_resize: bool = False
@@ -131,6 +135,8 @@ class ServeSettings:
             raise UserError(f"--pipeline-depth must be between 1 and 4, got {self.pipeline_depth}")
         if self.pipeline_depth > 1 and not self.pipeline_overlap:
             raise UserError("--pipeline-depth needs --pipeline-overlap")
+        if self.pipeline_stats_stream and not self.pipeline_overlap:
+            raise UserError("--stats-stream needs --pipeline-overlap")
         if self.pipeline_compile_resize and not self.device_pipeline:
             raise UserError("--pipeline-compile-resize needs --device-pipeline")
         if self.pipeline_decoder not in JPEG_DECODERS:
