@@ -397,9 +397,7 @@ class GpuPipeline:
             windows.extend(session.stream.push_device(index, time_s, size, dup, small))
             touched[sid] = session
         if self.overlap:
-            while len(self._pending) >= self.depth:
-                self.pushes_done += 1
-                self._complete(self._pending.popleft())
+            self._complete(self._take_pending(keep=self.depth - 1))
             self._join_side()
             flights = [self._launch(chunk) for chunk in self._chunks(windows)]
             if flights:
@@ -445,11 +443,13 @@ class GpuPipeline:
             out[sid] = self._take(session)
         return out
 
-    def _take_pending(self) -> list[_InFlight]:
-        """Every batch left running, oldest first (their pushes counted as done)."""
-        pending = [f for flights in self._pending for f in flights]
-        self.pushes_done += len(self._pending)
-        self._pending.clear()
+    def _take_pending(self, keep: int = 0) -> list[_InFlight]:
+        """The batches left running by all but the last ``keep`` pushes, oldest first (those
+        pushes counted as done)."""
+        pending: list[_InFlight] = []
+        while len(self._pending) > keep:
+            pending.extend(self._pending.popleft())
+            self.pushes_done += 1
         return pending
 
     def _on_side(self) -> AbstractContextManager[object]:
