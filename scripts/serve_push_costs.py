@@ -60,7 +60,8 @@ def read_metrics(path: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(path.read_text()):
         for sample in family.samples:
-            if sample.name == "ttball_push_seconds_sum" and sample.labels.get("stage") in STAGES:
+            if (sample.name == "ttball_push_seconds_sum"
+                    and sample.labels.get("stage") in (*STAGES, *POST)):  # POST: their CPU shares
                 key = f"push_{sample.labels['stage']}"
             elif (sample.name == "ttball_push_cpu_seconds_total"
                   and sample.labels.get("stage") in CPU_STAGES):

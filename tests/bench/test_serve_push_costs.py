@@ -289,6 +289,8 @@ def test_cpu_shares_and_allocator_events_are_shown_where_a_run_has_them(tmp_path
         return _snapshot(frames, 3 * frames // 10, frames // 10, total / 2, total) + "\n".join([
             f'ttball_push_cpu_seconds_total{{stage="total"}} {cpu}',
             f'ttball_push_cpu_seconds_total{{stage="decode"}} {decode_cpu}',
+            f'ttball_push_seconds_sum{{stage="post_wait"}} {total / 4}',
+            f'ttball_push_cpu_seconds_total{{stage="post_wait"}} {cpu / 4}',
             f'ttball_cuda_allocator_events{{event="num_device_alloc"}} {mallocs}',
             'ttball_cuda_allocator_events{event="num_device_free"} 0.0', ""])
 
@@ -303,4 +305,6 @@ def test_cpu_shares_and_allocator_events_are_shown_where_a_run_has_them(tmp_path
     assert rows[1]["total_cpu_pct"] == "20" and rows[1]["decode_cpu_pct"] == "40"
     assert rows[1]["num_device_alloc"] == "6" and rows[1]["num_device_free"] == "0"
     assert rows[0]["total_cpu_pct"] == "40" and rows[0]["num_device_alloc"] == "40"
+    # a postprocess part's share from its own wall time (read since the thirty-seventh session)
+    assert rows[1]["post_wait_cpu_pct"] == "20" and rows[0]["post_wait_cpu_pct"] == "40"
     assert "preprocess_cpu_pct" not in head and "num_alloc_retries" not in head
