@@ -13,16 +13,16 @@ TOTAL=${TOTAL:-575}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
-# what a replica and a decode child were started with, read while the run is loaded
+# what a replica and a decode child were started with, read while it warms up
 environ() {
   ( sleep $1; for p in $(pgrep -f "ServeReplica|spawn_main"); do
       echo "$p $(tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -E '^CUDA_(DEVICE_MAX|MPS_PIPE)' | tr '\n' ' ')"
     done > $W/$2-environ.txt ) &
 }
-R base8 250 SESSIONS_8="320" $EIGHT
+R base8 290 SESSIONS_8="320" $EIGHT
 after base8
 LEFT=$(left); [ $LEFT -ge 300 ] && CONN=$(( LEFT - 140 )) || CONN=$LEFT
-environ $(( CONN - 70 )) conn8
+environ 75 conn8  # a warm start is ready in 70-95 s
 [ $LEFT -ge 130 ] && { R conn8 $CONN SESSIONS_8="320" $EIGHT CUDA_DEVICE_MAX_CONNECTIONS=32; after conn8; }
 LEFT=$(left)
 [ $LEFT -ge 130 ] && { R sleep8 $LEFT SESSIONS_8="320" $EIGHT BLOCKING_SYNC=1; after sleep8; }
