@@ -22,11 +22,11 @@ try:
     for s in streams:
         with torch.cuda.stream(s):
             (x * 2).sum()
-    time.sleep(3)  # all clients alive at once
+    time.sleep(10)  # all clients alive at once
     torch.cuda.synchronize(); print('ok')
 except Exception as e:
     print('FAIL', type(e).__name__, str(e).splitlines()[0][:200])
-" > $W/probe-$1-$2-$i.txt 2>&1 &
+" > $W/probe-$1-$2-$i.txt 2>&1 & sleep 0.3  # staggered, as the replicas start
   done
   wait
   echo "$1 clients, CUDA_DEVICE_MAX_CONNECTIONS=$2: $(cat $W/probe-$1-$2-*.txt | sort | uniq -c | tr '\n' ';')" >> $W/probe.txt
