@@ -91,3 +91,42 @@ def test_pytorch_context_keeps_the_requested_blocking_sync() -> None:
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_wait_events_block_only_where_the_context_sleeps(monkeypatch) -> None:
+    """wait_event asks for cudaEventBlockingSync exactly when the primary context sleeps."""
+    from ttball import cudasched
+
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: kw)
+    for sched, blocking in (("blocking_sync", True), ("auto", False), (None, False)):
+        cudasched.waits_sleep.cache_clear()
+        monkeypatch.setattr(cudasched, "primary_context",
+                            lambda index, s=sched: None if s is None else (s, True))
+        assert cudasched.wait_event(True) == {"enable_timing": True, "blocking": blocking}
+    cudasched.waits_sleep.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_wait_event_sleeps_where_a_plain_event_spins() -> None:
+    """In a fresh process with blocking sync requested: a thread waiting ~0.3 s for a
+    wait_event uses little CPU; for a plain event it spins (the CPU share of the whole wait)."""
+    code = (
+        "import time, torch\n"
+        "from ttball.cudasched import request_blocking_sync, wait_event\n"
+        "assert request_blocking_sync() is None\n"
+        "torch.ones(1, device='cuda'); torch.cuda.synchronize()\n"
+        "cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.3)\n"
+        "for name, event in (('sleep', wait_event()), ('plain', torch.cuda.Event())):\n"
+        "    torch.cuda._sleep(cycles); event.record()\n"
+        "    wall, cpu = time.perf_counter(), time.thread_time()\n"
+        "    event.synchronize()\n"
+        "    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu\n"
+        "    print(name, round(wall, 3), round(cpu / wall, 3))\n")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    shares = {name: (float(wall), float(share))
+              for name, wall, share in (line.split() for line in out.stdout.splitlines())}
+    assert shares["sleep"][0] > 0.1 and shares["plain"][0] > 0.1, shares  # a real wait
+    assert shares["sleep"][1] < 0.2 and shares["plain"][1] > 0.5, shares

@@ -98,3 +98,22 @@ def request_blocking_sync(driver: Any | None = None) -> str | None:
         if (rc := set_flags(dev, new)) != 0:
             return f"cuDevicePrimaryCtxSetFlags({index}) failed (CUresult {rc})"
     return None
+
+
+@functools.cache
+def waits_sleep(index: int = 0) -> bool:
+    """Whether device ``index``'s primary context puts waiting threads to sleep (set by
+    :func:`request_blocking_sync`). Cached: the flag cannot change once the context exists."""
+    state = primary_context(index)
+    return state is not None and state[0] == "blocking_sync"
+
+
+def wait_event(enable_timing: bool = False, index: int = 0) -> Any:
+    """A ``torch.cuda.Event`` for a host thread to wait on. In a process whose context sleeps
+    while waiting (``serve --cuda-blocking-sync``) it is made with ``cudaEventBlockingSync``:
+    without it ``cudaEventSynchronize`` spins whatever the context's flag says (measured: a
+    lane's wait for its statistics 76 % on the CPU with the flag set, docs/benchmarks/LOG.md,
+    thirty-seventh session)."""
+    import torch
+
+    return torch.cuda.Event(enable_timing=enable_timing, blocking=waits_sleep(index))

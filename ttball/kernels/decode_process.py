@@ -53,6 +53,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import Tensor
 
+from ttball.cudasched import wait_event
 from ttball.kernels import copies
 from ttball.kernels.prepost_image import DecodeError, JpegDecoder
 from ttball.threadnames import name_os_thread
@@ -355,7 +356,7 @@ class _Child:
     def _record(self) -> torch.cuda.Event | None:
         if self.device.type != "cuda":
             return None
-        event = torch.cuda.Event()
+        event = wait_event(index=self.device.index or 0)
         event.record(torch.cuda.current_stream(self.device))
         return event
 

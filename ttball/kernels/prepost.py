@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import Backend, synchronize
+from ttball.cudasched import wait_event
 from ttball.frames import host_to_device, normalizer
 from ttball.kernels import copies
 from ttball.kernels.decode_process import DecoderProcess
@@ -628,7 +629,7 @@ class GpuPipeline:
                 if packed.device.type == "cuda":  # (on the CPU, packed_stats' output is new)
                     host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
                     packed = host.copy_(packed, non_blocking=True)
-                    ready = torch.cuda.Event(enable_timing=self._timing)
+                    ready = wait_event(self._timing, self.device.index or 0)
                     ready.record()
         marks, self._marks = tuple(self._marks or ()), None
         return _InFlight(windows, sessions, packed, ready, logits, marks)
