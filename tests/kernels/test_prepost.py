@@ -817,3 +817,45 @@ def test_stage_timer_tells_a_stage_s_cpu_time_from_its_wait() -> None:
     # the spin's CPU time: most of its wall time (a loaded CI host may take some away)
     assert timer.cpu_seconds["work"] > 0.5 * timer.seconds["work"]
     assert timer.cpu_seconds["work"] <= timer.seconds["work"] + 0.005
+
+
+def test_pad_kernels_are_read_from_the_environment(small_config: WeightsConfig,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """TTBALL_PAD_KERNELS: a bad count is refused when the pipeline is made; on the CPU there
+    is nothing to pad (no CUDA graph)."""
+    from ttball.kernels.prepost import PAD_KERNELS_ENV
+
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv(PAD_KERNELS_ENV, bad)
+        with pytest.raises(ValueError, match=PAD_KERNELS_ENV):
+            cpu_pipeline(small_config)
+    monkeypatch.setenv(PAD_KERNELS_ENV, "5")
+    assert cpu_pipeline(small_config)._pad is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: WeightsConfig,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """On the GPU, with TTBALL_FUSED_WINDOWS=1 (the window statistics as two Triton kernels,
+    float64 sums in another order) and TTBALL_PAD_KERNELS=7 (empty kernels after each call's
+    statistics): the rows of the plain overlapped pipeline, positions to 1e-6 px."""
+    from ttball.kernels.prepost import PAD_KERNELS_ENV
+    from ttball.kernels.prepost_post import FUSED_WINDOWS_ENV
+
+    sessions = {"a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+                "b": (session_frames(11, (320, 180), streak=False), StreamOptions(step=1))}
+    want = gpu_rows(GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True),
+                    sessions, 60.0, chunk=7)
+    monkeypatch.setenv(FUSED_WINDOWS_ENV, "1")
+    monkeypatch.setenv(PAD_KERNELS_ENV, "7")
+    pipeline = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True)
+    assert pipeline._pad is not None and pipeline._pad.count == 7
+    got = gpu_rows(pipeline, sessions, 60.0, chunk=7)
+    assert pipeline.graph_error is None
+    for sid in sessions:
+        assert [r.visible for r in got[sid]] == [r.visible for r in want[sid]]
+        assert max(abs(g.x - w.x) + abs(g.y - w.y)
+                   for g, w in zip(got[sid], want[sid]) if w.visible) < 1e-6
+        assert any(r.visible for r in want[sid])

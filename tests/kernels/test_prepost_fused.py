@@ -17,7 +17,8 @@ require_triton()
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 # (after require_triton: the module imports triton)
-from ttball.kernels.prepost_fused import flood_crops, peak_values
+from ttball.kernels import prepost_fused
+from ttball.kernels.prepost_fused import flood_crops, peak_values, window_stats
 
 
 def plateaus(n: int, h: int, w: int, seed: int) -> torch.Tensor:
@@ -87,3 +88,37 @@ def test_blob_stats_use_the_fused_kernels_on_cuda_only() -> None:
     assert not prepost_post._fused(torch.zeros(1))
     if torch.cuda.is_available():
         assert prepost_post._fused(torch.zeros(1, device="cuda"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch,
+                                                 seed: int) -> None:
+    """The whole fused blob_stats (peaks, flood, window statistics) against its PyTorch ops:
+    counts, angles, first pixels, kept seeds and fallback flags equal; score, centroid and
+    extent to float64 rounding. Blobs that merge (two seeds, one component), touch the map's
+    edge, overflow the seeds (a fallback) and maps with none."""
+    g = torch.Generator().manual_seed(seed)
+    field = F.avg_pool2d(torch.rand(5, 1, 40, 72, generator=g), 7, 1, 3)[:, 0]
+    probs = (field - field.amin()) / (field.amax() - field.amin())
+    probs[3] = 0.0  # a map with no blob
+    probs[4, 10:13, 20:40] = 0.95  # a streak: a plateau, one component, many equal maxima
+    thresholds = torch.tensor([0.6, 0.7, 0.5, 0.5, 0.9])
+    options = PostOptions(max_blobs=4, crop=15, flood_steps=15)
+    monkeypatch.setattr(prepost_post, "_fused", lambda t: False)
+    want, want_fallback = blob_stats(probs, thresholds, options)
+    monkeypatch.setattr(prepost_post, "_fused", lambda t: True)
+    called = []
+    monkeypatch.setattr(prepost_fused, "window_stats",
+                        lambda *a: called.append(1) or window_stats(*a))
+    monkeypatch.delenv(prepost_post.FUSED_WINDOWS_ENV, raising=False)
+    blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
+    assert not called  # off unless asked for
+    monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, "1")
+    got, fallback = blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
+    got = got.cpu()
+    assert called  # the fused path ran
+    assert torch.equal(fallback.cpu(), want_fallback)
+    exact = [prepost_post.KEEP, prepost_post.COUNT, prepost_post.THETA, prepost_post.FIRST]
+    assert torch.equal(got[..., exact], want[..., exact])
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert want[..., prepost_post.KEEP].sum() >= 3 and not want[3, :, prepost_post.KEEP].any()

@@ -207,6 +207,46 @@ class _InFlight:
 # or with nothing queued), the windows' stacking and normalisation, the network, and the
 # statistics with their copy to the host. Read once the call is back, so a push's figures are
 # its previous push's calls'.
+#: ``TTBALL_PAD_KERNELS=N`` (measurement only): each backend call adds N empty kernels on its
+#: stream after its statistics, from one CUDA graph (one launch on the host, ~N µs of GPU
+#: time). Whether the worker's pace follows the number of GPU operations its clients send
+#: rather than their GPU time (docs/benchmarks/e2e.md, thirty-seventh session).
+PAD_KERNELS_ENV = "TTBALL_PAD_KERNELS"
+
+
+class PadKernels:
+    """``count`` one-element adds captured in one CUDA graph; calling it replays them on the
+    current stream."""
+
+    def __init__(self, count: int, device: torch.device) -> None:
+        if count < 1:
+            raise ValueError(f"{PAD_KERNELS_ENV} must be a positive count, got {count}")
+        self.count = count
+        self._x = torch.zeros(1, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            self._x.add_(0)  # the kernel loaded before the capture
+        torch.cuda.current_stream(device).wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
+            for _ in range(count):
+                self._x.add_(0)
+
+    @classmethod
+    def from_env(cls, device: torch.device) -> PadKernels | None:
+        """The environment's padding (None when unset or not on CUDA)."""
+        value = os.environ.get(PAD_KERNELS_ENV, "")
+        if not value:
+            return None
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{PAD_KERNELS_ENV} must be a positive count, got {value!r}")
+        return cls(int(value), device) if device.type == "cuda" else None
+
+    def __call__(self) -> None:
+        self._graph.replay()
+
+
 GPU_STAGES = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
 # Their parts: the network's copy into a CUDA-graph backend's input, its graph and the copy of
 # its output (with a backend that marks them: GraphedBackend.set_marker), and the statistics'
@@ -333,6 +373,7 @@ class GpuPipeline:
                        if stats_stream and self._side is not None and self._fresh else None)
         if self._timing and hasattr(backend, "set_marker"):
             backend.set_marker(lambda step: self._mark(f"net_{step}"))
+        self._pad = PadKernels.from_env(self.device)  # TTBALL_PAD_KERNELS (measurement only)
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
@@ -631,6 +672,8 @@ class GpuPipeline:
                     packed = host.copy_(packed, non_blocking=True)
                     ready = wait_event(self._timing, self.device.index or 0)
                     ready.record()
+            if self._pad is not None:  # behind the statistics' event: not in this call's wait
+                self._pad()
         marks, self._marks = tuple(self._marks or ()), None
         return _InFlight(windows, sessions, packed, ready, logits, marks)
 

@@ -108,3 +108,112 @@ def flood_crops(mask: Tensor, valid: Tensor, steps: int) -> tuple[Tensor, Tensor
     _flood_kernel[(n * k,)](flat, seeds, scratch, comp, conv, s, steps, SP=sp,
                             num_warps=4 if sp >= 32 else 1)
     return comp.view(n, k, s, s).bool(), conv.view(n, k).bool()
+
+
+@triton.jit
+def _window_sums_kernel(crop_ptr, comp_ptr, us_ptr, vs_ptr, ints_ptr, floats_ptr, S, W, HW, NK,
+                        SP: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, SP)[:, None]
+    c = tl.arange(0, SP)[None, :]
+    inside = (r < S) & (c < S)
+    m = tl.load(comp_ptr + i * S * S + r * S + c, mask=inside, other=0) != 0
+    p = tl.load(crop_ptr + i * S * S + r * S + c, mask=inside, other=0.0)
+    u = tl.load(us_ptr + i * S + c, mask=c < S, other=0)  # (1, SP) int64: the columns
+    v = tl.load(vs_ptr + i * S + r, mask=r < S, other=0)  # (SP, 1) int64: the rows
+    one = m.to(tl.int64)
+    cnt = tl.sum(tl.sum(one, axis=1), axis=0)
+    su = tl.sum(tl.sum(one * u, axis=1), axis=0)
+    sv = tl.sum(tl.sum(one * v, axis=1), axis=0)
+    suu = tl.sum(tl.sum(one * u * u, axis=1), axis=0)
+    svv = tl.sum(tl.sum(one * v * v, axis=1), axis=0)
+    suv = tl.sum(tl.sum(one * u * v, axis=1), axis=0)
+    ident = tl.min(tl.min(tl.where(m, v * W + u, HW), axis=1), axis=0)
+    weight = tl.where(m, p.to(tl.float64), 0.0)
+    score = tl.sum(tl.sum(weight, axis=1), axis=0)
+    wu = tl.sum(tl.sum(weight * u.to(tl.float64), axis=1), axis=0)
+    wv = tl.sum(tl.sum(weight * v.to(tl.float64), axis=1), axis=0)
+    a = 2 * (cnt * suv - su * sv)  # exact: 2·n²·μ11 and n²·(μ20 − μ02)
+    b = (cnt * suu - su * su) - (cnt * svv - sv * sv)
+    tl.store(ints_ptr + i * 2, cnt)
+    tl.store(ints_ptr + i * 2 + 1, ident)
+    tl.store(floats_ptr + i, score)
+    tl.store(floats_ptr + 1 * NK + i, wu)
+    tl.store(floats_ptr + 2 * NK + i, wv)
+    tl.store(floats_ptr + 3 * NK + i, a.to(tl.float64))
+    tl.store(floats_ptr + 4 * NK + i, b.to(tl.float64))
+
+
+@triton.jit
+def _window_pack_kernel(comp_ptr, us_ptr, vs_ptr, ints_ptr, floats_ptr, theta_ptr, cos_ptr,
+                        sin_ptr, valid_ptr, clean_ptr, above_ptr, stats_ptr, fallback_ptr, S, NK,
+                        K: tl.constexpr, SP: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, SP)[:, None]
+    c = tl.arange(0, SP)[None, :]
+    inside = (r < S) & (c < S)
+    found = tl.zeros((), tl.int64)
+    dirty = tl.zeros((), tl.int32)
+    for k in tl.static_range(K):
+        i = n * K + k
+        m = tl.load(comp_ptr + i * S * S + r * S + c, mask=inside, other=0) != 0
+        u = tl.load(us_ptr + i * S + c, mask=c < S, other=0).to(tl.float64)
+        v = tl.load(vs_ptr + i * S + r, mask=r < S, other=0).to(tl.float64)
+        proj = u * tl.load(cos_ptr + i) + v * tl.load(sin_ptr + i)
+        hi = tl.max(tl.max(tl.where(m, proj, float("-inf")), axis=1), axis=0)
+        lo = tl.max(tl.max(tl.where(m, -proj, float("-inf")), axis=1), axis=0)
+        cnt = tl.load(ints_ptr + i * 2)
+        ident = tl.load(ints_ptr + i * 2 + 1)
+        valid = tl.load(valid_ptr + i).to(tl.int32)
+        keep = valid
+        for j in tl.static_range(k):  # a component already kept by an earlier seed
+            earlier = tl.load(valid_ptr + n * K + j).to(tl.int32)
+            same = (tl.load(ints_ptr + (n * K + j) * 2 + 1) == ident).to(tl.int32)
+            keep = keep * (1 - earlier * same)
+        score = tl.load(floats_ptr + i)
+        safe = tl.where(score > 0, score, 1.0)
+        row = stats_ptr + i * 8
+        tl.store(row, keep.to(tl.float64))
+        tl.store(row + 1, cnt.to(tl.float64))
+        tl.store(row + 2, score)
+        tl.store(row + 3, tl.load(floats_ptr + NK + i) / safe)
+        tl.store(row + 4, tl.load(floats_ptr + 2 * NK + i) / safe)
+        tl.store(row + 5, tl.load(theta_ptr + i))
+        tl.store(row + 6, tl.where(cnt > 0, 0.5 * (hi + lo), 0.0))
+        tl.store(row + 7, ident.to(tl.float64))
+        found += cnt * keep.to(tl.int64)
+        dirty = dirty | (valid * (1 - tl.load(clean_ptr + i).to(tl.int32)))
+    tl.store(fallback_ptr + n, ((found != tl.load(above_ptr + n)) | (dirty != 0)).to(tl.int8))
+
+
+def window_stats(crop: Tensor, comp: Tensor, us: Tensor, vs: Tensor, valid: Tensor,
+                 clean: Tensor, count_above: Tensor, h: int, w: int) -> tuple[Tensor, Tensor]:
+    """The rest of ``blob_stats`` after the flood, as two kernels and the angle's four torch
+    ops (``atan2``, ``cos``, ``sin`` have no Triton interpreter form) instead of ~80 small ops:
+    ``crop (N, K, S, S)`` float32, ``comp`` bool, ``us``/``vs (N, K, S)`` int64 (the windows'
+    image columns and rows), ``valid``/``clean (N, K)`` bool, ``count_above (N,)`` int64 →
+    ``stats (N, K, 8)`` float64 and ``fallback (N,)`` bool, as ``blob_stats``'s PyTorch ops.
+    The integer sums, hence the angle, the counts, the first pixels and the flags, are equal
+    bit for bit; the score, centroid and extent are float64 sums in another order (equal to
+    ~1e-15 relative)."""
+    n, k, s, _ = crop.shape
+    sp = triton.next_power_of_2(s)
+    dev = crop.device
+    crop = crop.reshape(n * k, s, s).contiguous()
+    comp = comp.reshape(n * k, s, s).contiguous().view(torch.int8)
+    us, vs = us.contiguous(), vs.contiguous()
+    ints = torch.empty(n * k, 2, dtype=torch.int64, device=dev)
+    # by column: the angle's atan2 reads two contiguous rows, as blob_stats's PyTorch ops
+    # (on the CPU a strided atan2 takes another code path, 1 ulp apart)
+    floats = torch.empty(5, n * k, dtype=torch.float64, device=dev)
+    warps = 4 if sp >= 32 else 1
+    _window_sums_kernel[(n * k,)](crop, comp, us, vs, ints, floats, s, w, h * w, n * k, SP=sp,
+                                  num_warps=warps)
+    theta = 0.5 * torch.atan2(floats[3], floats[4])
+    stats = torch.empty(n, k, 8, dtype=torch.float64, device=dev)
+    fallback = torch.empty(n, dtype=torch.int8, device=dev)
+    _window_pack_kernel[(n,)](comp, us, vs, ints, floats, theta, torch.cos(theta),
+                              torch.sin(theta), valid.contiguous().view(torch.int8),
+                              clean.contiguous().view(torch.int8), count_above.contiguous(),
+                              stats, fallback, s, n * k, K=k, SP=sp, num_warps=warps)
+    return stats, fallback.view(torch.bool)

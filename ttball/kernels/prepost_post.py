@@ -27,6 +27,7 @@ What leaves the device per heatmap: ``max_blobs × 8`` float64 plus the flag, pa
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,14 @@ def _fused(t: Tensor) -> bool:
     return True
 
 
+#: ``TTBALL_FUSED_WINDOWS=1``: on CUDA, the window statistics after the flood as two Triton
+#: kernels (:func:`ttball.kernels.prepost_fused.window_stats`; the statistics' CUDA graph ~154
+#: kernels → ~75). Off until measured in the worker on a GPU (docs/benchmarks/LOG.md,
+#: thirty-seventh session); tested against the PyTorch ops in Triton's interpreter and compiled
+#: for sm_90 on CPU.
+FUSED_WINDOWS_ENV = "TTBALL_FUSED_WINDOWS"
+
+
 def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOptions()
                ) -> tuple[Tensor, Tensor]:
     """Blobs of ``probs (N, h, w)`` float32 above ``thresholds (N,)``.
@@ -109,6 +118,10 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     comp, clean = _flood(crop > thr.view(n, 1, 1, 1), valid, options)
 
     us, vs = cols - r, rows - r  # image coordinates of the window's columns and rows
+    if _fused(probs) and os.environ.get(FUSED_WINDOWS_ENV, "") == "1":  # ~80 kernels fewer
+        from ttball.kernels.prepost_fused import window_stats
+
+        return window_stats(crop, comp, us, vs, valid, clean, count_above, h, w)
     ident = torch.where(comp, vs[..., :, None] * w + us[..., None, :], h * w).flatten(2).amin(2)
     same = (ident[:, :, None] == ident[:, None, :]) & valid[:, None, :] & valid[:, :, None]
     keep = valid & ~torch.tril(same, diagonal=-1).any(2)
