@@ -1,5 +1,6 @@
-"""Two steps of :func:`ttball.kernels.prepost_post.blob_stats` as one Triton kernel each, for
-the device pipeline on CUDA (the results are the PyTorch versions', bit for bit):
+"""Steps of :func:`ttball.kernels.prepost_post.blob_stats` as Triton kernels, for the device
+pipeline on CUDA (the results are the PyTorch versions', bit for bit, but for float64 sums
+taken in another order):
 
 - :func:`peak_values`: a heatmap's local maxima above its threshold, ``where(p > thr and p ==
   max_pool3x3(p), p, -1)``: one pass over the maps instead of a max-pool, two comparisons and
@@ -9,12 +10,16 @@ the device pipeline on CUDA (the results are the PyTorch versions', bit for bit)
   (converged). One program a crop runs every step, the crop in a scratch buffer with a zero
   border, instead of two kernels (max-pool, multiply) a step: with 31 steps, 64 launches of a
   tiny tensor became one.
+- :func:`window_stats` (``TTBALL_FUSED_WINDOWS=1``, thirty-seventh session, not yet measured
+  on a GPU): the rest -- each window's counts, moments, score, centroid, angle, extent, the
+  seeds kept and the fallback flag -- as two kernels and four torch ops instead of ~70 small
+  ops (the statistics' CUDA graph ~154 kernels a call → ~88).
 
 The nineteenth session's e2e profile had 71.5 max-pool kernels a push of 96 frames (0.89 ms of
-the GPU's 17.6), almost all of them the flood's. With these two kernels the twentieth
+the GPU's 17.6), almost all of them the flood's. With the first two kernels the twentieth
 session's profile had none, and the path's kernels other than the network's took 0.98 ms
 less a push; four processes on one H200 went from 5,172 to 5,467 frames/s
-(``docs/benchmarks/e2e.md``). Both kernels run in Triton's interpreter on CPU tensors
+(``docs/benchmarks/e2e.md``). All of them run in Triton's interpreter on CPU tensors
 (``TRITON_INTERPRET=1``), where the tests check them against the PyTorch versions.
 """
 
@@ -189,7 +194,7 @@ def _window_pack_kernel(comp_ptr, us_ptr, vs_ptr, ints_ptr, floats_ptr, theta_pt
 def window_stats(crop: Tensor, comp: Tensor, us: Tensor, vs: Tensor, valid: Tensor,
                  clean: Tensor, count_above: Tensor, h: int, w: int) -> tuple[Tensor, Tensor]:
     """The rest of ``blob_stats`` after the flood, as two kernels and the angle's four torch
-    ops (``atan2``, ``cos``, ``sin`` have no Triton interpreter form) instead of ~80 small ops:
+    ops (``atan2``, ``cos``, ``sin`` have no Triton interpreter form) instead of ~70 small ops:
     ``crop (N, K, S, S)`` float32, ``comp`` bool, ``us``/``vs (N, K, S)`` int64 (the windows'
     image columns and rows), ``valid``/``clean (N, K)`` bool, ``count_above (N,)`` int64 →
     ``stats (N, K, 8)`` float64 and ``fallback (N,)`` bool, as ``blob_stats``'s PyTorch ops.

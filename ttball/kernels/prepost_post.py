@@ -76,7 +76,7 @@ def _fused(t: Tensor) -> bool:
 
 #: ``TTBALL_FUSED_WINDOWS=1``: on CUDA, the window statistics after the flood as two Triton
 #: kernels (:func:`ttball.kernels.prepost_fused.window_stats`; the statistics' CUDA graph ~154
-#: kernels → ~75). Off until measured in the worker on a GPU (docs/benchmarks/LOG.md,
+#: kernels → ~88). Off until measured in the worker on a GPU (docs/benchmarks/LOG.md,
 #: thirty-seventh session); tested against the PyTorch ops in Triton's interpreter and compiled
 #: for sm_90 on CPU.
 FUSED_WINDOWS_ENV = "TTBALL_FUSED_WINDOWS"
@@ -118,7 +118,7 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     comp, clean = _flood(crop > thr.view(n, 1, 1, 1), valid, options)
 
     us, vs = cols - r, rows - r  # image coordinates of the window's columns and rows
-    if _fused(probs) and os.environ.get(FUSED_WINDOWS_ENV, "") == "1":  # ~80 kernels fewer
+    if _fused(probs) and os.environ.get(FUSED_WINDOWS_ENV, "") == "1":  # ~66 kernels fewer
         from ttball.kernels.prepost_fused import window_stats
 
         return window_stats(crop, comp, us, vs, valid, clean, count_above, h, w)
