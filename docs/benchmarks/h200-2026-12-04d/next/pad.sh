@@ -2,14 +2,20 @@
 # and compile caches make both starts warm, ~85 s). Eight of one at 320 sessions with 100
 # empty kernels after each call's statistics (TTBALL_PAD_KERNELS=100: ~150 operations a push
 # more, ~0.3 ms of GPU time), then as they are again (the same call's baseline, and a second
-# reading of ops.sh's base8 for the noise).
-# carry: [".raywhl", ".gpu"]. Run: TOTAL=400 bash docs/benchmarks/h200-2026-12-04d/next/pad.sh
+# reading of ops.sh's base8 for the noise). First, with nothing else on the GPU: how many
+# kernels a second 1, 8 and 24 MPS clients get through together (scripts/gpu_ops_rate.py).
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=470 bash docs/benchmarks/h200-2026-12-04d/next/pad.sh
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-seventh session").
 rm -rf /tmp/next  # ops.sh's runs are in its own $OUT already; the caches stay
-TOTAL=${TOTAL:-400}
+TOTAL=${TOTAL:-470}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
+pipe=/tmp/mps-ops; mkdir -p $pipe
+CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_LOG_DIRECTORY=$pipe nvidia-cuda-mps-control -d
+CUDA_MPS_PIPE_DIRECTORY=$pipe PYTHONPATH=$PWD:/tmp/site timeout 150 python3 scripts/gpu_ops_rate.py \
+  --out $OUT/ops-mps.json --procs 1,8,24 --sync 0,1 --kernels 100 --seconds 3 > $OUT/ops.log 2>&1
+echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe nvidia-cuda-mps-control; sleep 2; t ops
 R pad8 200 SESSIONS_8="320" $EIGHT TTBALL_PAD_KERNELS=100
 after pad8
 LEFT=$(left)
