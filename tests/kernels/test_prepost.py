@@ -835,10 +835,11 @@ def test_pad_kernels_are_read_from_the_environment(small_config: WeightsConfig,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("level", ["1", "2"])
 def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: WeightsConfig,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
-    """On the GPU, with TTBALL_FUSED_WINDOWS=1 (the window statistics as two Triton kernels,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            level: str) -> None:
+    """On the GPU, with TTBALL_FUSED_WINDOWS=1 or 2 (the window statistics as Triton kernels,
     float64 sums in another order) and TTBALL_PAD_KERNELS=7 (empty kernels after each call's
     statistics): the rows of the plain overlapped pipeline, positions to 1e-6 px."""
     from ttball.kernels.prepost import PAD_KERNELS_ENV
@@ -848,7 +849,7 @@ def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: Weigh
                 "b": (session_frames(11, (320, 180), streak=False), StreamOptions(step=1))}
     want = gpu_rows(GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True),
                     sessions, 60.0, chunk=7)
-    monkeypatch.setenv(FUSED_WINDOWS_ENV, "1")
+    monkeypatch.setenv(FUSED_WINDOWS_ENV, level)
     monkeypatch.setenv(PAD_KERNELS_ENV, "7")
     pipeline = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True)
     assert pipeline._pad is not None and pipeline._pad.count == 7

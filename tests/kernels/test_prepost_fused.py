@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 # (after require_triton: the module imports triton)
 from ttball.kernels import prepost_fused
-from ttball.kernels.prepost_fused import flood_crops, peak_values, window_stats
+from ttball.kernels.prepost_fused import flood_crops, peak_values
 
 
 def plateaus(n: int, h: int, w: int, seed: int) -> torch.Tensor:
@@ -91,16 +91,23 @@ def test_blob_stats_use_the_fused_kernels_on_cuda_only() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch,
-                                                 seed: int) -> None:
-    """The whole fused blob_stats (peaks, flood, window statistics) against its PyTorch ops:
-    counts, angles, first pixels, kept seeds and fallback flags equal; score, centroid and
-    extent to float64 rounding. Blobs that merge (two seeds, one component), touch the map's
-    edge, overflow the seeds (a fallback) and maps with none."""
+@pytest.mark.parametrize(("level", "entry"), [("1", "window_stats"), ("2", "windows")])
+def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch, seed: int,
+                                                 level: str, entry: str) -> None:
+    """The whole fused blob_stats (peaks, flood, window statistics; at level 2 the crops'
+    gather, flood and sums in one kernel) against its PyTorch ops: counts, angles, first
+    pixels, kept seeds and fallback flags equal; score, centroid and extent to float64
+    rounding. Blobs that merge (two seeds, one component), touch the map's edge, overflow the
+    seeds (a fallback) and maps with none."""
     g = torch.Generator().manual_seed(seed)
     field = F.avg_pool2d(torch.rand(5, 1, 40, 72, generator=g), 7, 1, 3)[:, 0]
     probs = (field - field.amin()) / (field.amax() - field.amin())
     probs[3] = 0.0  # a map with no blob
+    probs[1:3] = 0.0  # two maps whose blobs fit their windows (no fallback) ...
+    yy, xx = torch.meshgrid(torch.arange(40.0), torch.arange(72.0), indexing="ij")
+    for m, (y, x) in ((1, (1.0, 2.0)), (1, (20.0, 50.0)), (2, (30.0, 10.0)), (2, (12.0, 40.0))):
+        probs[m] = torch.maximum(probs[m], torch.exp(-((yy - y) ** 2 + (xx - x) ** 2) / 6.0))
+    # ... one of them at the map's corner (the window zero-padded there)
     probs[4, 10:13, 20:40] = 0.95  # a streak: a plateau, one component, many equal maxima
     thresholds = torch.tensor([0.6, 0.7, 0.5, 0.5, 0.9])
     options = PostOptions(max_blobs=4, crop=15, flood_steps=15)
@@ -108,12 +115,12 @@ def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch
     want, want_fallback = blob_stats(probs, thresholds, options)
     monkeypatch.setattr(prepost_post, "_fused", lambda t: True)
     called = []
-    monkeypatch.setattr(prepost_fused, "window_stats",
-                        lambda *a: called.append(1) or window_stats(*a))
+    fused = getattr(prepost_fused, entry)
+    monkeypatch.setattr(prepost_fused, entry, lambda *a: called.append(1) or fused(*a))
     monkeypatch.delenv(prepost_post.FUSED_WINDOWS_ENV, raising=False)
     blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
     assert not called  # off unless asked for
-    monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, "1")
+    monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, level)
     got, fallback = blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
     got = got.cpu()
     assert called  # the fused path ran
@@ -121,4 +128,9 @@ def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch
     exact = [prepost_post.KEEP, prepost_post.COUNT, prepost_post.THETA, prepost_post.FIRST]
     assert torch.equal(got[..., exact], want[..., exact])
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
-    assert want[..., prepost_post.KEEP].sum() >= 3 and not want[3, :, prepost_post.KEEP].any()
+    keep, first = want[..., prepost_post.KEEP], want[..., prepost_post.FIRST]
+    assert want_fallback.tolist() == [True, False, False, False, True]
+    assert keep[1:3].sum(1).tolist() == [2, 2] and not keep[3].any()
+    assert (first[1] < 72).any()  # the corner blob starts in the map's first row
+    # the streak: equal maxima in one component, so later seeds of it are merged away
+    assert keep[4].sum() < (want[4, :, prepost_post.COUNT] > 0).sum()

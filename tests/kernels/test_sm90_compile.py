@@ -188,7 +188,7 @@ def compile_post_kernels() -> list[dict[str, Any]]:
     shapes."""
     import torch
 
-    from ttball.kernels.prepost_fused import flood_crops, peak_values, window_stats
+    from ttball.kernels.prepost_fused import flood_crops, peak_values, window_stats, windows
 
     compiled = _compile_launches_for_sm90()
     peak_values(torch.rand(96, 288, 512), torch.full((96,), 0.5))
@@ -197,14 +197,19 @@ def compile_post_kernels() -> list[dict[str, Any]]:
     lines = torch.arange(31).expand(96, 4, 31)
     window_stats(torch.rand(96, 4, 31, 31), torch.ones(96, 4, 31, 31, dtype=torch.bool), lines,
                  lines, ones, ones, torch.zeros(96, dtype=torch.int64), 288, 512)
+    windows(torch.rand(96, 288, 512), torch.full((96,), 0.5), torch.rand(96, 4),
+            torch.randint(0, 288 * 512, (96, 4)), torch.zeros(96, dtype=torch.int64), 31, 31)
     return [{"name": k.name, "shared": k.metadata.shared,
              "bar_sync": len(re.findall(r"bar\.sync", k.asm["ptx"])),
              "ld_global": len(re.findall(r"ld\.global", k.asm["ptx"]))} for k in compiled]
 
 
 def test_the_fused_post_kernels_compile_for_sm90(tmp_path: Path) -> None:
-    peak, flood, sums, pack = _in_compiled_triton("compile_post_kernels", tmp_path)
+    peak, flood, sums, pack, window, pack2 = _in_compiled_triton("compile_post_kernels", tmp_path)
     assert peak["name"] == "_peak_kernel" and peak["ld_global"] > 0
     assert sums["name"] == "_window_sums_kernel" and pack["name"] == "_window_pack_kernel"
+    # level 2: gather, flood and sums in one kernel (the flood's barriers in it)
+    assert window["name"] == "_window_kernel" and window["bar_sync"] >= 2
+    assert pack2["name"] == "_window_pack_kernel"
     # the flood's steps: a barrier after the store and after the loads of every step
     assert flood["name"] == "_flood_kernel" and flood["bar_sync"] >= 2

@@ -13,7 +13,8 @@ taken in another order):
 - :func:`window_stats` (``TTBALL_FUSED_WINDOWS=1``, thirty-seventh session, not yet measured
   on a GPU): the rest -- each window's counts, moments, score, centroid, angle, extent, the
   seeds kept and the fallback flag -- as two kernels and four torch ops instead of ~70 small
-  ops (the statistics' CUDA graph ~154 kernels a call → ~88).
+  ops (the statistics' CUDA graph ~154 kernels a call → ~55, counted from the host's ops);
+  :func:`windows` (``=2``) the crops' gather, the flood and the sums in one kernel too (→ ~20).
 
 The nineteenth session's e2e profile had 71.5 max-pool kernels a push of 96 frames (0.89 ms of
 the GPU's 17.6), almost all of them the flood's. With the first two kernels the twentieth
@@ -221,4 +222,103 @@ def window_stats(crop: Tensor, comp: Tensor, us: Tensor, vs: Tensor, valid: Tens
                               torch.sin(theta), valid.contiguous().view(torch.int8),
                               clean.contiguous().view(torch.int8), count_above.contiguous(),
                               stats, fallback, s, n * k, K=k, SP=sp, num_warps=warps)
+    return stats, fallback.view(torch.bool)
+
+
+@triton.jit
+def _window_kernel(probs_ptr, thr_ptr, values_ptr, index_ptr, scratch_ptr, comp_ptr, us_ptr,
+                   vs_ptr, valid_ptr, clean_ptr, ints_ptr, floats_ptr, H, W, S, STEPS, NK,
+                   K: tl.constexpr, SP: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    n = i // K
+    r = tl.arange(0, SP)[:, None]
+    c = tl.arange(0, SP)[None, :]
+    inside = (r < S) & (c < S)
+    half = S // 2
+    thr = tl.load(thr_ptr + n)
+    valid = tl.load(values_ptr + i) > thr
+    index = tl.load(index_ptr + i)
+    v = index // W - half + r  # (SP, 1) the window's image rows
+    u = index % W - half + c  # (1, SP) its image columns
+    image = inside & (v >= 0) & (v < H) & (u >= 0) & (u < W)
+    p = tl.load(probs_ptr + n * H * W + v * W + u, mask=image, other=0.0)  # zero-padded
+    m = ((p > thr) & inside).to(tl.float32)
+    # the flood, as _flood_kernel's: the crop at rows, columns 1..SP of a zeroed (SP + 2)²
+    # buffer, so a zero border is max_pool2d's −inf padding for the centre's 3x3 maximum
+    reach = tl.where((r == half) & (c == half), valid.to(tl.float32), 0.0)
+    pad = SP + 2
+    here = scratch_ptr + i * pad * pad + (r + 1) * pad + (c + 1)
+    grown = reach
+    for step in range(STEPS + 1):  # the last dilation tests convergence
+        tl.store(here, reach)
+        tl.debug_barrier()
+        grown = reach
+        for dy in tl.static_range(-1, 2):
+            for dx in tl.static_range(-1, 2):
+                grown = tl.maximum(grown, tl.load(here + dy * pad + dx))
+        grown = grown * m
+        tl.debug_barrier()  # every thread has read before the next store
+        if step < STEPS:
+            reach = grown
+    comp = (reach > 0) & inside
+    moved = tl.sum(tl.sum(tl.where(grown == reach, 0, 1).to(tl.int32), axis=1), axis=0)
+    edge = (r == 0) | (r == S - 1) | (c == 0) | (c == S - 1)
+    touches = tl.sum(tl.sum((comp & edge).to(tl.int32), axis=1), axis=0)
+    tl.store(comp_ptr + i * S * S + r * S + c, comp.to(tl.int8), mask=inside)
+    tl.store(us_ptr + i * S + c, u, mask=c < S)
+    tl.store(vs_ptr + i * S + r, v, mask=r < S)
+    tl.store(valid_ptr + i, valid.to(tl.int8))
+    tl.store(clean_ptr + i, ((moved == 0) & (touches == 0)).to(tl.int8))
+    # the window's sums, as _window_sums_kernel's
+    one = comp.to(tl.int64)
+    u64 = u.to(tl.int64)
+    v64 = v.to(tl.int64)
+    cnt = tl.sum(tl.sum(one, axis=1), axis=0)
+    su = tl.sum(tl.sum(one * u64, axis=1), axis=0)
+    sv = tl.sum(tl.sum(one * v64, axis=1), axis=0)
+    suu = tl.sum(tl.sum(one * u64 * u64, axis=1), axis=0)
+    svv = tl.sum(tl.sum(one * v64 * v64, axis=1), axis=0)
+    suv = tl.sum(tl.sum(one * u64 * v64, axis=1), axis=0)
+    ident = tl.min(tl.min(tl.where(comp, v64 * W + u64, H * W), axis=1), axis=0)
+    weight = tl.where(comp, p.to(tl.float64), 0.0)
+    tl.store(ints_ptr + i * 2, cnt)
+    tl.store(ints_ptr + i * 2 + 1, ident)
+    tl.store(floats_ptr + i, tl.sum(tl.sum(weight, axis=1), axis=0))
+    tl.store(floats_ptr + NK + i, tl.sum(tl.sum(weight * u64.to(tl.float64), axis=1), axis=0))
+    tl.store(floats_ptr + 2 * NK + i, tl.sum(tl.sum(weight * v64.to(tl.float64), axis=1), axis=0))
+    tl.store(floats_ptr + 3 * NK + i, (2 * (cnt * suv - su * sv)).to(tl.float64))
+    tl.store(floats_ptr + 4 * NK + i,
+             ((cnt * suu - su * su) - (cnt * svv - sv * sv)).to(tl.float64))
+
+
+def windows(probs: Tensor, thresholds: Tensor, values: Tensor, index: Tensor,
+            count_above: Tensor, crop: int, steps: int) -> tuple[Tensor, Tensor]:
+    """``blob_stats`` from its seeds on: ``probs (N, h, w)`` float32, ``thresholds (N,)``, the
+    seeds' ``values`` and raster ``index (N, K)`` (``topk`` of the peaks), ``count_above (N,)``
+    int64 → ``stats (N, K, 8)`` float64 and ``fallback (N,)`` bool, as :func:`window_stats`
+    gives them -- with the crops' gather, the flood fill, its edge test and the windows' sums
+    in one kernel (``TTBALL_FUSED_WINDOWS=2``): about 25 kernels a call fewer again."""
+    n, h, w = probs.shape
+    k, s = values.shape[1], crop
+    sp = triton.next_power_of_2(s)
+    dev = probs.device
+    nk = n * k
+    scratch = torch.zeros(nk, sp + 2, sp + 2, dtype=torch.float32, device=dev)
+    comp = torch.empty(nk, s, s, dtype=torch.int8, device=dev)
+    us = torch.empty(nk, s, dtype=torch.int64, device=dev)
+    vs = torch.empty(nk, s, dtype=torch.int64, device=dev)
+    valid = torch.empty(nk, dtype=torch.int8, device=dev)
+    clean = torch.empty(nk, dtype=torch.int8, device=dev)
+    ints = torch.empty(nk, 2, dtype=torch.int64, device=dev)
+    floats = torch.empty(5, nk, dtype=torch.float64, device=dev)  # by column (window_stats)
+    _window_kernel[(nk,)](probs.contiguous(), thresholds.to(probs.dtype).contiguous(),
+                          values.contiguous(), index.contiguous(), scratch, comp, us, vs, valid,
+                          clean, ints, floats, h, w, s, steps, nk, K=k, SP=sp,
+                          num_warps=4 if sp >= 32 else 1)
+    theta = 0.5 * torch.atan2(floats[3], floats[4])
+    stats = torch.empty(n, k, 8, dtype=torch.float64, device=dev)
+    fallback = torch.empty(n, dtype=torch.int8, device=dev)
+    _window_pack_kernel[(n,)](comp, us, vs, ints, floats, theta, torch.cos(theta),
+                              torch.sin(theta), valid, clean, count_above.contiguous(), stats,
+                              fallback, s, nk, K=k, SP=sp, num_warps=4 if sp >= 32 else 1)
     return stats, fallback.view(torch.bool)

@@ -76,9 +76,10 @@ def _fused(t: Tensor) -> bool:
 
 #: ``TTBALL_FUSED_WINDOWS=1``: on CUDA, the window statistics after the flood as two Triton
 #: kernels (:func:`ttball.kernels.prepost_fused.window_stats`; the statistics' CUDA graph ~154
-#: kernels → ~88). Off until measured in the worker on a GPU (docs/benchmarks/LOG.md,
-#: thirty-seventh session); tested against the PyTorch ops in Triton's interpreter and compiled
-#: for sm_90 on CPU.
+#: kernels → ~55, counted from the host's ops); ``=2``: the crops' gather, flood and sums too
+#: (:func:`ttball.kernels.prepost_fused.windows`; → ~20). Off until measured in the worker on a
+#: GPU (docs/benchmarks/LOG.md, thirty-seventh session); tested against the PyTorch ops in
+#: Triton's interpreter and compiled for sm_90 on CPU.
 FUSED_WINDOWS_ENV = "TTBALL_FUSED_WINDOWS"
 
 
@@ -107,6 +108,11 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     if values.shape[1] < k:  # a map smaller than max_blobs pixels
         pad = k - values.shape[1]
         values, index = F.pad(values, (0, pad), value=-1.0), F.pad(index, (0, pad))
+    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "") if _fused(probs) else ""
+    if fused_windows == "2":  # the rest in two kernels and the angle's four ops
+        from ttball.kernels.prepost_fused import windows
+
+        return windows(probs, thr.view(n), values, index, count_above, s, options.flood_steps)
     valid = values > thr.view(n, 1)
     py, px = index // w, index % w
 
@@ -118,7 +124,7 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     comp, clean = _flood(crop > thr.view(n, 1, 1, 1), valid, options)
 
     us, vs = cols - r, rows - r  # image coordinates of the window's columns and rows
-    if _fused(probs) and os.environ.get(FUSED_WINDOWS_ENV, "") == "1":  # ~66 kernels fewer
+    if fused_windows == "1":  # ~100 kernels fewer
         from ttball.kernels.prepost_fused import window_stats
 
         return window_stats(crop, comp, us, vs, valid, clean, count_above, h, w)

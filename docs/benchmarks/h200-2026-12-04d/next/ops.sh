@@ -5,7 +5,9 @@
 # at ~1.5 calls a push; the network's ~100), whatever their GPU time. One call: the new GPU
 # tests (the window statistics as two Triton kernels, TTBALL_FUSED_WINDOWS=1; empty kernels a
 # call, TTBALL_PAD_KERNELS); then eight of one at 320 sessions as they are, then with
-# TTBALL_FUSED_WINDOWS=1 (~66 kernels fewer a call: ~358 -> ~260 a push). Chain next/pad.sh
+# TTBALL_FUSED_WINDOWS=2 (the crops' gather, flood and window statistics in two Triton kernels:
+# the statistics' graph ~154 -> ~20 kernels a call, ~358 -> ~160 operations a push; level 1,
+# window statistics only, ~55 a call, runs in pad.sh). Chain next/pad.sh
 # right after it (the machine stays warm 30 s; its caches then make every start warm).
 # carry: [".raywhl", ".gpu"]. Run: TOTAL=585 bash docs/benchmarks/h200-2026-12-04d/next/ops.sh
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-seventh session").
@@ -25,7 +27,7 @@ environ() {  # what the replicas were started with, read while they warm up
 R base8 290 SESSIONS_8="320" $EIGHT
 after base8
 LEFT=$(left)
-environ 60 fused8
-[ $LEFT -ge 130 ] && { R fused8 $LEFT SESSIONS_8="320" $EIGHT TTBALL_FUSED_WINDOWS=1; after fused8; }
-cp $W/fused8-environ.txt $OUT/ 2>/dev/null
-finish base8 fused8
+environ 60 win2
+[ $LEFT -ge 130 ] && { R win2 $LEFT SESSIONS_8="320" $EIGHT TTBALL_FUSED_WINDOWS=2; after win2; }
+cp $W/win2-environ.txt $OUT/ 2>/dev/null
+finish base8 win2
