@@ -202,11 +202,6 @@ class _InFlight:
     marks: tuple[tuple[str, Any], ...] = ()
 
 
-# With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
-# stream idle or waiting since the previous call's end (for the side stream's decode and resize,
-# or with nothing queued), the windows' stacking and normalisation, the network, and the
-# statistics with their copy to the host. Read once the call is back, so a push's figures are
-# its previous push's calls'.
 #: ``TTBALL_PAD_KERNELS=N`` (measurement only): each backend call adds N empty kernels on its
 #: stream after its statistics, from one CUDA graph (one launch on the host, ~N µs of GPU
 #: time). Whether the worker's pace follows the number of GPU operations its clients send
@@ -247,6 +242,11 @@ class PadKernels:
         self._graph.replay()
 
 
+# With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
+# stream idle or waiting since the previous call's end (for the side stream's decode and resize,
+# or with nothing queued), the windows' stacking and normalisation, the network, and the
+# statistics with their copy to the host. Read once the call is back, so a push's figures are
+# its previous push's calls'.
 GPU_STAGES = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
 # Their parts: the network's copy into a CUDA-graph backend's input, its graph and the copy of
 # its output (with a backend that marks them: GraphedBackend.set_marker), and the statistics'

@@ -108,7 +108,10 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     if values.shape[1] < k:  # a map smaller than max_blobs pixels
         pad = k - values.shape[1]
         values, index = F.pad(values, (0, pad), value=-1.0), F.pad(index, (0, pad))
-    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "") if _fused(probs) else ""
+    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "")
+    if fused_windows not in ("", "0", "1", "2"):
+        raise ValueError(f"{FUSED_WINDOWS_ENV} must be 0, 1 or 2, got {fused_windows!r}")
+    fused_windows = fused_windows if _fused(probs) else ""
     if fused_windows == "2":  # the rest in two kernels and the angle's four ops
         from ttball.kernels.prepost_fused import windows
 
