@@ -112,7 +112,9 @@ def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch
     thresholds = torch.tensor([0.6, 0.7, 0.5, 0.5, 0.9])
     options = PostOptions(max_blobs=4, crop=15, flood_steps=15)
     monkeypatch.setattr(prepost_post, "_fused", lambda t: False)
-    want, want_fallback = blob_stats(probs, thresholds, options)
+    # the PyTorch ops on the same device: the angle's atan2 is then the same function
+    want, want_fallback = (t.cpu() for t in blob_stats(probs.to(DEVICE), thresholds.to(DEVICE),
+                                                       options))
     monkeypatch.setattr(prepost_post, "_fused", lambda t: True)
     called = []
     fused = getattr(prepost_fused, entry)
