@@ -11,6 +11,9 @@ Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.pus
   profiler's own closing ``cudaDeviceSynchronize`` left out): in those calls, waiting before a
   decode answer's copy out (gaps that end at an ``aten::slice``, the first operation on an
   answer from a decode child), and the other gaps (Python between calls);
+- the GPU operations (kernels, copies, memsets) the process ran meanwhile, how many of them
+  from graph launches, and with ``--pushes N`` (``summary.json``'s ``pushes``) a push's share:
+  the count the thirty-seventh session's reading turns on (``docs/benchmarks/e2e.md``);
 - with ``--python`` (a trace taken with ``TTBALL_PROFILE_STACK=1``): that thread's time by
   Python function, self time (a call's own, less the calls it made), the largest first -- a
   wait shows as the built-in call that waits (a pipe's read, an event's synchronize), and a
@@ -70,6 +73,17 @@ def graph_launches(trace: dict[str, Any]) -> list[dict[str, float]]:
         for row in rows:
             row["launch_ms"] -= t0
     return rows
+
+
+def operations(trace: dict[str, Any]) -> dict[str, int]:
+    """The trace's GPU operations (kernels, copies, memsets), and those of graph launches."""
+    events = _complete(trace)
+    graphs = {e["args"]["correlation"] for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("cat") in GPU_CATEGORIES]
+    in_graphs = sum(e.get("args", {}).get("correlation") in graphs for e in ops)
+    return {"total": len(ops), "in_graphs": in_graphs}
 
 
 def thread_split(trace: dict[str, Any]) -> dict[str, float]:
@@ -140,6 +154,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    parser.add_argument("--pushes", type=int, default=0,
+                        help="the profiled pushes (summary.json): operations a push too")
     parser.add_argument("--python", action="store_true",
                         help="the thread's Python self time by function (TTBALL_PROFILE_STACK=1)")
     args = parser.parse_args()
@@ -147,16 +163,19 @@ def main() -> None:
         trace = load(args.trace)
     except (OSError, ValueError) as exc:
         sys.exit(f"push_profile_report.py: cannot read {args.trace}: {exc}")
-    graphs, split = graph_launches(trace), thread_split(trace)
+    graphs, split, ops = graph_launches(trace), thread_split(trace), operations(trace)
     python = python_self_time(trace) if args.python else None
     if args.json:
-        print(json.dumps({"graphs": graphs, "thread": split,
+        print(json.dumps({"graphs": graphs, "thread": split, "operations": ops,
                           **({"python": python} if python is not None else {})}, indent=1))
         return
     print("graph launches: at ms, kernels, launch -> first kernel ms, span ms, busy ms")
     for g in graphs:
         print(f"  {g['launch_ms']:8.1f} {g['kernels']:5d} {g['to_first_ms']:8.2f} "
               f"{g['span_ms']:8.2f} {g['busy_ms']:8.2f}")
+    share = f", {ops['total'] / args.pushes:.0f} a push" if args.pushes > 0 else ""
+    print(f"GPU operations: {ops['total']} (kernels, copies, memsets), {ops['in_graphs']} of "
+          f"them from graph launches{share}")
     span = split["span_ms"] or 1.0
     print(f"thread: {split['span_ms']:.1f} ms; in calls {split['calls_ms']:.1f} "
           f"({100 * split['calls_ms'] / span:.0f} %), waiting before a decode answer "
