@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-STAGGER_S = 0.3  # between process starts: MPS refused clients that all came at once (LOG.md)
+STAGGER_S = 0.5  # between process starts: MPS refused clients that came at once (LOG.md)
 
 
 def worker(rank: int, device: str, kernels: int, seconds: float, sync: bool,
            barrier: Any, results: Any) -> None:
-    """One process: warm up, wait for the others, replay for ``seconds``, report."""
+    """One process: warm up, wait for the others, replay for ``seconds``, report. A process
+    that cannot warm up (an MPS client refused) reports why and still lets the others go."""
     try:
         import torch
 
@@ -53,7 +54,12 @@ def worker(rank: int, device: str, kernels: int, seconds: float, sync: bool,
                 pass
         run()
         done()
-        barrier.wait(timeout=120)
+    except Exception as error:  # noqa: BLE001 -- reported; the others go on without it
+        results.put({"rank": rank, "error": f"{type(error).__name__}: {str(error)[:200]}"})
+        barrier.wait(timeout=300)
+        return
+    barrier.wait(timeout=300)
+    try:
         start, graphs = time.perf_counter(), 0
         while time.perf_counter() - start < seconds:
             run()
@@ -64,8 +70,7 @@ def worker(rank: int, device: str, kernels: int, seconds: float, sync: bool,
         elapsed = time.perf_counter() - start
         results.put({"rank": rank, "graphs": graphs, "kernels": graphs * kernels,
                      "seconds": elapsed})
-    except Exception as error:  # noqa: BLE001 -- reported, and the others let go
-        barrier.abort()
+    except Exception as error:  # noqa: BLE001 -- reported
         results.put({"rank": rank, "error": f"{type(error).__name__}: {str(error)[:200]}"})
 
 
@@ -83,7 +88,8 @@ def summarize(procs: int, sync: bool, reports: list[dict[str, Any]]) -> dict[str
     return row
 
 
-def run_row(device: str, procs: int, kernels: int, seconds: float, sync: bool) -> dict[str, Any]:
+def run_row(device: str, procs: int, kernels: int, seconds: float, sync: bool,
+            stagger: float = STAGGER_S) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(procs), ctx.Queue()
     started = []
@@ -92,11 +98,11 @@ def run_row(device: str, procs: int, kernels: int, seconds: float, sync: bool) -
                                              results))
         p.start()
         started.append(p)
-        time.sleep(STAGGER_S)
+        time.sleep(stagger)
     reports = []
     for _ in started:
         try:
-            reports.append(results.get(timeout=180 + seconds))
+            reports.append(results.get(timeout=300 + procs * stagger + seconds))
         except Exception:  # noqa: BLE001 -- a process that never reported
             reports.append({"rank": -1, "error": "no report"})
     for p in started:
@@ -114,6 +120,8 @@ def main() -> None:
                         help="0: enqueue freely; 1: wait for each replay (comma list)")
     parser.add_argument("--kernels", type=int, default=100, help="kernels a graph")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--stagger", type=float, default=STAGGER_S,
+                        help="seconds between the processes' starts")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     if args.kernels < 1 or args.seconds <= 0:
@@ -121,7 +129,7 @@ def main() -> None:
     rows = []
     for procs in (int(p) for p in args.procs.split(",")):
         for sync in (s == "1" for s in args.sync.split(",")):
-            row = run_row(args.device, procs, args.kernels, args.seconds, sync)
+            row = run_row(args.device, procs, args.kernels, args.seconds, sync, args.stagger)
             rows.append(row)
             rate = f"{row['kernels_per_s']:,.0f}" if "kernels_per_s" in row else "-"
             print(f"{procs} processes, sync {int(sync)}: {rate} kernels/s together, "

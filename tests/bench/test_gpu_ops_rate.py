@@ -28,7 +28,7 @@ def test_the_script_runs_processes_together_on_the_cpu(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_ops_rate.py"), "--out", str(out),
          "--device", "cpu", "--procs", "2", "--sync", "0,1", "--kernels", "5",
-         "--seconds", "0.2"],
+         "--seconds", "0.2", "--stagger", "0.1"],
         capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     rows = json.loads(out.read_text())["rows"]
@@ -44,3 +44,18 @@ def test_bad_counts_are_refused(tmp_path: Path) -> None:
                           check=False, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "must be positive" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_processes_that_cannot_start_are_reported_without_a_hang(tmp_path: Path) -> None:
+    """Each process that fails to warm up (here: no such device) says why and still meets the
+    others at the start, so the row ends with its errors instead of waiting forever."""
+    out = tmp_path / "ops.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_ops_rate.py"), "--out", str(out),
+         "--device", "nosuchdevice", "--procs", "2", "--sync", "1", "--seconds", "0.1",
+         "--stagger", "0"],
+        capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["ok"] == 0 and "kernels_per_s" not in row and len(row["errors"]) == 1
+    assert "RuntimeError" in row["errors"][0] and "0 reported" in done.stdout

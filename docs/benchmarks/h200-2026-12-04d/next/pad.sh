@@ -15,8 +15,12 @@ EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROC
 after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 pipe=/tmp/mps-ops; mkdir -p $pipe
 CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_LOG_DIRECTORY=$pipe nvidia-cuda-mps-control -d
-CUDA_MPS_PIPE_DIRECTORY=$pipe PYTHONPATH=$PWD:/tmp/site timeout 150 python3 scripts/gpu_ops_rate.py \
-  --out $OUT/ops-mps.json --procs 1,8,24 --sync 0,1 --kernels 100 --seconds 3 > $OUT/ops.log 2>&1
+export CUDA_MPS_PIPE_DIRECTORY=$pipe
+PYTHONPATH=$PWD:/tmp/site timeout 60 python3 scripts/gpu_ops_rate.py --out $OUT/ops-one.json \
+  --procs 1 --sync 0,1 --kernels 100 --seconds 2 > $OUT/ops.log 2>&1
+PYTHONPATH=$PWD:/tmp/site timeout 120 python3 scripts/gpu_ops_rate.py --out $OUT/ops-many.json \
+  --procs 8,24 --sync 1 --kernels 100 --seconds 3 >> $OUT/ops.log 2>&1
+unset CUDA_MPS_PIPE_DIRECTORY
 echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe nvidia-cuda-mps-control; sleep 2; t ops
 R pad8 190 SESSIONS_8="320" $EIGHT TTBALL_PAD_KERNELS=100
 after pad8
