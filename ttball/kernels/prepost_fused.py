@@ -68,6 +68,26 @@ def peak_values(probs: Tensor, thresholds: Tensor) -> Tensor:
 
 
 @triton.jit
+def _grow(here, reach, m, STEPS, pad):
+    """The flood fill: ``STEPS`` 3×3 dilations of ``reach`` (0 or 1) kept inside the mask
+    ``m``, through the crop's cells ``here`` of a zero-bordered scratch buffer ``pad`` wide;
+    then one more, unkept (``grown``: equal to ``reach`` where it converged)."""
+    grown = reach
+    for step in range(STEPS + 1):  # the last dilation tests convergence
+        tl.store(here, reach)
+        tl.debug_barrier()
+        grown = reach
+        for dy in tl.static_range(-1, 2):
+            for dx in tl.static_range(-1, 2):
+                grown = tl.maximum(grown, tl.load(here + dy * pad + dx))
+        grown = grown * m
+        tl.debug_barrier()  # every thread has read before the next store
+        if step < STEPS:
+            reach = grown
+    return reach, grown
+
+
+@triton.jit
 def _flood_kernel(mask_ptr, valid_ptr, scratch_ptr, comp_ptr, conv_ptr, S, STEPS,
                   SP: tl.constexpr):
     i = tl.program_id(0)
@@ -83,18 +103,7 @@ def _flood_kernel(mask_ptr, valid_ptr, scratch_ptr, comp_ptr, conv_ptr, S, STEPS
     pad = SP + 2
     scratch = scratch_ptr + i.to(tl.int64) * pad * pad
     here = scratch + (r + 1) * pad + (c + 1)
-    grown = reach
-    for step in range(STEPS + 1):  # the last dilation tests convergence
-        tl.store(here, reach)
-        tl.debug_barrier()
-        grown = reach
-        for dy in tl.static_range(-1, 2):
-            for dx in tl.static_range(-1, 2):
-                grown = tl.maximum(grown, tl.load(here + dy * pad + dx))
-        grown = grown * m
-        tl.debug_barrier()  # every thread has read before the next store
-        if step < STEPS:
-            reach = grown
+    reach, grown = _grow(here, reach, m, STEPS, pad)
     tl.store(comp_ptr + i.to(tl.int64) * S * S + r * S + c, (reach > 0).to(tl.int8), mask=inside)
     same = tl.sum(tl.where(grown == reach, 0, 1).to(tl.int32), axis=1)
     tl.store(conv_ptr + i, (tl.sum(same, axis=0) == 0).to(tl.int8))
@@ -117,6 +126,34 @@ def flood_crops(mask: Tensor, valid: Tensor, steps: int) -> tuple[Tensor, Tensor
 
 
 @triton.jit
+def _store_sums(m, p, u, v, W, HW, ints_ptr, floats_ptr, i, NK):
+    """Window ``i``'s sums over its component ``m`` (bool), with the probabilities ``p``, its
+    image columns ``u`` (1, SP) and rows ``v`` (SP, 1): the pixel count and first pixel into
+    ``ints`` (NK, 2), the score, weighted column and row sums and the angle's two exact
+    integer terms into ``floats`` (5, NK), by column."""
+    one = m.to(tl.int64)
+    u = u.to(tl.int64)
+    v = v.to(tl.int64)
+    cnt = tl.sum(tl.sum(one, axis=1), axis=0)
+    su = tl.sum(tl.sum(one * u, axis=1), axis=0)
+    sv = tl.sum(tl.sum(one * v, axis=1), axis=0)
+    suu = tl.sum(tl.sum(one * u * u, axis=1), axis=0)
+    svv = tl.sum(tl.sum(one * v * v, axis=1), axis=0)
+    suv = tl.sum(tl.sum(one * u * v, axis=1), axis=0)
+    ident = tl.min(tl.min(tl.where(m, v * W + u, HW), axis=1), axis=0)
+    weight = tl.where(m, p.to(tl.float64), 0.0)
+    a = 2 * (cnt * suv - su * sv)  # exact: 2·n²·μ11 and n²·(μ20 − μ02)
+    b = (cnt * suu - su * su) - (cnt * svv - sv * sv)
+    tl.store(ints_ptr + i * 2, cnt)
+    tl.store(ints_ptr + i * 2 + 1, ident)
+    tl.store(floats_ptr + i, tl.sum(tl.sum(weight, axis=1), axis=0))
+    tl.store(floats_ptr + NK + i, tl.sum(tl.sum(weight * u.to(tl.float64), axis=1), axis=0))
+    tl.store(floats_ptr + 2 * NK + i, tl.sum(tl.sum(weight * v.to(tl.float64), axis=1), axis=0))
+    tl.store(floats_ptr + 3 * NK + i, a.to(tl.float64))
+    tl.store(floats_ptr + 4 * NK + i, b.to(tl.float64))
+
+
+@triton.jit
 def _window_sums_kernel(crop_ptr, comp_ptr, us_ptr, vs_ptr, ints_ptr, floats_ptr, S, W, HW, NK,
                         SP: tl.constexpr):
     i = tl.program_id(0).to(tl.int64)
@@ -127,27 +164,7 @@ def _window_sums_kernel(crop_ptr, comp_ptr, us_ptr, vs_ptr, ints_ptr, floats_ptr
     p = tl.load(crop_ptr + i * S * S + r * S + c, mask=inside, other=0.0)
     u = tl.load(us_ptr + i * S + c, mask=c < S, other=0)  # (1, SP) int64: the columns
     v = tl.load(vs_ptr + i * S + r, mask=r < S, other=0)  # (SP, 1) int64: the rows
-    one = m.to(tl.int64)
-    cnt = tl.sum(tl.sum(one, axis=1), axis=0)
-    su = tl.sum(tl.sum(one * u, axis=1), axis=0)
-    sv = tl.sum(tl.sum(one * v, axis=1), axis=0)
-    suu = tl.sum(tl.sum(one * u * u, axis=1), axis=0)
-    svv = tl.sum(tl.sum(one * v * v, axis=1), axis=0)
-    suv = tl.sum(tl.sum(one * u * v, axis=1), axis=0)
-    ident = tl.min(tl.min(tl.where(m, v * W + u, HW), axis=1), axis=0)
-    weight = tl.where(m, p.to(tl.float64), 0.0)
-    score = tl.sum(tl.sum(weight, axis=1), axis=0)
-    wu = tl.sum(tl.sum(weight * u.to(tl.float64), axis=1), axis=0)
-    wv = tl.sum(tl.sum(weight * v.to(tl.float64), axis=1), axis=0)
-    a = 2 * (cnt * suv - su * sv)  # exact: 2·n²·μ11 and n²·(μ20 − μ02)
-    b = (cnt * suu - su * su) - (cnt * svv - sv * sv)
-    tl.store(ints_ptr + i * 2, cnt)
-    tl.store(ints_ptr + i * 2 + 1, ident)
-    tl.store(floats_ptr + i, score)
-    tl.store(floats_ptr + 1 * NK + i, wu)
-    tl.store(floats_ptr + 2 * NK + i, wv)
-    tl.store(floats_ptr + 3 * NK + i, a.to(tl.float64))
-    tl.store(floats_ptr + 4 * NK + i, b.to(tl.float64))
+    _store_sums(m, p, u, v, W, HW, ints_ptr, floats_ptr, i, NK)
 
 
 @triton.jit
@@ -243,23 +260,12 @@ def _window_kernel(probs_ptr, thr_ptr, values_ptr, index_ptr, scratch_ptr, comp_
     image = inside & (v >= 0) & (v < H) & (u >= 0) & (u < W)
     p = tl.load(probs_ptr + n * H * W + v * W + u, mask=image, other=0.0)  # zero-padded
     m = ((p > thr) & inside).to(tl.float32)
-    # the flood, as _flood_kernel's: the crop at rows, columns 1..SP of a zeroed (SP + 2)²
+    # the flood (_grow, as _flood_kernel's): the crop at rows, columns 1..SP of a zeroed (SP + 2)²
     # buffer, so a zero border is max_pool2d's −inf padding for the centre's 3x3 maximum
     reach = tl.where((r == half) & (c == half), valid.to(tl.float32), 0.0)
     pad = SP + 2
     here = scratch_ptr + i * pad * pad + (r + 1) * pad + (c + 1)
-    grown = reach
-    for step in range(STEPS + 1):  # the last dilation tests convergence
-        tl.store(here, reach)
-        tl.debug_barrier()
-        grown = reach
-        for dy in tl.static_range(-1, 2):
-            for dx in tl.static_range(-1, 2):
-                grown = tl.maximum(grown, tl.load(here + dy * pad + dx))
-        grown = grown * m
-        tl.debug_barrier()  # every thread has read before the next store
-        if step < STEPS:
-            reach = grown
+    reach, grown = _grow(here, reach, m, STEPS, pad)
     comp = (reach > 0) & inside
     moved = tl.sum(tl.sum(tl.where(grown == reach, 0, 1).to(tl.int32), axis=1), axis=0)
     edge = (r == 0) | (r == S - 1) | (c == 0) | (c == S - 1)
@@ -269,26 +275,7 @@ def _window_kernel(probs_ptr, thr_ptr, values_ptr, index_ptr, scratch_ptr, comp_
     tl.store(vs_ptr + i * S + r, v, mask=r < S)
     tl.store(valid_ptr + i, valid.to(tl.int8))
     tl.store(clean_ptr + i, ((moved == 0) & (touches == 0)).to(tl.int8))
-    # the window's sums, as _window_sums_kernel's
-    one = comp.to(tl.int64)
-    u64 = u.to(tl.int64)
-    v64 = v.to(tl.int64)
-    cnt = tl.sum(tl.sum(one, axis=1), axis=0)
-    su = tl.sum(tl.sum(one * u64, axis=1), axis=0)
-    sv = tl.sum(tl.sum(one * v64, axis=1), axis=0)
-    suu = tl.sum(tl.sum(one * u64 * u64, axis=1), axis=0)
-    svv = tl.sum(tl.sum(one * v64 * v64, axis=1), axis=0)
-    suv = tl.sum(tl.sum(one * u64 * v64, axis=1), axis=0)
-    ident = tl.min(tl.min(tl.where(comp, v64 * W + u64, H * W), axis=1), axis=0)
-    weight = tl.where(comp, p.to(tl.float64), 0.0)
-    tl.store(ints_ptr + i * 2, cnt)
-    tl.store(ints_ptr + i * 2 + 1, ident)
-    tl.store(floats_ptr + i, tl.sum(tl.sum(weight, axis=1), axis=0))
-    tl.store(floats_ptr + NK + i, tl.sum(tl.sum(weight * u64.to(tl.float64), axis=1), axis=0))
-    tl.store(floats_ptr + 2 * NK + i, tl.sum(tl.sum(weight * v64.to(tl.float64), axis=1), axis=0))
-    tl.store(floats_ptr + 3 * NK + i, (2 * (cnt * suv - su * sv)).to(tl.float64))
-    tl.store(floats_ptr + 4 * NK + i,
-             ((cnt * suu - su * su) - (cnt * svv - sv * sv)).to(tl.float64))
+    _store_sums(comp, p, u, v, W, H * W, ints_ptr, floats_ptr, i, NK)
 
 
 def windows(probs: Tensor, thresholds: Tensor, values: Tensor, index: Tensor,
