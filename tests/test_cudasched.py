@@ -76,6 +76,12 @@ def test_fake_out_parameters_are_ctypes_objects() -> None:
     assert ctypes.byref(value)._obj is value
 
 
+def _in_a_fresh_process(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a new interpreter (its CUDA context not yet made)."""
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_pytorch_context_keeps_the_requested_blocking_sync() -> None:
@@ -88,8 +94,7 @@ def test_pytorch_context_keeps_the_requested_blocking_sync() -> None:
         "x = torch.ones(1 << 20, device='cuda'); torch.cuda.synchronize()\n"
         "assert primary_context(0) == ('blocking_sync', True), primary_context(0)\n"
         "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                         text=True, timeout=120)
+    out = _in_a_fresh_process(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -123,8 +128,7 @@ def test_a_wait_event_sleeps_where_a_plain_event_spins() -> None:
         "    event.synchronize()\n"
         "    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu\n"
         "    print(name, round(wall, 3), round(cpu / wall, 3))\n")
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                         text=True, timeout=120)
+    out = _in_a_fresh_process(code)
     assert out.returncode == 0, out.stderr[-2000:]
     shares = {name: (float(wall), float(share))
               for name, wall, share in (line.split() for line in out.stdout.splitlines())}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,3 +19,11 @@ def load_script(name: str) -> ModuleType:
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_script(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/NAME.py ARGS`` in a subprocess from the repository's root, with only the
+    repository on its path (plus ``env``); raises if it fails."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env})

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.bench.script_env import ROOT, load_script
+from tests.bench.script_env import ROOT, load_script, run_script
 
 ops_rate = load_script("gpu_ops_rate")
 
@@ -25,12 +25,8 @@ def test_a_row_is_every_kernel_over_the_slowest_process() -> None:
 
 def test_the_script_runs_processes_together_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "ops.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_ops_rate.py"), "--out", str(out),
-         "--device", "cpu", "--procs", "2", "--sync", "0,1", "--kernels", "5",
-         "--seconds", "0.2", "--stagger", "0.1"],
-        capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = run_script("gpu_ops_rate", "--out", str(out), "--device", "cpu", "--procs", "2",
+                      "--sync", "0,1", "--kernels", "5", "--seconds", "0.2", "--stagger", "0.1")
     rows = json.loads(out.read_text())["rows"]
     assert [(r["procs"], r["sync"], r["ok"], r["errors"]) for r in rows] == \
         [(2, 0, 2, []), (2, 1, 2, [])]
@@ -50,12 +46,8 @@ def test_processes_that_cannot_start_are_reported_without_a_hang(tmp_path: Path)
     """Each process that fails to warm up (here: no such device) says why and still meets the
     others at the start, so the row ends with its errors instead of waiting forever."""
     out = tmp_path / "ops.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_ops_rate.py"), "--out", str(out),
-         "--device", "nosuchdevice", "--procs", "2", "--sync", "1", "--seconds", "0.1",
-         "--stagger", "0"],
-        capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = run_script("gpu_ops_rate", "--out", str(out), "--device", "nosuchdevice", "--procs",
+                      "2", "--sync", "1", "--seconds", "0.1", "--stagger", "0")
     (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"] == 0 and "kernels_per_s" not in row and len(row["errors"]) == 1
     assert "RuntimeError" in row["errors"][0] and "0 reported" in done.stdout

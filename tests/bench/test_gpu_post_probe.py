@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.bench.script_env import ROOT
+from tests.bench.script_env import run_script
 
 
 def test_the_probe_reports_each_stage_a_push_for_each_depth(tmp_path: Path) -> None:
     out = tmp_path / "post.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_post_probe.py"), "--out", str(out),
-         "--device", "cpu", "--busy-ms", "0", "--depths", "1,2", "--pushes", "2",
-         "--sessions", "2"],
-        capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = run_script("gpu_post_probe", "--out", str(out), "--device", "cpu", "--busy-ms", "0",
+                      "--depths", "1,2", "--pushes", "2", "--sessions", "2")
     result = json.loads(out.read_text())
     assert [(r["busy_ms"], r["depth"]) for r in result["runs"]] == [(0.0, 1), (0.0, 2)]
     for run in result["runs"]:

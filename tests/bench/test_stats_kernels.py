@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.bench.script_env import ROOT
+from tests.bench.script_env import run_script
 
 pytest.importorskip("triton", reason="triton is not installed (the dev extra installs it)")
 
@@ -19,10 +17,8 @@ def test_each_level_launches_fewer(tmp_path: Path) -> None:
     the flood's kernels among ~100 ops, level 1 two kernels more and ~65 ops fewer, level 2
     one kernel a window and the fewest ops."""
     out = tmp_path / "kernels.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "stats_kernels.py"), "--device",
-                    "cpu", "--batch", "2", "--size", "40x72", "--out", str(out)],
-                   capture_output=True, text=True, timeout=300, check=True, cwd=ROOT,
-                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"})
+    run_script("stats_kernels", "--device", "cpu", "--batch", "2", "--size", "40x72", "--out",
+               str(out), TRITON_INTERPRET="1")
     rows = {r["level"]: r for r in json.loads(out.read_text())["rows"]}
     assert [rows[level]["triton_launches"] for level in "012"] == [2, 4, 3]
     ops = [rows[level]["operations"] for level in "012"]
