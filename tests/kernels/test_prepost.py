@@ -821,16 +821,17 @@ def test_stage_timer_tells_a_stage_s_cpu_time_from_its_wait() -> None:
 
 def test_pad_kernels_are_read_from_the_environment(small_config: WeightsConfig,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """TTBALL_PAD_KERNELS: a bad count is refused when the pipeline is made; on the CPU there
-    is nothing to pad (no CUDA graph)."""
-    from ttball.kernels.prepost import PAD_KERNELS_ENV
+    """TTBALL_PAD_KERNELS and TTBALL_PAD_MATMULS: a bad count is refused when the pipeline is
+    made; on the CPU there is nothing to pad (no CUDA graph)."""
+    from ttball.kernels.prepost import PAD_KERNELS_ENV, PAD_MATMULS_ENV
 
-    for bad in ("0", "-3", "many"):
-        monkeypatch.setenv(PAD_KERNELS_ENV, bad)
-        with pytest.raises(ValueError, match=PAD_KERNELS_ENV):
-            cpu_pipeline(small_config)
-    monkeypatch.setenv(PAD_KERNELS_ENV, "5")
-    assert cpu_pipeline(small_config)._pad is None
+    for name in (PAD_KERNELS_ENV, PAD_MATMULS_ENV):
+        for bad in ("0", "-3", "many"):
+            monkeypatch.setenv(name, bad)
+            with pytest.raises(ValueError, match=name):
+                cpu_pipeline(small_config)
+        monkeypatch.setenv(name, "5")
+        assert cpu_pipeline(small_config)._pad is None
 
 
 @pytest.mark.gpu
@@ -840,19 +841,23 @@ def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: Weigh
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             level: str) -> None:
     """On the GPU, with TTBALL_FUSED_WINDOWS=1 or 2 (the window statistics as Triton kernels,
-    float64 sums in another order) and TTBALL_PAD_KERNELS=7 (empty kernels after each call's
-    statistics): the rows of the plain overlapped pipeline, positions to 1e-6 px."""
-    from ttball.kernels.prepost import PAD_KERNELS_ENV
+    float64 sums in another order; 2 is the default), TTBALL_PAD_KERNELS=7 and
+    TTBALL_PAD_MATMULS=2 (empty kernels and matrix products after each call's statistics): the
+    rows of the overlapped pipeline with the statistics' PyTorch ops (TTBALL_FUSED_WINDOWS=0),
+    positions to 1e-6 px."""
+    from ttball.kernels.prepost import PAD_KERNELS_ENV, PAD_MATMULS_ENV
     from ttball.kernels.prepost_post import FUSED_WINDOWS_ENV
 
     sessions = {"a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
                 "b": (session_frames(11, (320, 180), streak=False), StreamOptions(step=1))}
+    monkeypatch.setenv(FUSED_WINDOWS_ENV, "0")
     want = gpu_rows(GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True),
                     sessions, 60.0, chunk=7)
     monkeypatch.setenv(FUSED_WINDOWS_ENV, level)
     monkeypatch.setenv(PAD_KERNELS_ENV, "7")
+    monkeypatch.setenv(PAD_MATMULS_ENV, "2")
     pipeline = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True)
-    assert pipeline._pad is not None and pipeline._pad.count == 7
+    assert pipeline._pad is not None and (pipeline._pad.count, pipeline._pad.matmuls) == (7, 2)
     got = gpu_rows(pipeline, sessions, 60.0, chunk=7)
     assert pipeline.graph_error is None
     for sid in sessions:

@@ -119,9 +119,13 @@ def test_window_stats_are_blob_stats_pytorch_ops(monkeypatch: pytest.MonkeyPatch
     called = []
     fused = getattr(prepost_fused, entry)
     monkeypatch.setattr(prepost_fused, entry, lambda *a: called.append(1) or fused(*a))
+    monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, "0")
+    blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
+    assert not called  # 0: the PyTorch ops
     monkeypatch.delenv(prepost_post.FUSED_WINDOWS_ENV, raising=False)
     blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
-    assert not called  # off unless asked for
+    assert bool(called) == (level == "2")  # level 2 unless asked otherwise
+    called.clear()
     monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, level)
     got, fallback = blob_stats(probs.to(DEVICE), thresholds.to(DEVICE), options)
     got = got.cpu()

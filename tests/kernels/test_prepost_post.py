@@ -200,13 +200,14 @@ def test_frozen_graphed_stats_run_eagerly() -> None:
 
 
 def test_a_bad_fused_windows_level_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TTBALL_FUSED_WINDOWS is 0, 1 or 2; on the CPU (no Triton path) 1 and 2 change nothing."""
+    """TTBALL_FUSED_WINDOWS is 0, 1 or 2 (unset or empty: 2); on the CPU (no Triton path) the
+    level changes nothing."""
     probs = torch.zeros(2, 20, 30)
     probs[0, 5:8, 5:8] = 0.9
     thresholds = torch.full((2,), 0.5)
     monkeypatch.delenv(prepost_post.FUSED_WINDOWS_ENV, raising=False)
     want = blob_stats(probs, thresholds, PostOptions(crop=7, flood_steps=7))
-    for level in ("1", "2"):
+    for level in ("0", "1", "2", ""):
         monkeypatch.setenv(prepost_post.FUSED_WINDOWS_ENV, level)
         got = blob_stats(probs, thresholds, PostOptions(crop=7, flood_steps=7))
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

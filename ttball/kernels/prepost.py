@@ -205,38 +205,59 @@ class _InFlight:
 #: ``TTBALL_PAD_KERNELS=N`` (measurement only): each backend call adds N empty kernels on its
 #: stream after its statistics, from one CUDA graph (one launch on the host, ~N µs of GPU
 #: time). Whether the worker's pace follows the number of GPU operations its clients send
-#: rather than their GPU time (docs/benchmarks/e2e.md, thirty-seventh session).
+#: rather than their GPU time (docs/benchmarks/e2e.md, thirty-seventh session: it does not).
 PAD_KERNELS_ENV = "TTBALL_PAD_KERNELS"
+#: ``TTBALL_PAD_MATMULS=M`` (measurement only): M half-precision 4096 × 4096 matrix products
+#: after each call's statistics in the same graph (~0.14 TFLOP each, ~0.2 ms of a whole H200's
+#: tensor cores): GPU time with few operations, the converse of ``TTBALL_PAD_KERNELS``.
+PAD_MATMULS_ENV = "TTBALL_PAD_MATMULS"
+PAD_MATMUL_SIDE = 4096
+
+
+def _pad_count(name: str) -> int:
+    value = os.environ.get(name, "")
+    if not value:
+        return 0
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a positive count, got {value!r}")
+    return int(value)
 
 
 class PadKernels:
-    """``count`` one-element adds captured in one CUDA graph; calling it replays them on the
-    current stream."""
+    """``count`` one-element adds and ``matmuls`` matrix products (``side`` × ``side``,
+    float16) captured in one CUDA graph; calling it replays them on the current stream."""
 
-    def __init__(self, count: int, device: torch.device) -> None:
-        if count < 1:
-            raise ValueError(f"{PAD_KERNELS_ENV} must be a positive count, got {count}")
-        self.count = count
+    def __init__(self, count: int, device: torch.device, matmuls: int = 0,
+                 side: int = PAD_MATMUL_SIDE) -> None:
+        if count < 0 or matmuls < 0 or count + matmuls < 1:
+            raise ValueError(f"{PAD_KERNELS_ENV} and {PAD_MATMULS_ENV} must be counts, not both "
+                             f"0, got {count} and {matmuls}")
+        self.count, self.matmuls = count, matmuls
         self._x = torch.zeros(1, device=device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self._x.add_(0)  # the kernel loaded before the capture
-        torch.cuda.current_stream(device).wait_stream(side)
+        mats = torch.randn(3, side, side, device=device).half() if matmuls else None
+        side_stream = torch.cuda.Stream(device)
+        side_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side_stream):  # the kernels loaded (and cuBLAS set up) first
+            self._work(1 if count else 0, 1 if matmuls else 0, mats)
+        torch.cuda.current_stream(device).wait_stream(side_stream)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-            for _ in range(count):
-                self._x.add_(0)
+            self._work(count, matmuls, mats)
+        self._mats = mats
+
+    def _work(self, count: int, matmuls: int, mats: Tensor | None) -> None:
+        for _ in range(count):
+            self._x.add_(0)
+        for _ in range(matmuls):
+            torch.mm(mats[0], mats[1], out=mats[2])
 
     @classmethod
     def from_env(cls, device: torch.device) -> PadKernels | None:
         """The environment's padding (None when unset or not on CUDA)."""
-        value = os.environ.get(PAD_KERNELS_ENV, "")
-        if not value:
+        count, matmuls = _pad_count(PAD_KERNELS_ENV), _pad_count(PAD_MATMULS_ENV)
+        if not count and not matmuls:
             return None
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{PAD_KERNELS_ENV} must be a positive count, got {value!r}")
-        return cls(int(value), device) if device.type == "cuda" else None
+        return cls(count, device, matmuls) if device.type == "cuda" else None
 
     def __call__(self) -> None:
         self._graph.replay()
@@ -373,7 +394,7 @@ class GpuPipeline:
                        if stats_stream and self._side is not None and self._fresh else None)
         if self._timing and hasattr(backend, "set_marker"):
             backend.set_marker(lambda step: self._mark(f"net_{step}"))
-        self._pad = PadKernels.from_env(self.device)  # TTBALL_PAD_KERNELS (measurement only)
+        self._pad = PadKernels.from_env(self.device)  # TTBALL_PAD_* (measurement only)
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0

@@ -10,11 +10,14 @@ taken in another order):
   (converged). One program a crop runs every step, the crop in a scratch buffer with a zero
   border, instead of two kernels (max-pool, multiply) a step: with 31 steps, 64 launches of a
   tiny tensor became one.
-- :func:`window_stats` (``TTBALL_FUSED_WINDOWS=1``, thirty-seventh session, not yet measured
-  on a GPU): the rest -- each window's counts, moments, score, centroid, angle, extent, the
-  seeds kept and the fallback flag -- as two kernels and four torch ops instead of ~70 small
-  ops (the statistics' CUDA graph ~154 kernels a call → ~55, counted from the host's ops);
-  :func:`windows` (``=2``) the crops' gather, the flood and the sums in one kernel too (→ ~20).
+- :func:`windows` (the default, ``TTBALL_FUSED_WINDOWS=2``): after the peaks, the crops'
+  gather, the flood and each window's counts, moments, score, centroid, angle, extent, the
+  seeds kept and the fallback flag as two kernels and the angle's four torch ops; the
+  statistics' CUDA graph 156 GPU operations a call → 39 (scripts/stats_kernels.py on an H200).
+  :func:`window_stats` (``=1``) only the part after the flood (→ 69). Thirty-eighth session:
+  eight replicas of one lane served 6,954 and 6,863 frames/s with level 2 against 6,452,
+  6,651 and 6,524 with the PyTorch ops in the same calls (+5.6 %), and the statistics' time on
+  their stream 9.0 → 8.3 ms a push (docs/benchmarks/LOG.md).
 
 The nineteenth session's e2e profile had 71.5 max-pool kernels a push of 96 frames (0.89 ms of
 the GPU's 17.6), almost all of them the flood's. With the first two kernels the twentieth
@@ -284,7 +287,8 @@ def windows(probs: Tensor, thresholds: Tensor, values: Tensor, index: Tensor,
     seeds' ``values`` and raster ``index (N, K)`` (``topk`` of the peaks), ``count_above (N,)``
     int64 → ``stats (N, K, 8)`` float64 and ``fallback (N,)`` bool, as :func:`window_stats`
     gives them -- with the crops' gather, the flood fill, its edge test and the windows' sums
-    in one kernel (``TTBALL_FUSED_WINDOWS=2``): about 25 kernels a call fewer again."""
+    in one kernel (``TTBALL_FUSED_WINDOWS=2``, the default): 30 GPU operations a call fewer
+    again on an H200."""
     n, h, w = probs.shape
     k, s = values.shape[1], crop
     sp = triton.next_power_of_2(s)

@@ -74,12 +74,14 @@ def _fused(t: Tensor) -> bool:
     return True
 
 
-#: ``TTBALL_FUSED_WINDOWS=1``: on CUDA, the window statistics after the flood as two Triton
-#: kernels (:func:`ttball.kernels.prepost_fused.window_stats`; the statistics' CUDA graph ~154
-#: kernels → ~55, counted from the host's ops); ``=2``: the crops' gather, flood and sums too
-#: (:func:`ttball.kernels.prepost_fused.windows`; → ~20). Off until measured in the worker on a
-#: GPU (docs/benchmarks/LOG.md, thirty-seventh session); tested against the PyTorch ops in
-#: Triton's interpreter and compiled for sm_90 on CPU.
+#: ``TTBALL_FUSED_WINDOWS``: on CUDA, ``2`` (the default) computes the crops' gather, flood and
+#: window statistics as two Triton kernels (:func:`ttball.kernels.prepost_fused.windows`; the
+#: statistics' CUDA graph 156 GPU operations a call → 39, scripts/stats_kernels.py on an H200);
+#: ``1`` the window statistics after the flood only (:func:`ttball.kernels.prepost_fused.window_stats`;
+#: → 69); ``0`` the PyTorch ops. Level 2 served 5.6 % more frames a second than 0 in eight
+#: replicas of one lane (6,954 and 6,863 against 6,452, 6,651 and 6,524 in the same calls;
+#: docs/benchmarks/LOG.md, thirty-eighth session); equal to the PyTorch ops on GPU and in
+#: Triton's interpreter (tests/kernels/test_prepost_fused.py).
 FUSED_WINDOWS_ENV = "TTBALL_FUSED_WINDOWS"
 
 
@@ -108,10 +110,10 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     if values.shape[1] < k:  # a map smaller than max_blobs pixels
         pad = k - values.shape[1]
         values, index = F.pad(values, (0, pad), value=-1.0), F.pad(index, (0, pad))
-    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "")
-    if fused_windows not in ("", "0", "1", "2"):
+    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "") or "2"
+    if fused_windows not in ("0", "1", "2"):
         raise ValueError(f"{FUSED_WINDOWS_ENV} must be 0, 1 or 2, got {fused_windows!r}")
-    fused_windows = fused_windows if _fused(probs) else ""
+    fused_windows = fused_windows if _fused(probs) else "0"
     if fused_windows == "2":  # the rest in two kernels and the angle's four ops
         from ttball.kernels.prepost_fused import windows
 
