@@ -14,7 +14,9 @@
 # into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
 # NVIMGCODEC=1 adds nvImageCodec and nvJPEG (for `serve --jpeg-decoder nvimgcodec[-hw]`), cut to
 # what a JPEG decode on Python 3.12 loads (the 3.12 extension, the core library, the nvJPEG
-# extension: 31 MB of wheels make about 5 MB more in site.tar.xz).
+# extension: 31 MB of wheels make about 5 MB more in site.tar.xz; with the tracked tree at
+# 25 MB, since the thirty-eighth session too much for the carry: build it so only for calls that
+# decode with nvImageCodec).
 # Usage (here, with PyPI): [NVIMGCODEC=1] bash scripts/make_raywhl.sh; then on the GPU machine
 # scripts/gpu_ray_loadtest.sh installs it into /tmp/site (carry: [".raywhl"]).
 set -euo pipefail

@@ -1,0 +1,17 @@
+# For the next session, chained right after next/busy2.sh on the same warm machine: half the
+# padding (TTBALL_PAD_MATMULS=5, ~0.9 ms a replay alone), then as they are again (the drift
+# between the two calls). With busy2.sh's two runs: throughput against GPU time added, three
+# points.
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=590 bash docs/benchmarks/h200-2026-12-04e/next/busy3.sh
+# > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-eighth session").
+rm -rf /tmp/next  # busy2.sh's runs are in its own $OUT already; the caches stay
+TOTAL=${TOTAL:-590}
+source docs/benchmarks/h200-2026-12-03h/next/_call.sh
+EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
+after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
+R busy5 200 SESSIONS_8="320" $EIGHT TTBALL_PAD_MATMULS=5
+after busy5
+LEFT=$(left)
+[ $LEFT -ge 140 ] && { R again8 $LEFT SESSIONS_8="320" $EIGHT; after again8; }
+finish busy5 again8
+rm -f $OUT/times.log
