@@ -836,6 +836,25 @@ def test_pad_kernels_are_read_from_the_environment(small_config: WeightsConfig,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pad_matmuls_run_off_the_callers_stream() -> None:
+    """TTBALL_PAD_MATMULS' products (~0.19 ms each on an H200) replay on a stream of their own:
+    the caller's stream is done long before them, and they do run."""
+    from ttball.kernels.prepost import PadKernels
+
+    pad = PadKernels(0, torch.device("cuda"), matmuls=50)
+    torch.cuda.synchronize()
+    pad()
+    mine = torch.cuda.Event()
+    mine.record()
+    mine.synchronize()
+    assert not pad._stream.query()  # ~9 ms of products still running
+    pad._stream.synchronize()
+    a, b, out = pad._mats
+    assert torch.allclose(out.float(), (a.float() @ b.float()), rtol=1e-2, atol=1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("level", ["1", "2"])
 def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: WeightsConfig,
                                                             monkeypatch: pytest.MonkeyPatch,

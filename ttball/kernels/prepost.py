@@ -205,11 +205,13 @@ class _InFlight:
 #: ``TTBALL_PAD_KERNELS=N`` (measurement only): each backend call adds N empty kernels on its
 #: stream after its statistics, from one CUDA graph (one launch on the host, ~N µs of GPU
 #: time). Whether the worker's pace follows the number of GPU operations its clients send
-#: rather than their GPU time (docs/benchmarks/e2e.md, thirty-seventh session: it does not).
+#: rather than their GPU time (docs/benchmarks/e2e.md: it does not, thirty-eighth session).
 PAD_KERNELS_ENV = "TTBALL_PAD_KERNELS"
 #: ``TTBALL_PAD_MATMULS=M`` (measurement only): M half-precision 4096 × 4096 matrix products
-#: after each call's statistics in the same graph (~0.14 TFLOP each, ~0.2 ms of a whole H200's
-#: tensor cores): GPU time with few operations, the converse of ``TTBALL_PAD_KERNELS``.
+#: with each call, from a CUDA graph on a stream of their own (~0.14 TFLOP each, ~0.19 ms of a
+#: whole H200 alone): GPU time with few operations and outside the lane's chain of work, the
+#: converse of ``TTBALL_PAD_KERNELS`` -- whether the worker's pace follows the GPU time its
+#: clients share.
 PAD_MATMULS_ENV = "TTBALL_PAD_MATMULS"
 PAD_MATMUL_SIDE = 4096
 
@@ -223,9 +225,23 @@ def _pad_count(name: str) -> int:
     return int(value)
 
 
+def _capture(work: Callable[[], None], device: torch.device) -> torch.cuda.CUDAGraph:
+    """``work`` run once on a side stream (its kernels loaded, cuBLAS set up), then captured."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        work()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        work()
+    return graph
+
+
 class PadKernels:
-    """``count`` one-element adds and ``matmuls`` matrix products (``side`` × ``side``,
-    float16) captured in one CUDA graph; calling it replays them on the current stream."""
+    """``count`` one-element adds captured in one CUDA graph, replayed on the current stream,
+    and ``matmuls`` matrix products (``side`` × ``side``, float16) in another, replayed on a
+    stream of their own that waits for nothing; calling it replays both."""
 
     def __init__(self, count: int, device: torch.device, matmuls: int = 0,
                  side: int = PAD_MATMUL_SIDE) -> None:
@@ -233,23 +249,23 @@ class PadKernels:
             raise ValueError(f"{PAD_KERNELS_ENV} and {PAD_MATMULS_ENV} must be counts, not both "
                              f"0, got {count} and {matmuls}")
         self.count, self.matmuls = count, matmuls
+        self._kernels = self._products = None
         self._x = torch.zeros(1, device=device)
-        mats = torch.randn(3, side, side, device=device).half() if matmuls else None
-        side_stream = torch.cuda.Stream(device)
-        side_stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side_stream):  # the kernels loaded (and cuBLAS set up) first
-            self._work(1 if count else 0, 1 if matmuls else 0, mats)
-        torch.cuda.current_stream(device).wait_stream(side_stream)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-            self._work(count, matmuls, mats)
-        self._mats = mats
+        self._mats = torch.randn(3, side, side, device=device).half() if matmuls else None
+        if count:
+            self._kernels = _capture(self._adds, device)
+        if matmuls:
+            self._products = _capture(self._matmuls, device)
+            self._stream = torch.cuda.Stream(device)
 
-    def _work(self, count: int, matmuls: int, mats: Tensor | None) -> None:
-        for _ in range(count):
+    def _adds(self) -> None:
+        for _ in range(self.count):
             self._x.add_(0)
-        for _ in range(matmuls):
-            torch.mm(mats[0], mats[1], out=mats[2])
+
+    def _matmuls(self) -> None:
+        a, b, out = self._mats
+        for _ in range(self.matmuls):
+            torch.mm(a, b, out=out)
 
     @classmethod
     def from_env(cls, device: torch.device) -> PadKernels | None:
@@ -260,7 +276,11 @@ class PadKernels:
         return cls(count, device, matmuls) if device.type == "cuda" else None
 
     def __call__(self) -> None:
-        self._graph.replay()
+        if self._kernels is not None:
+            self._kernels.replay()
+        if self._products is not None:
+            with torch.cuda.stream(self._stream):
+                self._products.replay()
 
 
 # With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
@@ -694,6 +714,7 @@ class GpuPipeline:
                     ready = wait_event(self._timing, self.device.index or 0)
                     ready.record()
             if self._pad is not None:  # behind the statistics' event: not in this call's wait
+                # (the products on their own stream: in no call's chain)
                 self._pad()
         marks, self._marks = tuple(self._marks or ()), None
         return _InFlight(windows, sessions, packed, ready, logits, marks)

@@ -3,7 +3,8 @@
 # then eight replicas of one lane at 320 sessions with TTBALL_PAD_MATMULS=10 after each call's
 # statistics (the statistics now TTBALL_FUSED_WINDOWS=2 by default). Against the same day's
 # runs on another machine (6,863-6,954 with level 2): the converse of pad.sh's 100 empty
-# kernels -- GPU time with few operations.
+# kernels -- GPU time with few operations. Run so (call 5), with the products on the lane's
+# stream behind its statistics; since then they replay on a stream of their own (next/busy2.sh).
 # carry: [".raywhl", ".gpu"]. Run: TOTAL=330 bash docs/benchmarks/h200-2026-12-04e/next/busy.sh
 # > $OUT/call.log 2>&1
 TOTAL=${TOTAL:-330}
