@@ -819,6 +819,19 @@ def test_stage_timer_tells_a_stage_s_cpu_time_from_its_wait() -> None:
     assert timer.cpu_seconds["work"] <= timer.seconds["work"] + 0.005
 
 
+def test_a_bad_fused_windows_level_is_refused_when_the_pipeline_is_made(
+        small_config: WeightsConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TTBALL_FUSED_WINDOWS is read when the pipeline is made (not in its first capture); on
+    the CPU the level in effect is 0, the PyTorch ops."""
+    from ttball.kernels.prepost_post import FUSED_WINDOWS_ENV
+
+    monkeypatch.setenv(FUSED_WINDOWS_ENV, "3")
+    with pytest.raises(ValueError, match=FUSED_WINDOWS_ENV):
+        cpu_pipeline(small_config)
+    monkeypatch.setenv(FUSED_WINDOWS_ENV, "1")
+    assert cpu_pipeline(small_config).fused_windows == 0
+
+
 def test_pad_kernels_are_read_from_the_environment(small_config: WeightsConfig,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """TTBALL_PAD_KERNELS and TTBALL_PAD_MATMULS: a bad count is refused when the pipeline is
@@ -877,6 +890,7 @@ def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: Weigh
     monkeypatch.setenv(PAD_MATMULS_ENV, "2")
     pipeline = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True)
     assert pipeline._pad is not None and (pipeline._pad.count, pipeline._pad.matmuls) == (7, 2)
+    assert pipeline.fused_windows == int(level)
     got = gpu_rows(pipeline, sessions, 60.0, chunk=7)
     assert pipeline.graph_error is None
     for sid in sessions:

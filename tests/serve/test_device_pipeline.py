@@ -346,6 +346,7 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     assert client.readiness()["device_pipeline"]["lanes"] == 1
     assert client.readiness()["device_pipeline"]["graphs_frozen"] is False  # one lane: lazy
     assert client.readiness()["device_pipeline"]["compile_resize"] is False
+    assert client.readiness()["device_pipeline"]["fused_windows"] == 0  # no Triton path on a CPU
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
     session = client.open_session()

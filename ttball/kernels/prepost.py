@@ -67,6 +67,7 @@ from ttball.kernels.prepost_post import (
     PostOptions,
     blob_stats,
     detections,
+    fused_windows_level,
     packed_stats,
 )
 from ttball.model.config import WeightsConfig
@@ -415,6 +416,8 @@ class GpuPipeline:
         if self._timing and hasattr(backend, "set_marker"):
             backend.set_marker(lambda step: self._mark(f"net_{step}"))
         self._pad = PadKernels.from_env(self.device)  # TTBALL_PAD_* (measurement only)
+        # TTBALL_FUSED_WINDOWS: read (and a bad value refused) now, not in the first capture
+        self.fused_windows = fused_windows_level(torch.empty(0, device=self.device))
         self._sessions: dict[str, _Session] = {}
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0

@@ -85,6 +85,15 @@ def _fused(t: Tensor) -> bool:
 FUSED_WINDOWS_ENV = "TTBALL_FUSED_WINDOWS"
 
 
+def fused_windows_level(t: Tensor) -> int:
+    """The ``TTBALL_FUSED_WINDOWS`` level :func:`blob_stats` runs for maps on ``t``'s device
+    (0 where there is no Triton path: off CUDA or without triton). A bad value: ValueError."""
+    level = os.environ.get(FUSED_WINDOWS_ENV, "") or "2"
+    if level not in ("0", "1", "2"):
+        raise ValueError(f"{FUSED_WINDOWS_ENV} must be 0, 1 or 2, got {level!r}")
+    return int(level) if _fused(t) else 0
+
+
 def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOptions()
                ) -> tuple[Tensor, Tensor]:
     """Blobs of ``probs (N, h, w)`` float32 above ``thresholds (N,)``.
@@ -110,11 +119,8 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     if values.shape[1] < k:  # a map smaller than max_blobs pixels
         pad = k - values.shape[1]
         values, index = F.pad(values, (0, pad), value=-1.0), F.pad(index, (0, pad))
-    fused_windows = os.environ.get(FUSED_WINDOWS_ENV, "") or "2"
-    if fused_windows not in ("0", "1", "2"):
-        raise ValueError(f"{FUSED_WINDOWS_ENV} must be 0, 1 or 2, got {fused_windows!r}")
-    fused_windows = fused_windows if _fused(probs) else "0"
-    if fused_windows == "2":  # the rest in two kernels and the angle's four ops
+    fused_windows = fused_windows_level(probs)
+    if fused_windows == 2:  # the rest in two kernels and the angle's four ops
         from ttball.kernels.prepost_fused import windows
 
         return windows(probs, thr.view(n), values, index, count_above, s, options.flood_steps)
@@ -129,7 +135,7 @@ def blob_stats(probs: Tensor, thresholds: Tensor, options: PostOptions = PostOpt
     comp, clean = _flood(crop > thr.view(n, 1, 1, 1), valid, options)
 
     us, vs = cols - r, rows - r  # image coordinates of the window's columns and rows
-    if fused_windows == "1":  # ~100 kernels fewer
+    if fused_windows == 1:  # ~100 kernels fewer
         from ttball.kernels.prepost_fused import window_stats
 
         return window_stats(crop, comp, us, vs, valid, clean, count_above, h, w)

@@ -121,7 +121,8 @@ class DevicePath:
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
-                "kernel_copies": copies.kernel_copies()}
+                "kernel_copies": copies.kernel_copies(),
+                "fused_windows": self.pipeline.fused_windows}
 
     def ahead_counts(self) -> dict[str, int]:
         """``--decode-ahead``: prefetched decodes taken and dropped, this lane's."""
