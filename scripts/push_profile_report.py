@@ -12,8 +12,9 @@ Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.pus
   decode answer's copy out (gaps that end at an ``aten::slice``, the first operation on an
   answer from a decode child), and the other gaps (Python between calls);
 - the GPU operations (kernels, copies, memsets) the process ran meanwhile, how many of them
-  from graph launches, and with ``--pushes N`` (``summary.json``'s ``pushes``) a push's share:
-  the count the thirty-seventh session's reading turns on (``docs/benchmarks/e2e.md``);
+  from graph launches, and their own time summed; with ``--pushes N`` (``summary.json``'s
+  ``pushes``) a push's share of both (the thirty-seventh session's count; the thirty-eighth
+  found the count is not the worker's bound, ``docs/benchmarks/e2e.md``);
 - with ``--python`` (a trace taken with ``TTBALL_PROFILE_STACK=1``): that thread's time by
   Python function, self time (a call's own, less the calls it made), the largest first -- a
   wait shows as the built-in call that waits (a pipe's read, an event's synchronize), and a
@@ -75,15 +76,17 @@ def graph_launches(trace: dict[str, Any]) -> list[dict[str, float]]:
     return rows
 
 
-def operations(trace: dict[str, Any]) -> dict[str, int]:
-    """The trace's GPU operations (kernels, copies, memsets), and those of graph launches."""
+def operations(trace: dict[str, Any]) -> dict[str, float]:
+    """The trace's GPU operations (kernels, copies, memsets), those of graph launches, and
+    their own time summed (ms; operations of other processes running beside them stretch it)."""
     events = _complete(trace)
     graphs = {e["args"]["correlation"] for e in events
               if e.get("cat") in ("cuda_runtime", "cuda_driver")
               and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
     ops = [e for e in events if e.get("cat") in GPU_CATEGORIES]
     in_graphs = sum(e.get("args", {}).get("correlation") in graphs for e in ops)
-    return {"total": len(ops), "in_graphs": in_graphs}
+    return {"total": len(ops), "in_graphs": in_graphs,
+            "busy_ms": sum(e["dur"] for e in ops) / 1e3}
 
 
 def thread_split(trace: dict[str, Any]) -> dict[str, float]:
@@ -174,8 +177,9 @@ def main() -> None:
         print(f"  {g['launch_ms']:8.1f} {g['kernels']:5d} {g['to_first_ms']:8.2f} "
               f"{g['span_ms']:8.2f} {g['busy_ms']:8.2f}")
     share = f", {ops['total'] / args.pushes:.0f} a push" if args.pushes > 0 else ""
+    time_share = f", {ops['busy_ms'] / args.pushes:.2f} a push" if args.pushes > 0 else ""
     print(f"GPU operations: {ops['total']} (kernels, copies, memsets), {ops['in_graphs']} of "
-          f"them from graph launches{share}")
+          f"them from graph launches{share}; their own time {ops['busy_ms']:.2f} ms{time_share}")
     span = split["span_ms"] or 1.0
     print(f"thread: {split['span_ms']:.1f} ms; in calls {split['calls_ms']:.1f} "
           f"({100 * split['calls_ms'] / span:.0f} %), waiting before a decode answer "
