@@ -48,6 +48,24 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def capture_graph(work: Callable[[], Any], device: torch.device, warmup: int = 1,
+                  pool: Any = None, capture_error_mode: str = "global"
+                  ) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """``work`` run ``warmup`` times on a side stream (its kernels loaded, cuBLAS and the
+    allocator set up), then captured in a CUDA graph (in memory ``pool`` when given); returns
+    the graph and what the captured call returned (its static outputs)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            work()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode=capture_error_mode):
+        out = work()
+    return graph, out
+
+
 class BackendBase:
     """Shared plumbing: moving the batch in, warm-up bookkeeping. Subclasses implement ``run``.
 

@@ -25,7 +25,7 @@ from ttball.backends._recipe import (
     prepare_model,
     register_recipes,
 )
-from ttball.backends.base import BackendBase, needs_cuda
+from ttball.backends.base import BackendBase, capture_graph, needs_cuda
 from ttball.errors import BackendUnavailable
 from ttball.kernels import copies
 
@@ -87,15 +87,8 @@ class GraphCache:
         kept: the cache's own graphs are captured here on a shape's first call). ``copy``
         False: the graph reads ``batch`` itself, whose storage is then its static input."""
         static_in = batch.detach().clone().contiguous() if copy else batch.detach()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self.fn(static_in)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            static_out = self.fn(static_in)
+        graph, static_out = capture_graph(lambda: self.fn(static_in), self.device, self.warmup,
+                                          self._pool)
         if self.share_pool:
             self._pool = graph.pool()
         return graph, static_in, static_out

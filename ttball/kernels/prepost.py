@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ttball.backends.base import Backend, synchronize
+from ttball.backends.base import Backend, capture_graph, synchronize
 from ttball.cudasched import wait_event
 from ttball.frames import host_to_device, normalizer
 from ttball.kernels import copies
@@ -226,19 +226,6 @@ def _pad_count(name: str) -> int:
     return int(value)
 
 
-def _capture(work: Callable[[], None], device: torch.device) -> torch.cuda.CUDAGraph:
-    """``work`` run once on a side stream (its kernels loaded, cuBLAS set up), then captured."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        work()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        work()
-    return graph
-
-
 class PadKernels:
     """``count`` one-element adds captured in one CUDA graph, replayed on the current stream,
     and ``matmuls`` matrix products (``side`` × ``side``, float16) in another, replayed on a
@@ -254,9 +241,11 @@ class PadKernels:
         self._x = torch.zeros(1, device=device)
         self._mats = torch.randn(3, side, side, device=device).half() if matmuls else None
         if count:
-            self._kernels = _capture(self._adds, device)
+            self._kernels = capture_graph(self._adds, device,
+                                          capture_error_mode="thread_local")[0]
         if matmuls:
-            self._products = _capture(self._matmuls, device)
+            self._products = capture_graph(self._matmuls, device,
+                                           capture_error_mode="thread_local")[0]
             self._stream = torch.cuda.Stream(device)
 
     def _adds(self) -> None:

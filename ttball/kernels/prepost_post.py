@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ttball.backends.base import capture_graph
 from ttball.postprocess import Detection, FrameGeometry, fold_angle
 
 # Columns of the per-blob statistics.
@@ -245,15 +246,8 @@ class GraphedStats:
     def _capture(self, logits: Tensor, thresholds: Tensor
                  ) -> tuple[torch.cuda.CUDAGraph, Tensor, Tensor, Tensor]:
         static_logits, static_thr = logits.detach().clone(), thresholds.detach().clone()
-        side = torch.cuda.Stream(logits.device)
-        side.wait_stream(torch.cuda.current_stream(logits.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                packed_stats(static_logits, static_thr, self.options)
-        torch.cuda.current_stream(logits.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = packed_stats(static_logits, static_thr, self.options)
+        graph, out = capture_graph(lambda: packed_stats(static_logits, static_thr, self.options),
+                                   logits.device, warmup=2, pool=self._pool)
         self._pool = graph.pool()
         return graph, static_logits, static_thr, out
 

@@ -1,8 +1,9 @@
 # For the next session (not run yet). The thirty-eighth session found the worker's pace not
 # following its GPU operations (100 empty kernels more a call: no change; the GPU's front end
 # took ~5.9 M kernels a second from 24 MPS clients, the worker sends ~50,000). The converse:
-# GPU time with few operations. First the GPU tests of the padding and of the pipeline against
-# the CPU path with the fused statistics now the default (the products now on a
+# GPU time with few operations. First the GPU tests of the padding, of the CUDA-graph cache and
+# of the pipeline against the CPU path (backends.base.capture_graph now captures all three's
+# graphs) with the fused statistics now the default (the products now on a
 # stream of their own, outside the lane's chain: not yet run on a GPU so) and one graph of 1
 # and 10 products timed alone; then eight of one at 320 sessions as they are (cold start, the
 # same call's baseline), then with TTBALL_PAD_MATMULS=10 (ten half-precision 4096² products
@@ -16,6 +17,8 @@ EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROC
 after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 PYTHONPATH=$PWD:/tmp/site timeout 80 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \
   tests/kernels/test_prepost.py -k "pad or matches_the_cpu" > $OUT/tests.log 2>&1
+PYTHONPATH=$PWD:/tmp/site timeout 40 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \
+  tests/backends/test_graph_cache.py::test_cuda_graphs_read_a_reused_buffer_in_place >> $OUT/tests.log 2>&1
 PYTHONPATH=$PWD timeout 30 python3 - >> $OUT/tests.log 2>&1 <<'PY'
 import torch
 from ttball.kernels.prepost import PadKernels
