@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ttball.serve.push_profile import GPU_CATEGORIES
+from ttball.serve.push_profile import gpu_operations
 
 HOST = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
 
@@ -56,8 +56,8 @@ def graph_launches(trace: dict[str, Any]) -> list[dict[str, float]]:
                 if e.get("cat") in ("cuda_runtime", "cuda_driver")
                 and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
     work: dict[int, list[dict[str, Any]]] = {}
-    for e in events:
-        if e.get("cat") in GPU_CATEGORIES and e.get("args", {}).get("correlation") in launches:
+    for e in gpu_operations(trace):
+        if e.get("args", {}).get("correlation") in launches:
             work.setdefault(e["args"]["correlation"], []).append(e)
     rows = []
     for corr, launch in sorted(launches.items(), key=lambda kv: kv[1]["ts"]):
@@ -83,7 +83,7 @@ def operations(trace: dict[str, Any]) -> dict[str, float]:
     graphs = {e["args"]["correlation"] for e in events
               if e.get("cat") in ("cuda_runtime", "cuda_driver")
               and e.get("name") == "cudaGraphLaunch" and "correlation" in e.get("args", {})}
-    ops = [e for e in events if e.get("cat") in GPU_CATEGORIES]
+    ops = gpu_operations(trace)
     in_graphs = sum(e.get("args", {}).get("correlation") in graphs for e in ops)
     return {"total": len(ops), "in_graphs": in_graphs,
             "busy_ms": sum(e["dur"] for e in ops) / 1e3}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ttball.kernels import prepost_post
-from ttball.serve.push_profile import GPU_CATEGORIES
+from ttball.serve.push_profile import GPU_CATEGORIES, chrome_trace, gpu_operations
 
 # the host's ops that launch nothing (views, allocations, the interpreter's own bookkeeping)
 NO_KERNEL = {"aten::view", "aten::unsqueeze", "aten::select", "aten::flatten", "aten::reshape",
@@ -47,11 +46,7 @@ def count(device: torch.device, batch: int, height: int, width: int) -> dict[str
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             stats(logits, thresholds)
             torch.cuda.synchronize()
-        with tempfile.TemporaryDirectory() as tmp:
-            prof.export_chrome_trace(str(Path(tmp) / "trace.json"))
-            trace = json.loads((Path(tmp) / "trace.json").read_text())
-        ops = [e["name"] for e in trace.get("traceEvents", [])
-               if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+        ops = [e["name"] for e in gpu_operations(chrome_trace(prof))]
         return {"operations": len(ops), "kinds": len(set(ops))}
     interpreted = _count_interpreted_launches()
     before = _LAUNCHES[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,22 @@ ENV = "TTBALL_PROFILE_PUSHES"
 STACK_ENV = "TTBALL_PROFILE_STACK"
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
-__all__ = ["ENV", "STACK_ENV", "PushProfiler", "summarize"]
+__all__ = ["ENV", "STACK_ENV", "PushProfiler", "chrome_trace", "gpu_operations", "summarize"]
+
+
+def chrome_trace(profile: Any) -> dict[str, Any]:
+    """A finished ``torch.profiler.profile``'s events as a Chrome trace (its JSON, read back
+    from a temporary file: the profiler only exports to a path)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        profile.export_chrome_trace(str(raw))
+        return json.loads(raw.read_text())
+
+
+def gpu_operations(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Chrome trace's GPU operations: its kernels, copies and memsets (:data:`GPU_CATEGORIES`)."""
+    return [e for e in trace.get("traceEvents", [])
+            if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
 
 
 class PushProfiler:
@@ -90,12 +106,9 @@ class PushProfiler:
             torch.cuda.synchronize()
         profile, self._profile = self._profile, None
         profile.__exit__(None, None, None)
-        raw = self.folder / "trace.json"
-        profile.export_chrome_trace(str(raw))
-        trace = json.loads(raw.read_text())
+        trace = chrome_trace(profile)
         with gzip.open(self.folder / "trace.json.gz", "wt") as f:
             json.dump(trace, f)
-        raw.unlink()
         summary = summarize(trace)
         summary["pushes"] = self.count
         (self.folder / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -107,8 +120,7 @@ def summarize(trace: dict[str, Any], top: int = 25) -> dict[str, Any]:
     the µs from the first one's start to the last one's end (``span``) and the largest gap
     between two of them; the ``top`` operation names by total µs (count, total, mean, and the
     stream they ran on)."""
-    ops = [e for e in trace.get("traceEvents", [])
-           if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    ops = gpu_operations(trace)
     by_stream: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for op in ops:
         by_stream[op.get("args", {}).get("stream")].append(op)
