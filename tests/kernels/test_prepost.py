@@ -463,6 +463,14 @@ def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> N
         got = gpu_rows(split, sessions, 60.0, chunk=7)
         assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
             {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}, depth
+    # a push's windows past its full calls carried to the next (the worker's graphed backend,
+    # the statistics on their own stream): the same rows, some windows carried
+    carried = GpuPipeline(GraphedBright(), small_config, batch_sizes=(1, 2), overlap=True,
+                          stats_stream=True, carry=True)
+    got = gpu_rows(carried, sessions, 60.0, chunk=7)
+    assert carried.windows_carried > 0
+    assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
+        {sid: [r.as_dict() for r in rows] for sid, rows in serial.items()}
 
 
 @pytest.mark.gpu
@@ -545,6 +553,75 @@ def test_overlap_gives_the_serial_rows_one_push_later(small_config: WeightsConfi
     assert pipeline.in_flight == 0 and pipeline.flush() == {}
     assert [r.frame for r in pipeline.finish("s")] == [3, 4]
 
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_carry_gives_the_serial_rows_with_full_calls(small_config: WeightsConfig,
+                                                      flush: bool) -> None:
+    """carry=True: a push whose windows fill more than one call launches the full calls and
+    leaves the rest to the next push, so under load the calls are full; every session's rows
+    stay those of the serial pipeline."""
+    sessions = {
+        "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=1)),
+        "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
+        "c": (session_frames(13, (320, 180), streak=False), StreamOptions(step=3)),
+    }
+    serial = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=7)
+    calls: dict[bool, list[int]] = {}
+    for carry in (False, True):
+        sizes = calls[carry] = []
+        pipeline = cpu_pipeline(small_config, overlap=True, carry=carry,
+                                on_batch=lambda n, size, sizes=sizes: sizes.append(n))
+        got = gpu_rows(pipeline, sessions, 60.0, chunk=7, flush=flush)
+        for sid in sessions:
+            assert_rows_match(got[sid], serial[sid])
+            assert len(got[sid]) == len(sessions[sid][0])
+        assert pipeline.in_flight == 0 and len(pipeline) == 0
+        assert pipeline.pushes_done == pipeline.pushes_launched
+        assert (pipeline.windows_carried > 0) is carry
+    # the same windows in fewer calls, fewer of them short of the largest size (4)
+    assert sum(calls[True]) == sum(calls[False])
+    assert len(calls[True]) < len(calls[False])
+    assert sum(n < 4 for n in calls[True]) < sum(n < 4 for n in calls[False])
+
+
+def test_carry_leaves_the_rest_of_a_push_to_the_next(small_config: WeightsConfig) -> None:
+    """Step by step, calls of at most 2: the third window waits for the next push (whose own
+    window joins it in one call), or for a flush; a closed session's carried window is dropped."""
+    sizes: list[int] = []
+    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=JpegDecoder("cpu"),
+                           batch_sizes=(1, 2), overlap=True, carry=True,
+                           on_batch=lambda n, size: sizes.append(n))
+    a, b = ([jpeg(draw(i, (320, 180), streak)) for i in range(8)] for streak in (True, False))
+    pipeline.open("a", StreamOptions(step=1), 60.0)
+    assert pipeline.push([("a", blob) for blob in a[:5]]) == {"a": []}  # windows 2, 3, 4
+    assert sizes == [2] and pipeline.in_flight == 3 and pipeline.carried_sessions == {"a"}
+    assert (pipeline.pushes_launched, pipeline.windows_carried) == (1, 1)
+    # the first call read back (frame 2 waits for the carried window 4); the carried window
+    # and this push's own (5) in one call
+    assert [r.frame for r in pipeline.push([("a", a[5])])["a"]] == [0, 1]
+    assert sizes == [2, 2] and pipeline.carried_sessions == set()
+    assert [r.frame for r in pipeline.push([("a", blob) for blob in a[6:8]])["a"]] == [2, 3]
+    assert sizes == [2, 2, 2] and pipeline.carried_sessions == set()
+    assert [r.frame for r in pipeline.flush()["a"]] == [4, 5]
+    # a push of three windows, then its carried window launched by flush alone
+    pipeline.open("b", StreamOptions(step=1), 60.0)
+    pipeline.push([("b", blob) for blob in b[:5]])
+    assert pipeline.carried_sessions == {"b"}
+    launched = pipeline.pushes_launched
+    assert [r.frame for r in pipeline.flush()["b"]] == [0, 1, 2]
+    assert pipeline.pushes_launched == launched + 1 == pipeline.pushes_done
+    assert sizes[-2:] == [2, 1] and pipeline.in_flight == 0
+    # closing a session drops its carried window
+    pipeline.open("c", StreamOptions(step=1), 60.0)
+    pipeline.push([("c", blob) for blob in b[:5]])
+    assert pipeline.carried_sessions == {"c"} and pipeline.in_flight == 3
+    pipeline.close("c")
+    assert pipeline.carried_sessions == set() and pipeline.in_flight == 2
+    assert pipeline.flush() == {}
+    assert [r.frame for r in pipeline.finish("a")] == [6, 7]
+    assert [r.frame for r in pipeline.finish("b")] == [3, 4]
+    # without overlap there is nothing to carry to
+    assert cpu_pipeline(small_config, carry=True).carry is False
 
 @pytest.mark.parametrize("flush", [False, True])
 def test_depth_two_gives_the_serial_rows_two_pushes_later(small_config: WeightsConfig,

@@ -92,7 +92,8 @@ def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
-    while one runs (--batches-ahead 1)."""
+    while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
+    (--carry-windows)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -105,6 +106,7 @@ def laned(small_weights):
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
                                                          pipeline_decode_early=True,
+                                                         pipeline_carry=True,
                                                          batches_ahead=1))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
             for client in (lanes, overlap, process):
@@ -213,6 +215,7 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     assert ready["decoder_processes"] == (2 if mode == "lanes-decode-processes" else 0)
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["decode_early"] is (mode == "lanes-decode-processes")
+    assert ready["carry_windows"] is (mode == "lanes-decode-processes")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -477,6 +480,44 @@ def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config
     assert [r.frame for r in rows] == list(range(6))  # the last two once the session ends
 
 
+def test_carry_resolves_an_upload_once_its_carried_rows_are_delivered(small_model, small_config,
+                                                                      jpegs) -> None:
+    """--carry-windows at the runner: an upload whose session had a window carried to the next
+    push waits for that push (another session's upload of the same push does not); closing a
+    session resolves its waiting uploads at once (no push need come)."""
+    from ttball.stream import StreamOptions
+
+    backend = create("eager-fp32", small_model, "cpu")
+    settings = ServeSettings(warmup_batches=(1, 2), device_pipeline=True, pipeline_overlap=True,
+                             pipeline_carry=True)
+    metrics = Metrics()
+    path = DevicePath(backend, small_config, settings, metrics, ThreadPoolExecutor(1))
+    assert path.describe()["carry_windows"] is True
+    rows: dict[str, list] = {"a": [], "b": []}
+    keys = {name: path.open(name, StreamOptions(step=1), 30.0).stream_id for name in rows}
+
+    def upload(name: str, first: int, count: int) -> Upload:
+        return Upload(keys[name], tuple(jpegs[first : first + count]),
+                      tuple((k, k / 30) for k in range(first, first + count)), rows[name].extend)
+
+    # b's window 2 and a's 2, 3 are three windows: one call of 2 (b's 2, a's 2), a's 3 carried
+    b1, a1 = path.run([upload("b", 0, 3), upload("a", 0, 4)])
+    assert path.pipeline.carried_sessions == {keys["a"]}
+    assert isinstance(a1, Future) and isinstance(b1, Future)
+    assert metrics.windows_carried is not None and metrics.windows_carried._value.get() == 1
+    path.run([upload("b", 3, 1)])  # reads the first call back, launches a's 3 and b's 3
+    assert b1.done() and not a1.done()
+    assert [r.frame for r in rows["b"]] == [0] and [r.frame for r in rows["a"]] == [0]
+    path.flush()
+    assert a1.done() and [r.frame for r in rows["a"]] == [0, 1]
+    # a carried window of a session then closed: its upload resolves on the close
+    a2 = path.run([upload("b", 4, 1), upload("a", 4, 2)])[1]  # b's 4, a's 4, 5: a's 5 carried
+    assert path.pipeline.carried_sessions == {keys["a"]} and not a2.done()
+    path._close(keys["a"])
+    assert a2.done() and a2.result() is None and path.pipeline.in_flight == 2
+    path.flush()
+    assert path.pipeline.in_flight == 0 and [r.frame for r in rows["b"]] == [0, 1, 2]
+
 def test_pipeline_depth_needs_overlap() -> None:
     with pytest.raises(UserError, match="--pipeline-depth needs --pipeline-overlap"):
         ServeSettings(device_pipeline=True, pipeline_depth=2).validate()
@@ -484,6 +525,8 @@ def test_pipeline_depth_needs_overlap() -> None:
         ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_depth=5).validate()
     with pytest.raises(UserError, match="--stats-stream needs --pipeline-overlap"):
         ServeSettings(device_pipeline=True, pipeline_stats_stream=True).validate()
+    with pytest.raises(UserError, match="--carry-windows needs --pipeline-overlap"):
+        ServeSettings(device_pipeline=True, pipeline_carry=True).validate()
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
@@ -659,6 +702,12 @@ def test_cli_flag_sets_the_mode() -> None:
                                          "--decode-early"]))
     with pytest.raises(UserError, match="--decode-ahead needs --decode-processes"):
         settings_from(parser.parse_args(["--device-pipeline", "--decode-ahead"]))
+    assert both.pipeline_carry is False
+    carry = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
+                                             "--carry-windows"]))
+    assert carry.pipeline_carry is True
+    with pytest.raises(UserError, match="--carry-windows needs --pipeline-overlap"):
+        settings_from(parser.parse_args(["--device-pipeline", "--carry-windows"]))
     with pytest.raises(UserError, match="--decode-processes needs --device-pipeline"):
         settings_from(parser.parse_args(["--decode-processes", "1"]))
     with pytest.raises(UserError, match="--decode-processes must be in 0..16, got 17"):

@@ -336,6 +336,7 @@ class GpuPipeline:
         depth: int = 1,
         stats_stream: bool = False,
         decode_early: bool = False,
+        carry: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
         ``compile_resize``: the resize fused by ``torch.compile``; ``max_batch``: windows per
@@ -353,7 +354,11 @@ class GpuPipeline:
         ``decode_early``:
         with a :class:`DecoderProcess` and ``upcoming`` frames, the next push's decode is sent
         before this push waits for its own (``DecoderProcess(blobs, then=...)``) instead of
-        after."""
+        after; ``carry`` (with ``overlap``): a push whose windows (with those carried from the
+        push before) fill more than one call of ``max_batch`` launches the full calls only and
+        carries the rest to the next push, :meth:`flush` or :meth:`finish`, so a lane under
+        load runs full batches instead of a short one after them; the carried windows' rows
+        come a push later (:attr:`carried_sessions` says whose)."""
         self.backend, self.config = backend, config
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
@@ -375,6 +380,11 @@ class GpuPipeline:
             raise ValueError(f"depth must be in 1..4, got {depth}")
         self.depth = depth
         self.decode_early = decode_early
+        self.carry = carry and overlap
+        # carry: windows of the last push left for the next one (fewer than max_batch, the
+        # oldest first, so each session's windows still launch in order)
+        self._carry: list[Window] = []
+        self.windows_carried = 0  # windows carried to a later push, since the pipeline was made
         # overlap on CUDA: decode and resize on their own stream, so the duplicate test's
         # read-back does not wait for the previous push's network on the default stream; of a
         # higher priority than it, so that their kernels are scheduled ahead of the network's that
@@ -422,14 +432,23 @@ class GpuPipeline:
         return stream
 
     def close(self, sid: str) -> None:
-        """Forget ``sid``; its windows still in flight are dropped when they come back."""
+        """Forget ``sid``; its windows still in flight are dropped when they come back, those
+        carried to the next push (``carry``) at once."""
+        self._carry = [w for w in self._carry if w.stream_id != sid]
         self._sessions.pop(sid, None)
         self._ready.pop(sid, None)
 
     @property
     def in_flight(self) -> int:
-        """Windows launched by the last pushes and not yet read back (``overlap`` only)."""
-        return sum(len(f.windows) for flights in self._pending for f in flights)
+        """Windows launched by the last pushes and not yet read back, and those carried to the
+        next push (``overlap`` only)."""
+        return sum(len(f.windows) for flights in self._pending for f in flights) + len(self._carry)
+
+    @property
+    def carried_sessions(self) -> set[str]:
+        """The sessions with windows carried to the next push (``carry``): their rows come
+        once the next push's batches (or a flush's, or a finish's) are read back."""
+        return {w.stream_id for w in self._carry}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -474,7 +493,12 @@ class GpuPipeline:
         if self.overlap:
             self._complete(self._take_pending(keep=self.depth - 1))
             self._join_side()
-            flights = [self._launch(chunk) for chunk in self._chunks(windows)]
+            chunks = self._chunks(self._carry + windows)
+            self._carry = []
+            if self.carry and len(chunks) > 1 and len(chunks[-1]) < self.max_batch:
+                self._carry = chunks.pop()
+                self.windows_carried += len(self._carry)
+            flights = [self._launch(chunk) for chunk in chunks]
             if flights:
                 self._pending.append(flights)
                 self.pushes_launched += 1
@@ -484,7 +508,9 @@ class GpuPipeline:
 
     def flush(self) -> dict[str, list[FrameResult]]:
         """``overlap``: read back and track what the last push left running; the rows of
-        every session that has some (empty without overlap or when nothing is in flight)."""
+        every session that has some (empty without overlap or when nothing is in flight); the
+        windows carried (``carry``) are launched first."""
+        self._launch_carried()
         self._complete(self._take_pending())
         return self.take_ready()
 
@@ -498,6 +524,7 @@ class GpuPipeline:
         ``overlap``, the batches in flight are read back first; other sessions' rows among
         them come with the next push or flush.)"""
         session = self._get(sid)
+        self._launch_carried()
         self._complete(self._take_pending())
         self._join_side()
         self._run(session.stream.finish())
@@ -517,6 +544,14 @@ class GpuPipeline:
                 session.rows.extend(session.stream.drain())
             out[sid] = self._take(session)
         return out
+
+    def _launch_carried(self) -> None:
+        """The windows carried from the last push as a push of their own (so the uploads
+        waiting for the push after it resolve once they are read back)."""
+        if self._carry:
+            carried, self._carry = self._carry, []
+            self._pending.append([self._launch(carried)])
+            self.pushes_launched += 1
 
     def _take_pending(self, keep: int = 0) -> list[_InFlight]:
         """The batches left running by all but the last ``keep`` pushes, oldest first (those

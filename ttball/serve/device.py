@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import nullcontext
@@ -99,15 +98,18 @@ class DevicePath:
                                     depth=settings.pipeline_depth,
                                     stats_stream=settings.pipeline_stats_stream,
                                     compile_resize=settings.pipeline_compile_resize,
-                                    decode_early=settings.pipeline_decode_early)
+                                    decode_early=settings.pipeline_decode_early,
+                                    carry=settings.pipeline_carry)
         self.config = config
         metrics.watch_device()
         # backend thread: each open session's delivery (with overlap, a push returns rows of
         # sessions that are not among its uploads)
         self._sinks: dict[str, Callable[[list[FrameResult]], None]] = {}
         # overlap: uploads whose batches are in flight, each with the pipeline's count of
-        # launched pushes after its own (it resolves once pushes_done reaches that)
-        self._waiting: deque[tuple[int, Future[None]]] = deque()
+        # launched pushes after its own (after the next one when --carry-windows left some of
+        # its session's windows to it) and its session's key; each resolves once pushes_done
+        # reaches its count, or its session is closed
+        self._waiting: list[tuple[int, str, Future[None]]] = []
         self._ahead = settings.pipeline_decode_ahead  # run() is told the upcoming uploads
         self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
 
@@ -118,6 +120,7 @@ class DevicePath:
                 "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
                                       else 0),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
+                "carry_windows": self.pipeline.carry,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
@@ -148,6 +151,11 @@ class DevicePath:
     def _close(self, key: str) -> None:
         self.pipeline.close(key)
         self._sinks.pop(key, None)
+        # its uploads' rows will not be delivered: they need not wait for the pushes (a window
+        # carried for it is gone with it, and no push may come to resolve them)
+        for _, _, later in [w for w in self._waiting if w[1] == key]:
+            later.set_result(None)
+        self._waiting = [w for w in self._waiting if w[1] != key]
 
     # -- the backend thread ------------------------------------------------------------------------
     def warm(self, sizes: Sequence[int]) -> None:
@@ -203,10 +211,13 @@ class DevicePath:
             return results
         self._release()  # the uploads whose pushes' batches have been read back
         if self.pipeline.in_flight and pushed:
+            carried = self.pipeline.carried_sessions
             for i in live:
                 if not uploads[i].finish and results[i] is None:
                     results[i] = later = Future()
-                    self._waiting.append((self.pipeline.pushes_launched, later))
+                    key = uploads[i].key
+                    self._waiting.append(
+                        (self.pipeline.pushes_launched + (key in carried), key, later))
         return results
 
     def flush(self) -> None:
@@ -224,9 +235,11 @@ class DevicePath:
         """Resolve the uploads whose pushes' batches have been read back; with ``error``, fail
         every upload waiting."""
         done = self.pipeline.pushes_done
-        while self._waiting and (error is not None or self._waiting[0][0] <= done):
-            later = self._waiting.popleft()[1]
-            if error is None:
+        waiting, self._waiting = self._waiting, []
+        for target, key, later in waiting:
+            if error is None and target > done:
+                self._waiting.append((target, key, later))
+            elif error is None:
                 later.set_result(None)
             else:  # as the batcher answers a failed run
                 later.set_exception(ApiError(500, "backend_error", f"{type(error).__name__}: {error}"))
@@ -267,6 +280,7 @@ class DevicePath:
         before_cpu = dict(pipeline.timer.cpu_seconds)
         heatmaps, fallbacks = pipeline.heatmaps, pipeline.fallbacks
         ahead = self.ahead_counts()
+        carried = pipeline.windows_carried
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._profiler.push() if self._profiler is not None else nullcontext():
@@ -287,6 +301,8 @@ class DevicePath:
         for stage, total in pipeline.timer.cpu_seconds.items():
             on_cpu.labels(stage).inc(max(0.0, total - before_cpu.get(stage, 0.0)))
         self.metrics.push_frames.observe(len(frames))
+        assert self.metrics.windows_carried is not None
+        self.metrics.windows_carried.inc(pipeline.windows_carried - carried)
         host = pipeline.fallbacks - fallbacks
         self.metrics.heatmaps.labels("device").inc(pipeline.heatmaps - heatmaps - host)
         self.metrics.heatmaps.labels("host").inc(host)

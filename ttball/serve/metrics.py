@@ -113,6 +113,7 @@ class Metrics:
         self.push_frames: Histogram | None = None
         self.heatmaps: Counter | None = None
         self.decode_ahead: Counter | None = None
+        self.windows_carried: Counter | None = None
 
     def note_batch(self, n: int, size: int, seconds: float | None = None) -> None:
         """One network call of ``n`` windows padded to ``size`` (``seconds``: its time)."""
@@ -183,6 +184,9 @@ class Metrics:
         self.decode_ahead = Counter("ttball_decode_ahead", "Device pipeline, --decode-ahead: "
                                     "decodes started a push ahead, taken by the next push (hit) "
                                     "or dropped (miss)", ["result"], registry=r)
+        self.windows_carried = Counter("ttball_windows_carried", "Device pipeline, "
+                                       "--carry-windows: windows left by a push whose calls "
+                                       "were full for the next push's calls", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
