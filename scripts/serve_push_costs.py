@@ -47,7 +47,11 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
 # --quantiles: not in ms (each run's mean only)
 PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
-COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count")
+COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_count",
+            "ttball_batch_padding_total", "ttball_windows_carried_total")
+# the network's rows that were padding, and the windows a push carried to the next (serve
+# --carry-windows, thirty-ninth session), in % of the windows run: columns where a run has them
+BATCHING = ("padded_pct", "carried_pct")
 # the lane thread's CPU seconds by push stage (thirty-sixth session): "cpu %" columns, each
 # stage's CPU time over its wall time, where a run has them
 CPU_STAGES = ("decode", "preprocess", "postprocess", *POST, "total")
@@ -218,8 +222,12 @@ def runs(folder: Path) -> list[dict[str, float]]:
             continue
         frames = delta.get("frames_total", 0.0)
         calls = delta.get("batch_size_count", 0.0)
+        windows = delta.get("windows_total", 0.0)
         row = {"replicas": float(replicas), "sessions": float(sessions), "frames": frames,
-               "windows_a_call": delta.get("windows_total", 0.0) / calls if calls else 0.0}
+               "windows_a_call": windows / calls if calls else 0.0}
+        for column, counter in zip(BATCHING, ("batch_padding_total", "windows_carried_total")):
+            if counter in now:
+                row[column] = 100 * delta[counter] / windows if windows else 0.0
         for stage in STAGES:
             seconds = delta.get(f"push_{stage}", 0.0)
             row[f"{stage}_ms"] = 1e3 * seconds / frames if frames else 0.0
@@ -249,15 +257,19 @@ def main() -> None:
         rows = runs(folder)
         ray = any(row["replicas"] for row in rows)
         head = (["replicas"] if ray else []) + ["sessions", "frames", "windows_a_call"]
+        head += [h for h in BATCHING if any(h in row for row in rows)]
         head += [f"{s}_ms" for s in STAGES]
         head += [h for h in (*(f"{s}_cpu_pct" for s in CPU_STAGES), *ALLOCATOR)
                  if any(h in row for row in rows)]
         print(f"{folder}: push stages, host ms a frame (all lanes{' and replicas' if ray else ''}"
-              " summed); *_cpu_pct: the lane thread's CPU time in a stage over its wall time;"
-              " num_*: the CUDA caching allocator's cudaMalloc, cudaFree and retries")
+              " summed); padded_pct, carried_pct: the network's padding rows and the windows"
+              " carried to the next push, % of the windows run; *_cpu_pct: the lane thread's"
+              " CPU time in a stage over its wall time; num_*: the CUDA caching allocator's"
+              " cudaMalloc, cudaFree and retries")
         print("  " + " ".join(f"{h:>14}" for h in head))
         for row in rows:
-            cells = [f"{row.get(h, float('nan')):14.0f}"
+            cells = [f"{row.get(h, float('nan')):14.1f}" if h in BATCHING
+                     else f"{row.get(h, float('nan')):14.0f}"
                      if h in ("replicas", "sessions", "frames", *ALLOCATOR) or h.endswith("_pct")
                      else f"{row[h]:14.3f}" for h in head]
             print("  " + " ".join(cells))

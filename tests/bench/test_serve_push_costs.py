@@ -308,3 +308,28 @@ def test_cpu_shares_and_allocator_events_are_shown_where_a_run_has_them(tmp_path
     # a postprocess part's share from its own wall time (read since the thirty-seventh session)
     assert rows[1]["post_wait_cpu_pct"] == "20" and rows[0]["post_wait_cpu_pct"] == "40"
     assert "preprocess_cpu_pct" not in head and "num_alloc_retries" not in head
+
+
+def test_padding_and_carried_windows_are_shown_where_a_run_has_them(tmp_path: Path) -> None:
+    """ttball_batch_padding_total and ttball_windows_carried_total (serve --carry-windows) in %
+    of the windows run, each run's difference; a run without them has no such columns."""
+    def counted(frames: int, windows: int, calls: int, padding: int, carried: int) -> str:
+        return (_snapshot(frames, windows, calls, 0.1, 0.2)
+                + f"ttball_batch_padding_total {padding}.0\n"
+                + f"ttball_windows_carried_total {carried}.0\n")
+
+    (tmp_path / "metrics-8-0.txt").write_text(counted(300, 100, 10, 30, 0))
+    (tmp_path / "metrics-8-320.txt").write_text(counted(3300, 1100, 80, 50, 150))
+    rows = push_costs.runs(tmp_path)
+    assert len(rows) == 1
+    # 1000 windows in 70 calls, 20 padding rows (2 %), 150 carried (15 %)
+    assert rows[0]["padded_pct"] == 2.0 and rows[0]["carried_pct"] == 15.0
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    head, cells = (line.split() for line in done.stdout.splitlines()[1:3])
+    assert head[:6] == ["replicas", "sessions", "frames", "windows_a_call", "padded_pct",
+                        "carried_pct"]
+    assert cells[3:6] == ["14.286", "2.0", "15.0"]
+    (tmp_path / "metrics-8-0.txt").write_text(_snapshot(300, 100, 10, 0.1, 0.2))
+    (tmp_path / "metrics-8-320.txt").write_text(_snapshot(3300, 1100, 80, 0.2, 0.4))
+    assert "padded_pct" not in push_costs.runs(tmp_path)[0]

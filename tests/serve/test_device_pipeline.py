@@ -89,7 +89,8 @@ def servers(small_weights):
 
 @pytest.fixture(scope="module")
 def laned(small_weights):
-    """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread), and
+    """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread; with
+    --no-carry-windows), and
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
     while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
@@ -101,7 +102,8 @@ def laned(small_weights):
             "device_pipeline": True, "pipeline_lanes": 2}
     try:
         with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
-                serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True))) as lap_url, \
+                serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
+                                                         pipeline_carry=False))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
@@ -383,6 +385,7 @@ def test_a_refused_frame_leaves_the_other_uploads_of_its_push_alone(small_model,
     backend = create("eager-fp32", small_model, "cpu")
     settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True)
     path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
+    assert path.describe()["carry_windows"] is False  # on by default, but no overlap to carry to
     rows: dict[str, list] = {"a": [], "b": [], "alone": []}
 
     def upload(name, key, blobs, first):
@@ -525,8 +528,6 @@ def test_pipeline_depth_needs_overlap() -> None:
         ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_depth=5).validate()
     with pytest.raises(UserError, match="--stats-stream needs --pipeline-overlap"):
         ServeSettings(device_pipeline=True, pipeline_stats_stream=True).validate()
-    with pytest.raises(UserError, match="--carry-windows needs --pipeline-overlap"):
-        ServeSettings(device_pipeline=True, pipeline_carry=True).validate()
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
@@ -702,12 +703,10 @@ def test_cli_flag_sets_the_mode() -> None:
                                          "--decode-early"]))
     with pytest.raises(UserError, match="--decode-ahead needs --decode-processes"):
         settings_from(parser.parse_args(["--device-pipeline", "--decode-ahead"]))
-    assert both.pipeline_carry is False
-    carry = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
-                                             "--carry-windows"]))
-    assert carry.pipeline_carry is True
-    with pytest.raises(UserError, match="--carry-windows needs --pipeline-overlap"):
-        settings_from(parser.parse_args(["--device-pipeline", "--carry-windows"]))
+    assert both.pipeline_carry is True  # the default (it takes effect with the overlap only)
+    no_carry = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
+                                                "--no-carry-windows"]))
+    assert no_carry.pipeline_carry is False
     with pytest.raises(UserError, match="--decode-processes needs --device-pipeline"):
         settings_from(parser.parse_args(["--decode-processes", "1"]))
     with pytest.raises(UserError, match="--decode-processes must be in 0..16, got 17"):

@@ -82,11 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --decode-ahead: the next push's JPEGs go to the decode processes "
                         "before a push waits for its own, so each has its next request the "
                         "moment it answers one (docs/serve.md)")
-    p.add_argument("--carry-windows", action="store_true",
-                   help="with --pipeline-overlap: a push whose windows fill more than one "
-                        "network call launches the full calls and leaves the rest to the next "
-                        "push, instead of a short call padded to a warmed size (those windows' "
-                        "rows come a push later; docs/serve.md)")
+    p.add_argument("--carry-windows", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --pipeline-overlap: a push whose windows fill more "
+                        "than one network call launches the full calls and leaves the rest to "
+                        "the next push, instead of a short call padded to a warmed size (those "
+                        "windows' rows come a push later; docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "

@@ -185,8 +185,8 @@ class Metrics:
                                     "decodes started a push ahead, taken by the next push (hit) "
                                     "or dropped (miss)", ["result"], registry=r)
         self.windows_carried = Counter("ttball_windows_carried", "Device pipeline, "
-                                       "--carry-windows: windows left by a push whose calls "
-                                       "were full for the next push's calls", registry=r)
+                                       "--carry-windows (default): windows a push whose calls "
+                                       "were full left to the next push's calls", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -83,7 +83,9 @@ class ServeSettings:
     # With decode_ahead: the next push's decode is sent before a push waits for its own, so each
     # child has its next request the moment it answers one (DecoderProcess's ``then``).
     pipeline_decode_early: bool = False
-    pipeline_carry: bool = False  # --carry-windows
+    # With pipeline_overlap: a push's windows past its full calls carried to the next push
+    # (--no-carry-windows turns it off; nothing to carry to without overlap)
+    pipeline_carry: bool = True
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -152,8 +154,6 @@ class ServeSettings:
             raise UserError("--decode-processes needs --device-pipeline")
         if self.pipeline_decode_early and not self.pipeline_decode_ahead:
             raise UserError("--decode-early needs --decode-ahead")
-        if self.pipeline_carry and not self.pipeline_overlap:
-            raise UserError("--carry-windows needs --pipeline-overlap")
         if self.pipeline_decode_ahead and not self.pipeline_decode_processes:
             raise UserError("--decode-ahead needs --decode-processes (1 or more)")
         if self.pipeline_lanes < 1:
