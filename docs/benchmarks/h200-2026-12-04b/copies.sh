@@ -20,7 +20,6 @@ PYTHONPATH=$PWD:/tmp/site timeout 150 python3 -m pytest -q -p no:cacheprovider -
   PYTHONPATH=$PWD timeout 120 python3 scripts/gpu_copy_contention.py --procs 8 --mb 143 \
     --probe-mb 28 --reps 100 --out $OUT/contention.json > $OUT/contention.log 2>&1
   echo quit | nvidia-cuda-mps-control; sleep 2 ); t probe
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 R memcpy8 260 SESSIONS_8="320" $EIGHT
 LEFT=$(left)
 [ $LEFT -ge 120 ] && R kernel8 $LEFT SESSIONS_8="320" $EIGHT TTBALL_KERNEL_COPIES=1

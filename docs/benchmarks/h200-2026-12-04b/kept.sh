@@ -13,7 +13,6 @@ source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 PYTHONPATH=$PWD:/tmp/site timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/kernels/test_prepost.py -k "overlap or graphed or copies_the_logits" \
   > $OUT/tests.log 2>&1; t tests
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 R kept8 260 SESSIONS_8="320" $EIGHT TTBALL_PROFILE_PUSHES="80:10:$W/prof"
 cp $W/prof/summary.json $OUT/profile-summary.json 2>/dev/null
 LEFT=$(left)

@@ -11,8 +11,6 @@ TOTAL=${TOTAL:-560}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 PYTHONPATH=$PWD:/tmp/site timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/kernels/test_prepost.py -k "overlap" > $OUT/tests.log 2>&1; t tests
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 R depth1 260 SESSIONS_8="320" $EIGHT; after depth1
 LEFT=$(left)
 [ $LEFT -ge 130 ] && { R depth2 $LEFT SESSIONS_8="320" $EIGHT PIPELINE_DEPTH=2; after depth2; }

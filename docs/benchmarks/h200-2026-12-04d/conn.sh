@@ -11,8 +11,6 @@
 # > $OUT/call.log 2>&1. Prediction in ../LOG.md ("Thirty-seventh session").
 TOTAL=${TOTAL:-575}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 # what a replica and a decode child were started with, read while it warms up
 environ() {
   ( sleep $1; for p in $(pgrep -f "ServeReplica|spawn_main"); do

@@ -4,7 +4,10 @@
 # -- and finish LABEL... (each run's stages.txt, times.log and the whole folder as next.tgz
 # into $OUT). left (the seconds of TOTAL still free, less 10) is scripts/_loadtest.sh's, on
 # BUDGET_S set here: a left() of this file's own was overridden by that file's (the 33rd
-# session's first call skipped its second run on it: LEFT=-235).
+# session's first call skipped its second run on it: LEFT=-235). Also EIGHT (the
+# settings of eight replicas of one lane, the thirty-third session's shape, for R) and after
+# LABEL (serve_push_costs.py's host-ms table appended to that run's stages.txt), which the
+# calls since h200-2026-12-03i each wrote out.
 set -x
 export TRITON_CACHE_DIR=/tmp/tcache PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 W=/tmp/next; mkdir -p $W
@@ -18,3 +21,5 @@ source scripts/_loadtest.sh
 BUDGET_S=$(( TOTAL - 10 ))  # _loadtest.sh's left(): BUDGET_S less the seconds since T0
 install_wheels
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
+EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
+after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }

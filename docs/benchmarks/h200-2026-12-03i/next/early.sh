@@ -10,7 +10,6 @@
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-third session").
 TOTAL=${TOTAL:-580}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 R early8 360 DECODE_EARLY=1 SESSIONS_8="256 320" $EIGHT
 LEFT=$(left)
 [ $LEFT -ge 150 ] && R base8 $LEFT SESSIONS_8="256" $EIGHT

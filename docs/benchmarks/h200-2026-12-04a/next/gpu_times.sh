@@ -13,7 +13,6 @@ TOTAL=${TOTAL:-540}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 PYTHONPATH=$PWD:/tmp/site timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/kernels/test_prepost.py -k "overlap" > $OUT/tests.log 2>&1; t tests
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 R times8 360 SESSIONS_8="256 320" $EIGHT
 LEFT=$(left)
 [ $LEFT -ge 150 ] && R times12 $LEFT SESSIONS_12="320" REPLICAS=12 LANES=1 GPUS_PER_REPLICA=0.08 \

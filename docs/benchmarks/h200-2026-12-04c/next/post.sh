@@ -14,8 +14,6 @@
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-sixth session").
 TOTAL=${TOTAL:-570}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 R spin8 280 SESSIONS_8="320" $EIGHT TTBALL_PROFILE_PUSHES="40:6:$W/prof" TTBALL_PROFILE_STACK=1
 after spin8
 cp $W/prof/summary.json $OUT/profile-summary.json 2>/dev/null

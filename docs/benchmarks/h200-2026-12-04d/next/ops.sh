@@ -18,8 +18,6 @@ PYTHONPATH=$PWD:/tmp/site timeout 80 python3 -m pytest -q -p no:cacheprovider -m
   > $OUT/tests.log 2>&1
 PYTHONPATH=$PWD:/tmp/site timeout 60 python3 -m pytest -q -p no:cacheprovider -rA \
   tests/kernels/test_prepost_fused.py >> $OUT/tests.log 2>&1; t tests  # all of it, compiled
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 environ() {  # what the replicas were started with, read while they warm up
   ( sleep $1; for p in $(pgrep -f "ServeReplica"); do
       echo "$p $(tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -E '^TTBALL_' | tr '\n' ' ')"

@@ -11,8 +11,6 @@
 rm -rf /tmp/next  # ops.sh's runs are in its own $OUT already; the caches stay
 TOTAL=${TOTAL:-590}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 pipe=/tmp/mps-ops; mkdir -p $pipe
 CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_LOG_DIRECTORY=$pipe nvidia-cuda-mps-control -d
 export CUDA_MPS_PIPE_DIRECTORY=$pipe

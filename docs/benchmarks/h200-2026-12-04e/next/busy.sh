@@ -23,7 +23,6 @@ for m in (1, 10):
     print(f"TTBALL_PAD_MATMULS={m}: {start.elapsed_time(end) / 20:.3f} ms a replay alone")
 PY
 t padtime
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 R busy8 $(left) SESSIONS_8="320" $EIGHT TTBALL_PAD_MATMULS=10
 python3 scripts/serve_push_costs.py $W/busy8/ray >> $W/busy8/stages.txt 2>&1
 finish busy8

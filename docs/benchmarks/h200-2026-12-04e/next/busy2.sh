@@ -13,8 +13,6 @@
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Thirty-eighth session").
 TOTAL=${TOTAL:-585}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 PYTHONPATH=$PWD:/tmp/site timeout 80 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \
   tests/kernels/test_prepost.py -k "pad or matches_the_cpu" > $OUT/tests.log 2>&1
 PYTHONPATH=$PWD:/tmp/site timeout 40 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \

@@ -7,8 +7,6 @@
 rm -rf /tmp/next  # busy2.sh's runs are in its own $OUT already; the caches stay
 TOTAL=${TOTAL:-590}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
-after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
 R busy5 200 SESSIONS_8="320" $EIGHT TTBALL_PAD_MATMULS=5
 after busy5
 LEFT=$(left)
