@@ -498,10 +498,7 @@ class GpuPipeline:
             if self.carry and len(chunks) > 1 and len(chunks[-1]) < self.max_batch:
                 self._carry = chunks.pop()
                 self.windows_carried += len(self._carry)
-            flights = [self._launch(chunk) for chunk in chunks]
-            if flights:
-                self._pending.append(flights)
-                self.pushes_launched += 1
+            self._launch_push(chunks)
         else:
             self._run(windows)
         return self._collect(touched)
@@ -548,9 +545,15 @@ class GpuPipeline:
     def _launch_carried(self) -> None:
         """The windows carried from the last push as a push of their own (so the uploads
         waiting for the push after it resolve once they are read back)."""
-        if self._carry:
-            carried, self._carry = self._carry, []
-            self._pending.append([self._launch(carried)])
+        carried, self._carry = self._carry, []
+        self._launch_push([carried] if carried else [])
+
+    def _launch_push(self, chunks: list[list[Window]]) -> None:
+        """One backend call a chunk, left running as one push (counted in
+        ``pushes_launched``; nothing when there are no chunks)."""
+        flights = [self._launch(chunk) for chunk in chunks]
+        if flights:
+            self._pending.append(flights)
             self.pushes_launched += 1
 
     def _take_pending(self, keep: int = 0) -> list[_InFlight]:
