@@ -250,7 +250,7 @@ def web_model(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
         f"{model.config.sha256}|{INPUT_SIZE}|{torch.__version__}".encode()
         + Path(export.__file__).read_bytes()
     ).hexdigest()[:16]
-    cache = pytestconfig.cache  # None under -p no:cacheprovider
+    cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
     cached = (cache.mkdir("ttball-web-onnx") if cache else folder) / f"{key}.onnx"
     if not cached.is_file():
         export.export_onnx(model, cached, height=INPUT_SIZE[0], width=INPUT_SIZE[1])

@@ -8,6 +8,7 @@ import ctypes
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -286,7 +287,8 @@ def test_the_library_builds_with_nvcc_alone_once_and_exports_its_entry_points(tm
     assert loaded.ttball_conv3x3_direct_input
     assert build_library(tmp_path, "90", shutil.which("nvcc")) == lib  # reused, not rebuilt
     assert lib.stat().st_mtime_ns == stamp
-    assert [p.name for p in tmp_path.iterdir()] == [lib.name]  # no temporary file left
+    # no temporary file left; the build's lock stays (removing it would race a waiter)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lib.with_suffix(".lock").name, lib.name]
 
 
 def test_a_failing_compiler_says_why_and_leaves_nothing_behind(tmp_path) -> None:
@@ -297,7 +299,24 @@ def test_a_failing_compiler_says_why_and_leaves_nothing_behind(tmp_path) -> None
     out = tmp_path / "kernels"
     with pytest.raises(RuntimeError, match=r"nvcc exited with 2: .*something is wrong"):
         build_library(out, "90", str(nvcc))
-    assert list(out.iterdir()) == []
+    assert [p.suffix for p in out.iterdir()] == [".lock"]  # no library, no temporary file
+
+
+def test_processes_building_the_library_at_once_run_nvcc_once(tmp_path) -> None:
+    """Eight replicas started together each ran nvcc: now the first builds while the others
+    wait for its lock, then take its library (threads here: their locks exclude each other
+    as processes' do)."""
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    runs = tmp_path / "runs"
+    nvcc.write_text(f'#!/bin/sh\necho run >> "{runs}"\nsleep 0.3\n'
+                    'while [ "$1" != -o ]; do shift; done\necho lib > "$2"\n')
+    nvcc.chmod(0o755)
+    with ThreadPoolExecutor(4) as pool:
+        libs = list(pool.map(lambda _: build_library(tmp_path / "kernels", "90", str(nvcc)),
+                             range(4)))
+    assert len(set(libs)) == 1 and libs[0].read_text() == "lib\n"
+    assert runs.read_text() == "run\n"
 
 
 def test_an_nvcc_without_split_compile_builds_without_it(tmp_path) -> None:

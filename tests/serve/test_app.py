@@ -68,7 +68,7 @@ def test_ready_only_after_warmup_with_progress(start) -> None:
     reply = client.http.get("/readyz")
     assert reply.status_code == 503
     assert reply.json()["warmup"] == {"batch_sizes": [1, 2], "done": [], "pending": [1, 2],
-                                      "seconds": {}}
+                                      "seconds": {}, "tuning": None}
     assert client.http.get("/v2/health/ready").status_code == 503
     assert client.http.get("/v2/models/blurball/ready").status_code == 503
     refused = client.http.post("/v1/sessions", json={})
@@ -79,6 +79,25 @@ def test_ready_only_after_warmup_with_progress(start) -> None:
     assert body["warmup"]["done"] == [1, 2] and body["startup_seconds"]["total"] > 0
     assert backend.warmed == {1, 2}
     assert client.http.get("/v2/health/ready").status_code == 200
+
+
+class RecordedBackend(GatedBackend):
+    """Says, as the Triton backends do with a cache folder, which sizes took a tuning record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tuning: dict[tuple[int, ...], tuple[str, str | None]] = {}
+
+    def run(self, batch):
+        shape = tuple(batch.shape)
+        self.tuning.setdefault(shape, ("record", None) if shape[0] == 1 else ("tuned", "no record"))
+        return super().run(batch)
+
+
+def test_readiness_says_which_sizes_took_a_tuning_record(start, capfd) -> None:
+    client = start(RecordedBackend())
+    assert client.readiness()["warmup"]["tuning"] == {"1": "record", "2": "tuned"}
+    assert "1 of 2 sizes from tuning records" in capfd.readouterr().out
 
 
 def test_overload_gets_429_with_retry_after_and_others_finish(start) -> None:

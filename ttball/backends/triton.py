@@ -31,7 +31,9 @@ Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +44,13 @@ from ttball.backends.base import register
 from ttball.backends.cudagraph import GraphCache, GraphedBackend
 from ttball.bench.timing import TimingPlan, time_calls
 from ttball.errors import BackendUnavailable, UserError
+from ttball.kernels.records import (
+    RECORD,
+    TuningRecords,
+    device_identity,
+    record_key,
+    tuned_or_recorded,
+)
 from ttball.kernels.refine import Refinement
 
 _CAPTURE_WARMUP = 1  # eager runs of a tuned shape before capture (all kernels are compiled by then)
@@ -49,7 +58,7 @@ _CAPTURE_WARMUP = 1  # eager runs of a tuned shape before capture (all kernels a
 # (GraphCache's by_address): 0.16-0.30 ms of copy a call at batch 64, -1.5 % measured; the
 # executor's buffers are per shape, so each costs only the graph
 _ADDRESSED_GRAPHS = 4
-_TAGS = ("fp16", "folded", "channels_last")
+_TAGS = ("fp16", "folded", "channels_last", "disk-cache")
 
 
 def triton_missing(device: torch.device) -> str | None:
@@ -100,7 +109,8 @@ class TritonBackend(GraphedBackend):
         self, model: torch.nn.Module, device: torch.device, graph: bool = True,
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
         branches: bool = False, direct: bool = False, refine: bool = False,
-        project: str = "tail", **options: Any,
+        project: str = "tail", cache_dir: str | os.PathLike[str] | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
@@ -131,6 +141,14 @@ class TritonBackend(GraphedBackend):
         self.refinements: dict[tuple[int, ...], Refinement] = {}
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP,
                                   by_address=_ADDRESSED_GRAPHS)
+        # cache_dir: the tuner's choices kept in cache_dir/tuning (ttball.kernels.records);
+        # per shape, whether its first call tuned or took a record, and why not a record
+        self.records = (TuningRecords(Path(cache_dir).expanduser() / "tuning")
+                        if cache_dir is not None and self.executor.tune else None)
+        self._variant = {"pdl": bool(pdl), "tma": bool(tma), "rows": bool(rows),
+                         "branches": bool(branches), "direct": bool(direct),
+                         "refine": self.refine, "project": project}
+        self.tuning: dict[tuple[int, ...], tuple[str, str | None]] = {}
 
     def _check(self, batch: Tensor) -> Tensor:
         if batch.shape[2] % 8 or batch.shape[3] % 8:
@@ -142,6 +160,8 @@ class TritonBackend(GraphedBackend):
         """Each step's tuned configuration for input ``shape`` (``ttball bench``'s ``tuned``),
         after what ``refine`` did, if it ran."""
         steps = self.executor.tuned(shape)
+        if steps is not None and self.tuning.get(shape, ("",))[0] == RECORD:
+            return f"from a tuning record: {steps}"
         if steps is None or shape not in self.refinements:
             return steps
         return f"refine: {self.refinements[shape].summary()}; {steps}"
@@ -152,14 +172,38 @@ class TritonBackend(GraphedBackend):
             return self.executor(batch).clone()
         shape = tuple(batch.shape)
         if shape not in self._graphs:
-            self.executor(batch)  # first call of the shape, on the current stream: compiles and tunes
-            if self.refine:  # an optimization: its failure leaves the tuner's choice
-                try:
-                    self.refinements[shape] = self.executor.refine(batch, self._replay_ms)
-                except Exception as exc:  # noqa: BLE001  (capture or timing errors vary)
-                    self.refinements[shape] = Refinement(
-                        float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
+            if self.executor.has(shape):
+                self.executor(batch)
+            elif self.records is None:
+                self._tune(batch)
+            else:
+                self.tuning[shape] = self._tune_or_record(batch)
         return self._graphs(batch)
+
+    def _tune(self, batch: Tensor) -> list[Any]:
+        """The shape's first call, on the current stream: compiles and tunes (and refines)."""
+        shape = tuple(batch.shape)
+        self.executor(batch)
+        if self.refine:  # an optimization: its failure leaves the tuner's choice
+            try:
+                self.refinements[shape] = self.executor.refine(batch, self._replay_ms)
+            except Exception as exc:  # noqa: BLE001  (capture or timing errors vary)
+                self.refinements[shape] = Refinement(
+                    float("nan"), float("nan"), skipped=f"failed: {type(exc).__name__}: {exc}")
+        return self.executor.configs(shape)
+
+    def _tune_or_record(self, batch: Tensor) -> tuple[str, str | None]:
+        """The shape's first call with its tuning record (``cache_dir``), else tuned and
+        recorded: one process at a time per record (:func:`tuned_or_recorded`)."""
+        assert self.records is not None
+        shape = tuple(batch.shape)
+        identity = device_identity(self.device)
+        key = record_key(self.plan, shape, self._variant, identity)
+        about = {"backend": self.name, "shape": list(shape), "variant": self._variant,
+                 **identity}
+        return tuned_or_recorded(self.records, key, len(self.executor.launches),
+                                 lambda configs: self.executor.first_call_with(batch, configs),
+                                 lambda: self._tune(batch), about)
 
     def _replay_ms(self, batch: Tensor) -> float:
         """Median ms of a replay of the executor's call as it stands, from a CUDA graph

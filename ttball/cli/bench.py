@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-dir",
         default=None,
-        help="compile/engine cache root (default: a fresh temporary directory, "
-        "so first calls are cold)",
+        help="compile, engine and tuning-record cache root, one folder a variant (default: a "
+        "fresh temporary directory, so first calls are cold)",
     )
     parser.add_argument(
         "--threads",

@@ -89,6 +89,7 @@ import torch
 from torch import Tensor
 
 from ttball.cachedir import cache_dir
+from ttball.filelock import exclusive
 from ttball.kernels.plan import INPUT, Conv
 
 # (TH rows, TW columns) per block. (A 16 × 32 tile, each warp four 16-pixel segments so that a
@@ -247,8 +248,10 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     source, the architecture and the compiler; an existing one is reused. ``nvcc`` alone builds
     it (no PyTorch headers, which took about two minutes of a 2-core machine's compile in the
     ``load_inline`` build this replaces, the kernels 8 s), its device code optimised on every
-    core (``--split-compile=0``); another process building the same library at once only costs
-    time (each writes its own temporary file, then renames it)."""
+    core (``--split-compile=0``). One process builds it at a time (a lock beside it,
+    :func:`ttball.filelock.exclusive`): others wait, then take its library (eight replicas
+    started together each ran nvcc on every core); past the lock's timeout a process builds its
+    own, writing a temporary file and renaming it, so a reader never sees half of one."""
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RuntimeError("needs nvcc (CUDA's compiler) to build the kernel")
@@ -258,6 +261,15 @@ def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     lib = directory / f"ttball_direct_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     if lib.is_file():
         return lib
+    with exclusive(lib.with_suffix(".lock")):
+        if lib.is_file():  # built by the process that held the lock
+            return lib
+        return _nvcc(lib, nvcc, real, target)
+
+
+def _nvcc(lib: Path, nvcc: str, real: Path, target: str) -> Path:
+    """``lib`` built by ``nvcc`` (``real``: its resolved path) for ``sm_<target>``."""
+    directory = lib.parent
     directory.mkdir(parents=True, exist_ok=True)
     tmp = lib.with_name(f"{lib.stem}.{os.getpid()}.tmp.so")
     # the CUDA runtime as a shared library: the one PyTorch loaded (same soname) if it has,

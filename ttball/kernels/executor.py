@@ -789,6 +789,40 @@ class TritonExecutor:
         self._buffers[shape], self._configs[shape], self._timed[shape] = bufs, chosen, timed
         return bufs.logits
 
+    def first_call_with(self, batch: Tensor, configs: list[Config]) -> Tensor:
+        """The first call of ``batch``'s shape with each step's configuration given (a tuning
+        record, :mod:`ttball.kernels.records`) instead of tuned: the given kernels compiled on
+        all cores (CUDA), then one call. Raises what a launch raises, the shape then left
+        untuned (its next call tunes)."""
+        shape = tuple(batch.shape)
+        if len(configs) != len(self.launches):
+            raise ValueError(f"{len(configs)} configurations for {len(self.launches)} steps")
+        start = time.perf_counter()
+        bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
+        bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
+        if self.device.type == "cuda":
+            calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
+                     for launch, cfg in zip(self.launches, configs)
+                     if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
+            jobs = ([lambda: direct_library(self.device)]
+                    if any(cfg.direct for cfg in configs) else [])
+            self.precompiled[shape] = precompile(calls, self.device, compile_threads(), jobs)
+        bufs.sum_block.zero_()
+        for launch, cfg in zip(self.launches, configs):
+            launch(bufs.tensors, bufs.sums, cfg)
+        self._buffers[shape], self._configs[shape] = bufs, list(configs)
+        self._timed[shape] = [[(0.0, cfg)] for cfg in configs]  # nothing for refine to try
+        self.cold_seconds[shape] = time.perf_counter() - start
+        return bufs.logits
+
+    def has(self, shape: tuple[int, ...]) -> bool:
+        """Whether ``shape`` had its first call (tuned or given its configurations)."""
+        return shape in self._configs
+
+    def configs(self, shape: tuple[int, ...]) -> list[Config]:
+        """The configuration of each step for ``shape`` (after its first call)."""
+        return list(self._configs[shape])
+
     def refine(self, batch: Tensor, time_graph: Callable[[Tensor], float],
                **options: Any) -> Refinement:
         """Re-choose the steps' configurations for ``batch``'s shape by timing the whole CUDA

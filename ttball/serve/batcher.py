@@ -51,6 +51,7 @@ import torch
 
 from ttball import __version__
 from ttball.backends import Backend, resolve_device
+from ttball.kernels.records import RECORD
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
@@ -669,7 +670,7 @@ class Worker:
                     if self.device is not None else "")
         print(f"ttball serve: ready after {self.seconds['total']:.1f} s "
               f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}{pipeline}, "
-              f"warm-up {_fmt_warm(self.warmup_s)})", flush=True)
+              f"warm-up {_fmt_warm(self.warmup_s)}{_fmt_tuning(self._tuning())})", flush=True)
 
     async def shut_down(self) -> None:
         was_ready = self.phase == "ready"
@@ -701,7 +702,8 @@ class Worker:
             "weights": getattr(self.config, "name", None),
             "warmup": {"batch_sizes": sizes, "done": sorted(self.warmup_s),
                        "pending": [b for b in sizes if b not in self.warmup_s],
-                       "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()}},
+                       "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()},
+                       "tuning": self._tuning()},
             "verified": getattr(self.verification, "passed", None),
             "auto": None if self.choice is None else {
                 "chosen": self.choice.backend, "cached": self.choice.cached,
@@ -714,6 +716,15 @@ class Worker:
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }
+
+    def _tuning(self) -> dict[str, str] | None:
+        """Per batch size warmed so far, whether its first call tuned the kernels or took a
+        tuning record (backends that keep them, with ``--compile-cache``:
+        :mod:`ttball.kernels.records`); None for other backends."""
+        tuning = getattr(self.backend, "tuning", None)
+        if not isinstance(tuning, dict) or not tuning:
+            return None
+        return {str(shape[0]): source for shape, (source, _) in sorted(tuning.items())}
 
     def _gpu_share(self) -> dict[str, Any] | None:
         """gpu_share for /readyz: asked of CUDA on each call until the worker is ready (the
@@ -765,6 +776,13 @@ def _lane_thread(threads: int, device: torch.device) -> None:
 
 def _windows(units: int) -> str:
     return f"{units / WINDOW:.4g}"
+
+
+def _fmt_tuning(tuning: dict[str, str] | None) -> str:
+    if not tuning:
+        return ""
+    taken = sum(source == RECORD for source in tuning.values())
+    return f"; {taken} of {len(tuning)} sizes from tuning records"
 
 
 def _fmt_warm(seconds: dict[int, float]) -> str:

@@ -1,0 +1,38 @@
+# Fortieth session (prepared; no device was lent that session): the cold start of eight
+# replicas with tuning records and one nvcc build at a time (ttball/kernels/records.py,
+# ttball/filelock.py). Eight `serve --ray` replicas of triton-fp16-direct started cold on one
+# H200 each built the CUDA kernels' library and tuned every batch size at once, and outlasted
+# ~240 s (h200-2026-12-04f/call1 base8; the thirty-eighth session's call 5); primed by one
+# process first (86 s) they were ready in 70-79 s. Now one replica builds and tunes each shape
+# while the others wait for its record. Runs: `cold` (every cache empty: Triton's, the kernels'
+# library, the compile cache), then `warm` (a restart on the caches and records `cold` left),
+# each at 320 sessions, eight replicas of one lane (the thirty-ninth session's shape), then the
+# GPU tests of the records and the build lock (after, so they do not warm the caches first).
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=590 bash docs/benchmarks/h200-2026-12-04g/next/records.sh
+# > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Fortieth session").
+TOTAL=${TOTAL:-590}
+source docs/benchmarks/h200-2026-12-03h/next/_call.sh
+# caches of this call alone, empty at its start (an earlier call on the machine filled /tmp/tcache)
+export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
+rm -rf /tmp/rtcache /tmp/rttball /tmp/rcache
+R cold 270 SESSIONS_8="320" $EIGHT CACHE=/tmp/rcache
+after cold
+ls -la /tmp/rcache/tuning $TTBALL_CACHE_DIR/kernels > $W/cold/records.txt 2>&1
+R warm 200 SESSIONS_8="320" $EIGHT CACHE=/tmp/rcache
+after warm
+for l in cold warm; do
+  python3 - $W/$l/ray/ready-8.json <<'PY' >> $W/times.txt 2>&1
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(sys.argv[1], "ready in", r.get("time_to_ready_s"), "s")
+for rep in r["replicas"]:
+    w = rep.get("warmup") or {}
+    print(" ", rep["replica"], "tuning", w.get("tuning"), "warm-up s", w.get("seconds"),
+          "start-up", rep.get("startup_seconds"))
+PY
+done
+PYTHONPATH=$PWD:/tmp/site timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
+  tests/kernels/test_records.py tests/kernels/test_direct.py -k "record or library or building" \
+  -s > $OUT/tests.log 2>&1
+t tests
+finish cold warm
