@@ -58,10 +58,8 @@ def shapes_of(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return {"shape": list(obj.shape), "dtype": str(obj.dtype)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {
-            "type": type(obj).__name__,
-            **{f.name: shapes_of(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
-        }
+        return {"type": type(obj).__name__,
+                **{f.name: shapes_of(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
     if isinstance(obj, dict):
         return {str(k): shapes_of(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -74,32 +72,16 @@ def device_identity(device: torch.device) -> dict[str, Any]:
     import triton
 
     props = torch.cuda.get_device_properties(device)
-    return {
-        "gpu": props.name,
-        "capability": list(torch.cuda.get_device_capability(device)),
-        "sms": props.multi_processor_count,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-    }
+    return {"gpu": props.name, "capability": list(torch.cuda.get_device_capability(device)),
+            "sms": props.multi_processor_count, "torch": torch.__version__,
+            "triton": triton.__version__, "cuda": torch.version.cuda}
 
 
-def record_key(
-    plan: Any,
-    shape: Iterable[int],
-    options: dict[str, Any],
-    identity: dict[str, Any],
-    sources: str | None = None,
-) -> str:
+def record_key(plan: Any, shape: Iterable[int], options: dict[str, Any],
+               identity: dict[str, Any], sources: str | None = None) -> str:
     """The record's name: a digest of everything the tuner's choice depends on."""
-    parts = {
-        "format": FORMAT,
-        "sources": sources or source_digest(),
-        "plan": shapes_of(plan),
-        "shape": list(shape),
-        "options": options,
-        "identity": identity,
-    }
+    parts = {"format": FORMAT, "sources": sources or source_digest(), "plan": shapes_of(plan),
+             "shape": list(shape), "options": options, "identity": identity}
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -129,25 +111,15 @@ class TuningRecords:
         """Write the record atomically (readers see the old one or the new one, never half);
         ``about``: what it was tuned for, kept in the file for people."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        data = {
-            "format": FORMAT,
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **about,
-            "configs": [dataclasses.asdict(c) for c in configs],
-        }
+        data = {"format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **about,
+                "configs": [dataclasses.asdict(c) for c in configs]}
         with atomic_write(self.path(key)) as f:
             json.dump(data, f, indent=1, default=str)
 
 
-def tuned_or_recorded(
-    records: TuningRecords,
-    key: str,
-    steps: int,
-    adopt: Callable[[list[Config]], None],
-    tune: Callable[[], list[Config]],
-    about: dict[str, Any],
-    timeout_s: float = 900.0,
-) -> tuple[str, str | None]:
+def tuned_or_recorded(records: TuningRecords, key: str, steps: int,
+                      adopt: Callable[[list[Config]], None], tune: Callable[[], list[Config]],
+                      about: dict[str, Any], timeout_s: float = 900.0) -> tuple[str, str | None]:
     """Under the record's lock: ``adopt`` its configurations if it loads (a first call with
     them), else ``tune`` (a first call that tunes, returning what it chose) and save them.
     Returns ``(RECORD or TUNED, why the record was not used or None)``. Another holder past
