@@ -20,6 +20,7 @@ from ttball.kernels.records import (
     TUNED,
     TuningRecords,
     record_key,
+    records_folder,
     shapes_of,
     source_digest,
     tuned_or_recorded,
@@ -57,6 +58,13 @@ def test_a_key_follows_shapes_options_machine_and_sources_not_weights(plan) -> N
                 record_key(build_plan(randomize_batchnorm(BlurBall(), seed=0).eval(),
                                       project_terms="conv"),
                            (16, 9, 288, 512), OPTIONS, IDENTITY, sources="s")}) == 7
+
+
+def test_records_live_in_the_cache_folder_given_else_in_ttball_s_own(tmp_path,
+                                                                      monkeypatch) -> None:
+    assert records_folder(tmp_path / "c") == tmp_path / "c" / "tuning"
+    monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "own"))
+    assert records_folder() == tmp_path / "own" / "tuning"
 
 
 def test_shapes_stand_for_tensors_and_the_sources_digest_covers_the_kernel_files(tmp_path) -> None:
@@ -192,10 +200,12 @@ def test_the_first_call_with_given_configurations_computes_the_plan(plan) -> Non
 
 
 @pytest.mark.gpu
-def test_a_second_backend_takes_the_first_ones_record_and_computes_the_same(tmp_path) -> None:
-    """On a GPU: triton-fp16 with a cache folder tunes a shape and records it; a second
-    instance (another process, a lane) takes the record without tuning, runs the same
-    configurations, and says so in ``tuned``; a damaged record is tuned again."""
+def test_a_second_backend_takes_the_first_ones_record_and_computes_the_same(
+        tmp_path, monkeypatch) -> None:
+    """On a GPU: triton-fp16 tunes a shape and records it (in ``$TTBALL_CACHE_DIR/tuning``
+    when no cache folder is given); a second instance (another process, a lane) with the same
+    folder takes the record without tuning, runs the same configurations, and says so in
+    ``tuned``; a damaged record is tuned again; ``records=False`` neither reads nor writes."""
     if not CUDA:
         pytest.skip("needs a CUDA GPU")
     from ttball.backends import create
@@ -203,6 +213,14 @@ def test_a_second_backend_takes_the_first_ones_record_and_computes_the_same(tmp_
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     x = torch.randn(2, 9, 72, 128, device=DEVICE)
     shape = tuple(x.shape)
+    monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "own"))
+    unrecorded = create("triton-fp16", model, DEVICE, records=False)
+    unrecorded(x)
+    assert unrecorded.tuning == {} and not (tmp_path / "own" / "tuning").exists()
+    default = create("triton-fp16", model, DEVICE)
+    default(x)
+    assert default.tuning[shape][0] == TUNED
+    assert len(list((tmp_path / "own" / "tuning").glob("*.json"))) == 1
     first = create("triton-fp16", model, DEVICE, cache_dir=tmp_path)
     want = first(x).float().clone()
     assert first.tuning[shape][0] == TUNED

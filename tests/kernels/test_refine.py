@@ -130,7 +130,7 @@ def test_refined_backend_replays_the_same_logits_as_triton() -> None:
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     x = torch.randn(1, 9, 72, 128, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     plain = create("triton-fp16", model, DEVICE)
-    refined = create("triton-fp16-branches-refined", model, DEVICE)
+    refined = create("triton-fp16-branches-refined", model, DEVICE, records=False)  # refines
     rel = graph_replay_rel(refined, plain, x)
     assert rel < 1e-3, f"relative difference {rel:.1e}"
     report = refined.refinements[tuple(x.shape)]

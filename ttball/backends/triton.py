@@ -24,7 +24,10 @@ chosen again by timing the whole graph, since side by side the steps compete for
 Option ``tune=False`` skips the per-shape tuning
 and uses each step's default configuration; ``project`` ("tail", "conv" or "off") is
 :func:`ttball.kernels.build_plan`'s ``project_terms``: where the fuse outputs' coarse terms
-are computed.
+are computed. Each shape's tuned configurations are kept as a tuning record
+(:mod:`ttball.kernels.records`) in ``cache_dir/tuning``, else ``$TTBALL_CACHE_DIR/tuning``,
+and a later first call of the shape, in this process or another, takes it instead of tuning
+(``records=False``: tune every time, keep nothing).
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
 
@@ -33,7 +36,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,6 +51,7 @@ from ttball.kernels.records import (
     TuningRecords,
     device_identity,
     record_key,
+    records_folder,
     tuned_or_recorded,
 )
 from ttball.kernels.refine import Refinement
@@ -110,7 +113,7 @@ class TritonBackend(GraphedBackend):
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
         branches: bool = False, direct: bool = False, refine: bool = False,
         project: str = "tail", cache_dir: str | os.PathLike[str] | None = None,
-        **options: Any,
+        records: bool = True, **options: Any,
     ) -> None:
         super().__init__(device)
         if options:
@@ -141,10 +144,11 @@ class TritonBackend(GraphedBackend):
         self.refinements: dict[tuple[int, ...], Refinement] = {}
         self._graphs = GraphCache(self.executor, device, _CAPTURE_WARMUP,
                                   by_address=_ADDRESSED_GRAPHS)
-        # cache_dir: the tuner's choices kept in cache_dir/tuning (ttball.kernels.records);
-        # per shape, whether its first call tuned or took a record, and why not a record
-        self.records = (TuningRecords(Path(cache_dir).expanduser() / "tuning")
-                        if cache_dir is not None and self.executor.tune else None)
+        # records: the tuner's choices kept on disk (ttball.kernels.records), in
+        # cache_dir/tuning or $TTBALL_CACHE_DIR/tuning; per shape, whether its first call
+        # tuned or took a record, and why not a record
+        self.records = (TuningRecords(records_folder(cache_dir))
+                        if records and self.executor.tune else None)
         self._variant = {"pdl": bool(pdl), "tma": bool(tma), "rows": bool(rows),
                          "branches": bool(branches), "direct": bool(direct),
                          "refine": self.refine, "project": project}

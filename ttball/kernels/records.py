@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ttball.cachedir import cache_dir as default_cache_dir
 from ttball.errors import UserError
 from ttball.filelock import exclusive
 from ttball.results import atomic_write
@@ -84,6 +86,14 @@ def record_key(plan: Any, shape: Iterable[int], options: dict[str, Any],
              "shape": list(shape), "options": options, "identity": identity}
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def records_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where a backend keeps its tuning records: ``cache_dir/tuning`` (``serve
+    --compile-cache``, ``bench --cache-dir``), else ``$TTBALL_CACHE_DIR/tuning`` (default
+    ``~/.cache/ttball/tuning``, beside the CUDA kernels' library)."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / "tuning"
 
 
 class TuningRecords:
