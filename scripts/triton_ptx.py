@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     model = load_weights(args.weights, None)
-    backend = create("triton-fp16-direct", model, device)
+    backend = create("triton-fp16-direct", model, device, records=False)  # its timings kept
     x = torch.randn(args.batch, 9, model.config.input_height, model.config.input_width,
                     device=device)
     backend(x)  # tunes every step for this shape
