@@ -142,6 +142,33 @@ def test_a_child_that_cannot_start_its_decoder_is_an_error_at_once():
         DecoderProcess("cpu", library="gif")
 
 
+def test_children_start_together_then_are_waited_for(monkeypatch):
+    """Each child's start (spawn, imports, its decoder) runs beside the others' instead of
+    after them: all launched before the first is waited for."""
+    from ttball.kernels import decode_process
+
+    events: list[str] = []
+    launch, wait = decode_process._Child._launch, decode_process._Child.wait_ready
+
+    def launched(child):
+        events.append("launch")
+        launch(child)
+
+    def waited(child):
+        events.append("wait")
+        wait(child)
+
+    monkeypatch.setattr(decode_process._Child, "_launch", launched)
+    monkeypatch.setattr(decode_process._Child, "wait_ready", waited)
+    d = DecoderProcess("cpu", library="cv2", processes=3)
+    try:
+        assert events == ["launch"] * 3 + ["wait"] * 3
+        assert d.kind == "cv2"
+        assert_frames_equal(d(blobs(4)), blobs(4))
+    finally:
+        d.close()
+
+
 def test_slots_and_processes_must_hold_something():
     with pytest.raises(ValueError, match="processes, slot_bytes and slots must be >= 1"):
         DecoderProcess("cpu", slot_bytes=0)

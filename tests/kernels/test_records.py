@@ -67,6 +67,21 @@ def test_records_live_in_the_cache_folder_given_else_in_ttball_s_own(tmp_path,
     assert records_folder() == tmp_path / "own" / "tuning"
 
 
+def test_the_environment_turns_records_off_and_refuses_other_values(monkeypatch) -> None:
+    from ttball.errors import UserError
+    from ttball.kernels.records import records_wanted
+
+    monkeypatch.delenv("TTBALL_TUNING_RECORDS", raising=False)
+    assert records_wanted()
+    monkeypatch.setenv("TTBALL_TUNING_RECORDS", "0")
+    assert not records_wanted()
+    monkeypatch.setenv("TTBALL_TUNING_RECORDS", " 1 ")
+    assert records_wanted()
+    monkeypatch.setenv("TTBALL_TUNING_RECORDS", "off")
+    with pytest.raises(UserError, match="must be 0 or 1, got 'off'"):
+        records_wanted()
+
+
 def test_shapes_stand_for_tensors_and_the_sources_digest_covers_the_kernel_files(tmp_path) -> None:
     step = build_plan(BlurBall().eval()).steps[0]
     described = shapes_of(step)

@@ -354,6 +354,9 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     assert client.readiness()["device_pipeline"]["fused_windows"] == 0  # no Triton path on a CPU
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
+    # the pipeline's set-up (its decoder) is a start-up phase of its own
+    assert client.readiness()["startup_seconds"]["pipeline"] >= 0
+    assert "pipeline" not in servers["host"].readiness()["startup_seconds"]
     session = client.open_session()
     for data in jpegs[:4]:
         session.send(data)

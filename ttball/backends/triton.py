@@ -27,7 +27,7 @@ and uses each step's default configuration; ``project`` ("tail", "conv" or "off"
 are computed. Each shape's tuned configurations are kept as a tuning record
 (:mod:`ttball.kernels.records`) in ``cache_dir/tuning``, else ``$TTBALL_CACHE_DIR/tuning``,
 and a later first call of the shape, in this process or another, takes it instead of tuning
-(``records=False``: tune every time, keep nothing).
+(``records=False`` or ``TTBALL_TUNING_RECORDS=0``: tune every time, keep nothing).
 Input ``(B, 9, H, W)`` float32 with H, W multiples of 8; output logits float32.
 """
 
@@ -52,6 +52,7 @@ from ttball.kernels.records import (
     device_identity,
     record_key,
     records_folder,
+    records_wanted,
     tuned_or_recorded,
 )
 from ttball.kernels.refine import Refinement
@@ -148,7 +149,7 @@ class TritonBackend(GraphedBackend):
         # cache_dir/tuning or $TTBALL_CACHE_DIR/tuning; per shape, whether its first call
         # tuned or took a record, and why not a record
         self.records = (TuningRecords(records_folder(cache_dir))
-                        if records and self.executor.tune else None)
+                        if records and records_wanted() and self.executor.tune else None)
         self._variant = {"pdl": bool(pdl), "tma": bool(tma), "rows": bool(rows),
                          "branches": bool(branches), "direct": bool(direct),
                          "refine": self.refine, "project": project}

@@ -84,10 +84,14 @@ class DecoderProcess:
         self._ahead: _Request | None = None  # a prefetch not taken yet
         self.ahead_hits = self.ahead_misses = 0
         self._children: list[_Child] = []
-        try:
+        try:  # all started, then each waited for: a child's start (spawn, import torch, open
+            # CUDA and its decoder) takes seconds, more beside other replicas' children, and
+            # one after another they added up in the worker's start-up
             for _ in range(processes):
                 self._children.append(_Child(self.device, library, slot_bytes, slots,
-                                             inbox_bytes))
+                                             inbox_bytes, wait=False))
+            for child in self._children:
+                child.wait_ready()
         except BaseException:
             self.close()
             raise
@@ -224,7 +228,8 @@ class _Child:
     """One child process, its pipe, its ``slots`` shared buffers and their inboxes."""
 
     def __init__(self, device: torch.device, library: str, slot_bytes: int, slots: int,
-                 inbox_bytes: int) -> None:
+                 inbox_bytes: int, wait: bool = True) -> None:
+        """``wait=False``: the process is started but not waited for (:meth:`wait_ready`)."""
         self.device, self.library = device, library
         # the JPEG bytes of a request, one inbox a slot (read by the child before it answers, so
         # free again once the answer is in; a second request may be sent before the first's
@@ -250,9 +255,15 @@ class _Child:
         self._sent = 0.0  # when the request in hand (or its last "next") was sent
         self.restarts = 0
         self.kind, self.gpu_reason = "", None
-        self._start()
+        self._launch()
+        if wait:
+            self.wait_ready()
 
     def _start(self) -> None:
+        self._launch()
+        self.wait_ready()
+
+    def _launch(self) -> None:
         ctx = tmp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring,
@@ -263,6 +274,9 @@ class _Child:
         self.proc, self.conn = proc, parent
         self._in_flight.clear()  # a dead child's requests die with it
         self._finalizer = weakref.finalize(self, _stop, proc, parent)
+
+    def wait_ready(self) -> None:
+        """Wait for the started child's first reply: its decoder's kind, or why it failed."""
         reply = self._receive()
         if reply[0] != "ready":
             self._finalizer()

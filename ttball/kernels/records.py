@@ -13,8 +13,13 @@ the others wait for its record.
 A record is found only by everything its choice depends on (:func:`record_key`): the source
 of the kernels (this package's files), the plan's shapes (not its weights), the input shape,
 the backend's options, the GPU (name, compute capability, SMs) and the torch, Triton and CUDA
-versions. A record that does not load (unreadable, another format, a step count that does not
-match) is tuned again and rewritten; a recorded configuration that fails to launch too.
+versions. A record that does not load (unreadable, another format, a step count that does
+not match) is tuned again and rewritten; a recorded configuration that fails to launch too.
+``TTBALL_TUNING_RECORDS=0`` turns records off (:func:`records_wanted`).
+
+Records are tuned by one process alone on the GPU, where before each replica tuned among the
+others' launches: whether choices made alone also serve best when eight replicas' kernels
+co-run under MPS is measured, not assumed (``docs/benchmarks/h200-2026-12-04g/``).
 """
 
 from __future__ import annotations
@@ -86,6 +91,15 @@ def record_key(plan: Any, shape: Iterable[int], options: dict[str, Any],
              "shape": list(shape), "options": options, "identity": identity}
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def records_wanted() -> bool:
+    """``$TTBALL_TUNING_RECORDS``: ``0`` turns tuning records off for every backend of the
+    process (and of its Ray replicas, which inherit it), ``1`` or unset leaves them on."""
+    env = os.environ.get("TTBALL_TUNING_RECORDS", "").strip()
+    if env not in ("", "0", "1"):
+        raise UserError(f"TTBALL_TUNING_RECORDS must be 0 or 1, got {env!r}")
+    return env != "0"
 
 
 def records_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -527,8 +527,9 @@ class Worker:
         if s.device_pipeline:
             from ttball.serve.device import DeviceLanes, DevicePath
 
-            self.device = DeviceLanes(DevicePath(self.backend, self.config, s, self.metrics,
-                                                 self.backend_thread))
+            # its own phase: the decoder (child processes with --decode-processes) starts here
+            self.device = self._timed("pipeline", lambda: DeviceLanes(DevicePath(
+                self.backend, self.config, s, self.metrics, self.backend_thread)))
         self._timed("warmup", self._warm)
         if s.verify:
             self._timed("verify", self._verify)

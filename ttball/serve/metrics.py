@@ -97,7 +97,7 @@ class Metrics:
         self.ready = Gauge("ttball_ready", "1 once warm-up (and verification) succeeded",
                            registry=r)
         self.startup_seconds = Gauge("ttball_startup_seconds",
-                                     "Start-up time per phase: load, build, warmup, verify, total",
+                                     "Start-up time per phase: load, choose, build, pipeline, warmup, verify, total",
                                      ["phase"], registry=r)
         self.warmup_seconds = Gauge("ttball_warmup_seconds",
                                     "Warm-up (compile) time per batch size", ["batch"], registry=r)

@@ -8,6 +8,8 @@
 # library, the compile cache), then `warm` (a restart on the caches and records `cold` left),
 # each at 320 sessions, eight replicas of one lane (the thirty-ninth session's shape), then the
 # GPU tests of the records and the build lock (after, so they do not warm the caches first).
+# Then, on the same machine at once, contended.sh: the same replicas tuning all at once as
+# before (TTBALL_TUNING_RECORDS=0) against the records again, for frames/s in one call.
 # carry: [".raywhl", ".gpu"]. Run: TOTAL=590 bash docs/benchmarks/h200-2026-12-04g/next/records.sh
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Fortieth session").
 TOTAL=${TOTAL:-590}
@@ -20,17 +22,8 @@ after cold
 ls -la /tmp/rcache/tuning $TTBALL_CACHE_DIR/kernels > $W/cold/records.txt 2>&1
 R warm 200 SESSIONS_8="320" $EIGHT CACHE=/tmp/rcache
 after warm
-for l in cold warm; do
-  python3 - $W/$l/ray/ready-8.json <<'PY' >> $W/times.txt 2>&1
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(sys.argv[1], "ready in", r.get("time_to_ready_s"), "s")
-for rep in r["replicas"]:
-    w = rep.get("warmup") or {}
-    print(" ", rep["replica"], "tuning", w.get("tuning"), "warm-up s", w.get("seconds"),
-          "start-up", rep.get("startup_seconds"))
-PY
-done
+python3 docs/benchmarks/h200-2026-12-04g/next/ready.py $W/cold/ray/ready-8.json \
+  $W/warm/ray/ready-8.json >> $W/times.txt 2>&1
 PYTHONPATH=$PWD:/tmp/site timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
   tests/kernels/test_records.py tests/kernels/test_direct.py -k "record or library or building" \
   -s > $OUT/tests.log 2>&1
