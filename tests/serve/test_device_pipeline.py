@@ -356,6 +356,8 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     assert servers["host"].readiness()["device_pipeline"] is None
     # the pipeline's set-up (its decoder) is a start-up phase of its own
     assert client.readiness()["startup_seconds"]["pipeline"] >= 0
+    seconds = client.readiness()["startup_seconds"]
+    assert 0 < seconds["pipeline_warmup"] <= seconds["warmup"]
     assert "pipeline" not in servers["host"].readiness()["startup_seconds"]
     session = client.open_session()
     for data in jpegs[:4]:

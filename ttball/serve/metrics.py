@@ -96,9 +96,10 @@ class Metrics:
         self.errors = Counter("ttball_errors", "Errors answered, by code", ["kind"], registry=r)
         self.ready = Gauge("ttball_ready", "1 once warm-up (and verification) succeeded",
                            registry=r)
-        self.startup_seconds = Gauge("ttball_startup_seconds",
-                                     "Start-up time per phase: load, choose, build, pipeline, warmup, verify, total",
-                                     ["phase"], registry=r)
+        self.startup_seconds = Gauge(
+            "ttball_startup_seconds", "Start-up time per phase: load, choose, build, pipeline, "
+            "warmup (pipeline_warmup: its device pipeline part), verify, total",
+            ["phase"], registry=r)
         self.warmup_seconds = Gauge("ttball_warmup_seconds",
                                     "Warm-up (compile) time per batch size", ["batch"], registry=r)
         self.loop_lag = Histogram("ttball_event_loop_lag_seconds",
