@@ -6,9 +6,9 @@
 # kernels' library warm, as the thirty-ninth session's primed runs did), then `warm2` takes the
 # records again; with records.sh's `warm` the order is warm, contended, warm2. A fresh machine
 # (no /tmp/rcache/tuning) gets a cold start with records first (`cold2`, another sample of it).
-# carry: [".raywhl", ".gpu"]. Run: TOTAL=590 bash docs/benchmarks/h200-2026-12-04g/next/contended.sh
+# carry: [".raywhl", ".gpu"]. Run: TOTAL=480 bash docs/benchmarks/h200-2026-12-04g/next/contended.sh
 # > $OUT/call.log 2>&1. Prediction in ../../LOG.md ("Fortieth session").
-TOTAL=${TOTAL:-590}
+TOTAL=${TOTAL:-480}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
 RUNS=""
