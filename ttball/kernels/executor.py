@@ -24,7 +24,7 @@ candidate is used.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -778,7 +778,7 @@ class TritonExecutor:
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         bufs.sum_block.zero_()
         if self.tune:  # CUDA: every candidate compiled on all cores, then timed one by one
-            self.precompiled[shape] = self._precompile(bufs)
+            self.precompiled[shape] = self._precompile(self.candidate_calls(bufs), self.direct)
         chosen: list[Config] = []
         timed: list[list[tuple[float, Config]]] = []
         for i, launch in enumerate(self.launches):
@@ -801,12 +801,8 @@ class TritonExecutor:
         bufs = _Buffers(self.plan, shape[0], shape[2], shape[3], self.device)
         bufs.tensors[INPUT] = batch.permute(0, 2, 3, 1)
         if self.device.type == "cuda":
-            calls = [launch.triton_call(bufs.tensors, bufs.sums, cfg)
-                     for launch, cfg in zip(self.launches, configs)
-                     if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
-            jobs = ([lambda: direct_library(self.device)]
-                    if any(cfg.direct for cfg in configs) else [])
-            self.precompiled[shape] = precompile(calls, self.device, compile_threads(), jobs)
+            calls = self._triton_calls(bufs, zip(self.launches, configs))
+            self.precompiled[shape] = self._precompile(calls, any(c.direct for c in configs))
         bufs.sum_block.zero_()
         for launch, cfg in zip(self.launches, configs):
             launch(bufs.tensors, bufs.sums, cfg)
@@ -877,16 +873,21 @@ class TritonExecutor:
     def candidate_calls(self, bufs: _Buffers) -> list[TritonCall]:
         """The Triton launch of every candidate the tuner tries for ``bufs``' shape (the CUDA
         kernels' candidates left out)."""
-        return [launch.triton_call(bufs.tensors, bufs.sums, cfg)
-                for launch in self.launches for cfg in self._candidates(launch, bufs)
+        return self._triton_calls(bufs, ((launch, cfg) for launch in self.launches
+                                         for cfg in self._candidates(launch, bufs)))
+
+    @staticmethod
+    def _triton_calls(bufs: _Buffers, runs: Iterable[tuple[Launch, Config]]) -> list[TritonCall]:
+        """The Triton launch of each ``(step's launcher, config)`` for ``bufs``' shape, those
+        that run a CUDA kernel (direct or pair) left out."""
+        return [launch.triton_call(bufs.tensors, bufs.sums, cfg) for launch, cfg in runs
                 if not (isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg))]
 
-    def _precompile(self, bufs: _Buffers) -> Precompiled:
-        """Compile every Triton candidate of every step for ``bufs``' shape on a thread pool
-        (:mod:`ttball.kernels.precompile`), and build the CUDA direct kernels meanwhile if
-        they are candidates."""
-        jobs = [lambda: direct_library(self.device)] if self.direct else []
-        return precompile(self.candidate_calls(bufs), self.device, compile_threads(), jobs)
+    def _precompile(self, calls: list[TritonCall], direct: bool) -> Precompiled:
+        """Compile ``calls`` on a thread pool (:mod:`ttball.kernels.precompile`), and build the
+        CUDA direct kernels meanwhile if ``direct`` (some of the configurations use them)."""
+        jobs = [lambda: direct_library(self.device)] if direct else []
+        return precompile(calls, self.device, compile_threads(), jobs)
 
     def _choose(self, launch: Launch, bufs: _Buffers,
                 timed_steps: list[list[tuple[float, Config]]]) -> Config:

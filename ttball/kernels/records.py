@@ -150,7 +150,7 @@ def tuned_or_recorded(records: TuningRecords, key: str, steps: int,
     ``timeout_s`` (a stuck process): tune without the lock."""
     with exclusive(records.folder / f"{key}.lock", timeout_s):
         configs = records.load(key, steps)
-        why = None if configs is not None else "no record"
+        why = "no record"
         if configs is not None:
             try:
                 adopt(configs)
