@@ -50,9 +50,8 @@ from ttball.serve.uploads import Part, read_body, split_body
 POLL_S = 2.0  # replica status round: readiness, replica count, session expiry
 CALL_TIMEOUT_S = 5.0  # a status call; a replica slower than this is counted as absent
 RETRY_DELAYS_S = (0.0, 0.5, 2.0)  # a POST's frames, sent again after its replica died
-# what /readyz lists of each replica's own readiness, beside its phase, device and sessions
-# each replica's own, in the ingress's /readyz (a replica's warm-up says which sizes it tuned
-# and which it took from another's tuning record)
+# what /readyz lists of each replica's own readiness, beside its phase, device and sessions (its
+# warm-up says which sizes it tuned and which it took from another's tuning record)
 REPLICA_KEYS = ("gpu", "switch_interval_ms", "event_loop", "warmup", "startup_seconds")
 
 

@@ -498,9 +498,13 @@ class Worker:
         self.phase = phase
         start = time.perf_counter()
         out = fn()
-        self.seconds[phase] = time.perf_counter() - start
-        self.metrics.startup_seconds.labels(phase).set(self.seconds[phase])
+        self._note_seconds(phase, time.perf_counter() - start)
         return out
+
+    def _note_seconds(self, phase: str, seconds: float) -> None:
+        """A start-up phase's seconds, for /readyz and ttball_startup_seconds."""
+        self.seconds[phase] = seconds
+        self.metrics.startup_seconds.labels(phase).set(seconds)
 
     def _load_and_warm(self) -> None:
         from ttball.model import load_model
@@ -585,8 +589,7 @@ class Worker:
             return
         start = time.perf_counter()  # the part of warmup spent on the pipeline (lane 0's)
         self.device.paths[0].warm(self.settings.warmup_batches)
-        self.seconds["pipeline_warmup"] = time.perf_counter() - start
-        self.metrics.startup_seconds.labels("pipeline_warmup").set(self.seconds["pipeline_warmup"])
+        self._note_seconds("pipeline_warmup", time.perf_counter() - start)
         for lane in range(1, self.settings.pipeline_lanes):
             if self._abort.is_set():
                 raise RuntimeError("shutting down during warm-up")
@@ -665,8 +668,7 @@ class Worker:
             name_os_thread("tt-event-loop")  # (not the main one, whose name is the process's)
         self._reaper = loop.create_task(self.store.reap_forever())
         self._loop_watch = loop.create_task(self.metrics.watch_loop())
-        self.seconds["total"] = time.monotonic() - self.started
-        self.metrics.startup_seconds.labels("total").set(self.seconds["total"])
+        self._note_seconds("total", time.monotonic() - self.started)
         self.metrics.ready.set(1)
         self.phase = "ready"
         lanes = f" in {len(paths)} lanes" if len(paths) > 1 else ""
@@ -723,8 +725,8 @@ class Worker:
 
     def _tuning(self) -> dict[str, str] | None:
         """Per batch size warmed so far, whether its first call tuned the kernels or took a
-        tuning record (backends that keep them, with ``--compile-cache``:
-        :mod:`ttball.kernels.records`); None for other backends."""
+        tuning record (backends that keep them: :mod:`ttball.kernels.records`); None for
+        other backends."""
         tuning = getattr(self.backend, "tuning", None)
         if not isinstance(tuning, dict) or not tuning:
             return None
