@@ -19,6 +19,7 @@ from ttball.kernels.records import (
     RECORD,
     TUNED,
     TuningRecords,
+    driver_version,
     record_key,
     records_folder,
     shapes_of,
@@ -30,8 +31,8 @@ from ttball.model import BlurBall, randomize_batchnorm
 require_triton()
 from ttball.kernels.executor import Config, TritonExecutor
 
-IDENTITY = {"gpu": "NVIDIA H200", "capability": [9, 0], "sms": 132, "torch": "2.11",
-            "triton": "3.5", "cuda": "13.0"}
+IDENTITY = {"gpu": "NVIDIA H200", "capability": [9, 0], "sms": 132, "driver": "580.95.05",
+            "torch": "2.11", "triton": "3.5", "cuda": "13.0"}
 OPTIONS = {"branches": True, "direct": True}
 A, B = Config(64, 4, 2), Config(128, 8, 3, tile_w=16)
 
@@ -54,10 +55,50 @@ def test_a_key_follows_shapes_options_machine_and_sources_not_weights(plan) -> N
                            sources="s"),
                 record_key(plan, (16, 9, 288, 512), OPTIONS, {**IDENTITY, "triton": "3.6"},
                            sources="s"),
+                record_key(plan, (16, 9, 288, 512), OPTIONS, {**IDENTITY, "driver": "590.1"},
+                           sources="s"),
                 record_key(plan, (16, 9, 288, 512), OPTIONS, IDENTITY, sources="t"),
                 record_key(build_plan(randomize_batchnorm(BlurBall(), seed=0).eval(),
                                       project_terms="conv"),
-                           (16, 9, 288, 512), OPTIONS, IDENTITY, sources="s")}) == 7
+                           (16, 9, 288, 512), OPTIONS, IDENTITY, sources="s")}) == 8
+
+
+class _Nvml:
+    """libnvidia-ml's three calls ``driver_version`` makes, answering ``rc`` and ``text``."""
+
+    def __init__(self, init: int = 0, rc: int = 0, text: bytes = b"580.95.05") -> None:
+        self.init, self.rc, self.text, self.calls = init, rc, text, []
+
+    def nvmlInit_v2(self) -> int:
+        self.calls.append("init")
+        return self.init
+
+    def nvmlSystemGetDriverVersion(self, buf, size) -> int:
+        assert size.value == len(buf)
+        buf.value = self.text
+        return self.rc
+
+    def nvmlShutdown(self) -> int:
+        self.calls.append("shutdown")
+        return 0
+
+
+class _Cuda:
+    def __init__(self, rc: int = 0, version: int = 13000) -> None:
+        self.rc, self.version = rc, version
+
+    def cuDriverGetVersion(self, ref) -> int:
+        ref._obj.value = self.version
+        return self.rc
+
+
+def test_the_driver_version_comes_from_nvml_else_from_the_cuda_driver() -> None:
+    nvml = _Nvml()
+    assert driver_version(nvml, _Cuda()) == "580.95.05"
+    assert nvml.calls == ["init", "shutdown"]
+    assert driver_version(_Nvml(init=9), _Cuda(version=12080)) == "cuda 12.8"
+    assert driver_version(_Nvml(rc=3), _Cuda()) == "cuda 13.0"
+    assert driver_version(_Nvml(init=9), _Cuda(rc=100)) is None
 
 
 def test_records_live_in_the_cache_folder_given_else_in_ttball_s_own(tmp_path,

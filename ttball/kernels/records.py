@@ -12,8 +12,8 @@ the others wait for its record.
 
 A record is found only by everything its choice depends on (:func:`record_key`): the source
 of the kernels (this package's files), the plan's shapes (not its weights), the input shape,
-the backend's options, the GPU (name, compute capability, SMs) and the torch, Triton and CUDA
-versions. A record that does not load (unreadable, another format, a step count that does
+the backend's options, the GPU (name, compute capability, SMs), the driver and the torch,
+Triton and CUDA versions. A record that does not load (unreadable, another format, a step count that does
 not match) is tuned again and rewritten; a recorded configuration that fails to launch too.
 ``TTBALL_TUNING_RECORDS=0`` turns records off (:func:`records_wanted`).
 
@@ -24,6 +24,7 @@ co-run under MPS is measured, not assumed (``docs/benchmarks/h200-2026-12-04g/``
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -74,14 +75,42 @@ def shapes_of(obj: Any) -> Any:
     return obj
 
 
+def _library(name: str) -> Any | None:
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+def driver_version(nvml: Any | None = None, cuda: Any | None = None) -> str | None:
+    """The GPU driver's version: NVML's full one (``580.95.05``: a driver update can change
+    which configuration is fastest), else the CUDA driver API's (``cuda 13.0``), else None.
+    ``nvml``, ``cuda``: the loaded libraries (default ``libnvidia-ml.so.1``, ``libcuda.so.1``)."""
+    nvml = nvml if nvml is not None else _library("libnvidia-ml.so.1")
+    if nvml is not None and nvml.nvmlInit_v2() == 0:
+        text = ctypes.create_string_buffer(96)
+        rc = nvml.nvmlSystemGetDriverVersion(text, ctypes.c_uint(len(text)))
+        nvml.nvmlShutdown()
+        if rc == 0 and text.value:
+            return text.value.decode(errors="replace")
+    cuda = cuda if cuda is not None else _library("libcuda.so.1")
+    version = ctypes.c_int(0)
+    if cuda is not None and cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value:
+        return f"cuda {version.value // 1000}.{version.value % 1000 // 10}"
+    return None
+
+
 def device_identity(device: torch.device) -> dict[str, Any]:
     """The GPU and the software a tuning ran on (CUDA only)."""
     import triton
 
     props = torch.cuda.get_device_properties(device)
     return {"gpu": props.name, "capability": list(torch.cuda.get_device_capability(device)),
-            "sms": props.multi_processor_count, "torch": torch.__version__,
-            "triton": triton.__version__, "cuda": torch.version.cuda}
+            "sms": props.multi_processor_count, "driver": _driver_version(),
+            "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
+
+
+_driver_version = functools.cache(driver_version)  # once a process: it does not change under it
 
 
 def record_key(plan: Any, shape: Iterable[int], options: dict[str, Any],
