@@ -316,10 +316,10 @@ def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_pa
         monkeypatch.delenv(name)
     monkeypatch.setitem(auto.CANDIDATES, "cpu", ("cudagraph-fp16", "folded-fp32",
                                                  "eager-fp32"))
-    seen = []  # the Triton cache each selection compiles into: --compile-cache's
+    seen = []  # the Triton cache and cache_dir each selection compiles into: --compile-cache's
     choose = auto.choose_backend
     monkeypatch.setattr(auto, "choose_backend", lambda *a, **k: (
-        seen.append(os.environ.get("TRITON_CACHE_DIR")), choose(*a, **k))[1])
+        seen.append((os.environ.get("TRITON_CACHE_DIR"), k.get("cache_dir"))), choose(*a, **k))[1])
     settings = ServeSettings(weights=str(small_weights), device="cpu", backend="auto",
                              warmup_batches=(1,), torch_threads=1,
                              compile_cache=str(tmp_path / "compiled"))
@@ -336,7 +336,8 @@ def test_auto_backend_is_chosen_during_start_up_and_cached(small_weights, tmp_pa
     with serve_in_thread(create_app(settings)) as url, Client(url) as client:
         again = client.wait_ready(timeout=60, poll=0.1)
     assert again["auto"]["cached"] is True and again["backend"] == body["backend"]
-    assert seen == [str((tmp_path / "compiled" / "triton").resolve())] * 2
+    compiled = (tmp_path / "compiled").resolve()
+    assert seen == [(str(compiled / "triton"), compiled)] * 2
 
 
 def test_cuda_blocking_sync_without_cuda_says_why_and_serves(start, capfd) -> None:

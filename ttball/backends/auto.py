@@ -123,14 +123,15 @@ def _time_one_window(backend: base.Backend, height: int, width: int) -> float:
 
 
 def _try(name: str, model: torch.nn.Module, device: torch.device, reference: base.Backend,
-         clips: Sequence[Path]) -> Trial:
+         clips: Sequence[Path], cache_dir: str | os.PathLike[str] | None = None) -> Trial:
     from ttball.verify import VerifyOptions, verify_backend
 
     reason = base.unavailable_reason(name, device)
     if reason:
         return Trial(name, "unavailable", reason=reason)
     try:
-        backend = base.create(name, copy.deepcopy(model), device)
+        backend = base.create(name, copy.deepcopy(model), device,
+                              **base.cache_options(name, cache_dir))
         if name != REFERENCE:
             report = verify_backend(backend, reference, clips, config=model.config,
                                     options=VerifyOptions(max_frames=CLIP_FRAMES))
@@ -151,8 +152,13 @@ def choose_backend(
     candidates: Sequence[str] | None = None,
     reselect: bool = False,
     log: Callable[[str], None] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> Choice:
-    """The cached choice for this machine and weights, or a new one (and cache it)."""
+    """The cached choice for this machine and weights, or a new one (and cache it).
+    ``cache_dir``: handed to the candidates tagged ``disk-cache`` (``serve --compile-cache``),
+    so what a trial compiles and tunes (the Triton backends' tuning records among it) is there
+    for the backend then built with the same folder; the choice itself stays in
+    ``$TTBALL_CACHE_DIR``."""
     from ttball.verify import bundled_reference_clips
 
     dev = base.resolve_device(device)
@@ -168,7 +174,7 @@ def choose_backend(
     clips = bundled_reference_clips(count=CLIPS, frames=CLIP_FRAMES)
     trials = []
     for name in names:
-        trial = _try(name, model, dev, reference, clips)
+        trial = _try(name, model, dev, reference, clips, cache_dir)
         say(f"  {name}: {trial.status}" + (f", {trial.ms:.1f} ms" if trial.ms else "")
             + (f" ({trial.reason})" if trial.reason else ""))
         trials.append(trial)

@@ -15,6 +15,7 @@ A backend that can't run here is listed with the reason (``requires`` returns a 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -210,6 +211,15 @@ def create(
     backend = entry.factory(model, dev, **options)
     backend.name = name
     return backend
+
+
+def cache_options(name: str, cache_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """``{"cache_dir": cache_dir}`` for a backend tagged ``disk-cache`` (its compile, engines or
+    tuning records kept there), else nothing: what ``serve --compile-cache`` and ``--backend
+    auto``'s trials under it pass to :func:`create`."""
+    if cache_dir is None or "disk-cache" not in spec(name).tags:
+        return {}
+    return {"cache_dir": str(cache_dir)}
 
 
 def describe(device: str | torch.device) -> list[dict[str, Any]]:

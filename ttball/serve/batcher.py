@@ -553,23 +553,20 @@ class Worker:
         from ttball.backends.auto import choose_backend
 
         return choose_backend(self.model, resolve_device(self.settings.device),
-                              log=lambda msg: print(f"ttball serve: {msg}", flush=True))
+                              log=lambda msg: print(f"ttball serve: {msg}", flush=True),
+                              cache_dir=self._compile_cache())
 
     def _build_backend(self) -> Any:
         from ttball.backends import create
-        from ttball.backends.base import spec
+        from ttball.backends.base import cache_options
 
         s = self.settings
         name = self.choice.backend if self.choice is not None else s.backend
         device = resolve_device(s.device)
-        options: dict[str, Any] = {}
-        cache = self._compile_cache()
-        if cache is not None and s.backend_factory is None and "disk-cache" in spec(name).tags:
-            options["cache_dir"] = str(cache)
         if s.backend_factory is not None:
             backend = s.backend_factory(self.model, device)
         else:
-            backend = create(name, self.model, device, **options)
+            backend = create(name, self.model, device, **cache_options(name, self._compile_cache()))
         if device.type == "cuda":
             self.metrics.watch_cuda(device)
         self.metrics.info.info({"backend": str(getattr(backend, "name", name)),
