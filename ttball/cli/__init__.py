@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8) or a Triton model repository"),
     "serve": ("ttball.cli.serve", "the real-time ball worker: sessions, batching, KServe v2, metrics"),
     "loadtest": ("ttball.cli.loadtest", "replay clips as concurrent sessions against a running worker"),
+    "cache": ("ttball.cli.cache", "list or clear what ttball built, tuned and chose on this machine"),
 }
 
 
