@@ -290,6 +290,8 @@ def test_a_second_backend_takes_the_first_ones_record_and_computes_the_same(
           f"from the record {second.executor.cold_seconds[shape]:.2f} s")
     (record,) = (tmp_path / "tuning").glob("*.json")
     data = json.loads(record.read_text())
+    assert data["driver"] and data["driver"][0].isdigit(), data  # NVML's, e.g. 580.95.05
+    print(f"driver {data['driver']}")
     data["configs"][0] = {**data["configs"][0], "block_m": 3}  # no kernel builds for it
     record.write_text(json.dumps(data))
     third = create("triton-fp16", model, DEVICE, cache_dir=tmp_path)
