@@ -290,7 +290,7 @@ def test_a_second_backend_takes_the_first_ones_record_and_computes_the_same(
           f"from the record {second.executor.cold_seconds[shape]:.2f} s")
     (record,) = (tmp_path / "tuning").glob("*.json")
     data = json.loads(record.read_text())
-    assert data["driver"] and data["driver"][0].isdigit(), data  # NVML's, e.g. 580.95.05
+    assert data["driver"], data  # NVML's (580.95.05), else the CUDA driver API's (cuda 13.0)
     print(f"driver {data['driver']}")
     data["configs"][0] = {**data["configs"][0], "block_m": 3}  # no kernel builds for it
     record.write_text(json.dumps(data))
