@@ -1,5 +1,6 @@
 """ttball.cudasched against a fake CUDA driver (ctypes out-parameters written as the driver
-would), and on a GPU against the real one in a fresh process."""
+would), and on a GPU against the real one in a fresh process; the driver's version from fake
+NVML and driver libraries."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from ttball.cudasched import primary_context, request_blocking_sync
+from ttball.cudasched import driver_version, primary_context, request_blocking_sync
 
 
 class FakeDriver:
@@ -134,3 +135,41 @@ def test_a_wait_event_sleeps_where_a_plain_event_spins() -> None:
               for name, wall, share in (line.split() for line in out.stdout.splitlines())}
     assert shares["sleep"][0] > 0.1 and shares["plain"][0] > 0.1, shares  # a real wait
     assert shares["sleep"][1] < 0.2 and shares["plain"][1] > 0.5, shares
+
+
+class _Nvml:
+    """libnvidia-ml's three calls ``driver_version`` makes, answering ``rc`` and ``text``."""
+
+    def __init__(self, init: int = 0, rc: int = 0, text: bytes = b"580.95.05") -> None:
+        self.init, self.rc, self.text, self.calls = init, rc, text, []
+
+    def nvmlInit_v2(self) -> int:
+        self.calls.append("init")
+        return self.init
+
+    def nvmlSystemGetDriverVersion(self, buf, size) -> int:
+        assert size.value == len(buf)
+        buf.value = self.text
+        return self.rc
+
+    def nvmlShutdown(self) -> int:
+        self.calls.append("shutdown")
+        return 0
+
+
+class _Cuda:
+    def __init__(self, rc: int = 0, version: int = 13000) -> None:
+        self.rc, self.version = rc, version
+
+    def cuDriverGetVersion(self, ref) -> int:
+        ref._obj.value = self.version
+        return self.rc
+
+
+def test_the_driver_version_comes_from_nvml_else_from_the_cuda_driver() -> None:
+    nvml = _Nvml()
+    assert driver_version(nvml, _Cuda()) == "580.95.05"
+    assert nvml.calls == ["init", "shutdown"]
+    assert driver_version(_Nvml(init=9), _Cuda(version=12080)) == "cuda 12.8"
+    assert driver_version(_Nvml(rc=3), _Cuda()) == "cuda 13.0"
+    assert driver_version(_Nvml(init=9), _Cuda(rc=100)) is None

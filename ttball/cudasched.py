@@ -9,7 +9,8 @@ context, so it must be set before anything in the process creates that context (
 first CUDA call): :func:`request_blocking_sync` says why it could not, rather than raise.
 
 Through the CUDA driver API (``libcuda.so.1``, loaded with ctypes), which every CUDA runtime
-in the process shares; nothing here initializes PyTorch's CUDA state.
+in the process shares; nothing here initializes PyTorch's CUDA state. Also the driver's version
+(:func:`driver_version`, NVML's or the driver API's), for tuning records and benchmark reports.
 """
 
 from __future__ import annotations
@@ -117,3 +118,29 @@ def wait_event(enable_timing: bool = False, index: int = 0) -> Any:
     import torch
 
     return torch.cuda.Event(enable_timing=enable_timing, blocking=waits_sleep(index))
+
+
+@functools.cache
+def _nvml() -> Any | None:
+    try:
+        return ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+
+
+def driver_version(nvml: Any | None = None, cuda: Any | None = None) -> str | None:
+    """The GPU driver's version: NVML's full one (``580.95.05``: a driver update can change
+    which configuration is fastest), else the CUDA driver API's (``cuda 13.0``), else None.
+    ``nvml``, ``cuda``: the loaded libraries (default ``libnvidia-ml.so.1``, ``libcuda.so.1``)."""
+    nvml = nvml if nvml is not None else _nvml()
+    if nvml is not None and nvml.nvmlInit_v2() == 0:
+        text = ctypes.create_string_buffer(96)
+        rc = nvml.nvmlSystemGetDriverVersion(text, ctypes.c_uint(len(text)))
+        nvml.nvmlShutdown()
+        if rc == 0 and text.value:
+            return text.value.decode(errors="replace")
+    cuda = cuda if cuda is not None else _driver()
+    version = ctypes.c_int(0)
+    if cuda is not None and cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value:
+        return f"cuda {version.value // 1000}.{version.value % 1000 // 10}"
+    return None

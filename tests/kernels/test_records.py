@@ -19,7 +19,6 @@ from ttball.kernels.records import (
     RECORD,
     TUNED,
     TuningRecords,
-    driver_version,
     record_key,
     records_folder,
     shapes_of,
@@ -61,44 +60,6 @@ def test_a_key_follows_shapes_options_machine_and_sources_not_weights(plan) -> N
                 record_key(build_plan(randomize_batchnorm(BlurBall(), seed=0).eval(),
                                       project_terms="conv"),
                            (16, 9, 288, 512), OPTIONS, IDENTITY, sources="s")}) == 8
-
-
-class _Nvml:
-    """libnvidia-ml's three calls ``driver_version`` makes, answering ``rc`` and ``text``."""
-
-    def __init__(self, init: int = 0, rc: int = 0, text: bytes = b"580.95.05") -> None:
-        self.init, self.rc, self.text, self.calls = init, rc, text, []
-
-    def nvmlInit_v2(self) -> int:
-        self.calls.append("init")
-        return self.init
-
-    def nvmlSystemGetDriverVersion(self, buf, size) -> int:
-        assert size.value == len(buf)
-        buf.value = self.text
-        return self.rc
-
-    def nvmlShutdown(self) -> int:
-        self.calls.append("shutdown")
-        return 0
-
-
-class _Cuda:
-    def __init__(self, rc: int = 0, version: int = 13000) -> None:
-        self.rc, self.version = rc, version
-
-    def cuDriverGetVersion(self, ref) -> int:
-        ref._obj.value = self.version
-        return self.rc
-
-
-def test_the_driver_version_comes_from_nvml_else_from_the_cuda_driver() -> None:
-    nvml = _Nvml()
-    assert driver_version(nvml, _Cuda()) == "580.95.05"
-    assert nvml.calls == ["init", "shutdown"]
-    assert driver_version(_Nvml(init=9), _Cuda(version=12080)) == "cuda 12.8"
-    assert driver_version(_Nvml(rc=3), _Cuda()) == "cuda 13.0"
-    assert driver_version(_Nvml(init=9), _Cuda(rc=100)) is None
 
 
 def test_records_live_in_the_cache_folder_given_else_in_ttball_s_own(tmp_path,

@@ -130,6 +130,7 @@ def _md_header(meta: dict[str, Any]) -> str:
         ),
         f"- Versions: torch {meta.get('torch_version', '')}"
         + (f", CUDA {meta['cuda_version']}" if meta.get("cuda_version") else "")
+        + (f", driver {meta['driver_version']}" if meta.get("driver_version") else "")
         + f", ttball {meta.get('ttball_version', '')}; TF32 {'on' if meta.get('tf32') else 'off'}",
         f"- Date: {meta.get('date', '')}",
         f"- Command: `{meta.get('command', '')}`",

@@ -31,6 +31,7 @@ import torch
 
 from ttball.backends import base
 from ttball.bench import accuracy, memory, profiling, roofline, timing
+from ttball.cudasched import driver_version
 from ttball.errors import BackendUnavailable, UserError
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ ROW_KEYS: tuple[str, ...] = (
     "device_name",
     "torch_version",
     "cuda_version",
+    "driver_version",
     "tf32",
     "weights",
     "warmup",
@@ -187,6 +189,7 @@ def _environment(config: BenchConfig) -> dict[str, Any]:
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name(),
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda or "",
+        "driver_version": (driver_version() or "") if dev.type == "cuda" else "",
         "tf32": config.tf32,
         "weights": config.weights,
     }

@@ -24,7 +24,6 @@ co-run under MPS is measured, not assumed (``docs/benchmarks/h200-2026-12-04g/``
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ttball.cachedir import cache_dir as default_cache_dir
+from ttball.cudasched import driver_version
 from ttball.errors import UserError
 from ttball.filelock import exclusive
 from ttball.results import atomic_write
@@ -73,31 +73,6 @@ def shapes_of(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [shapes_of(v) for v in obj]
     return obj
-
-
-def _library(name: str) -> Any | None:
-    try:
-        return ctypes.CDLL(name)
-    except OSError:
-        return None
-
-
-def driver_version(nvml: Any | None = None, cuda: Any | None = None) -> str | None:
-    """The GPU driver's version: NVML's full one (``580.95.05``: a driver update can change
-    which configuration is fastest), else the CUDA driver API's (``cuda 13.0``), else None.
-    ``nvml``, ``cuda``: the loaded libraries (default ``libnvidia-ml.so.1``, ``libcuda.so.1``)."""
-    nvml = nvml if nvml is not None else _library("libnvidia-ml.so.1")
-    if nvml is not None and nvml.nvmlInit_v2() == 0:
-        text = ctypes.create_string_buffer(96)
-        rc = nvml.nvmlSystemGetDriverVersion(text, ctypes.c_uint(len(text)))
-        nvml.nvmlShutdown()
-        if rc == 0 and text.value:
-            return text.value.decode(errors="replace")
-    cuda = cuda if cuda is not None else _library("libcuda.so.1")
-    version = ctypes.c_int(0)
-    if cuda is not None and cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value:
-        return f"cuda {version.value // 1000}.{version.value % 1000 // 10}"
-    return None
 
 
 def device_identity(device: torch.device) -> dict[str, Any]:
