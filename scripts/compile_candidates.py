@@ -72,7 +72,8 @@ def main() -> None:
 
     driver.set_active(StandInDriver())
     from ttball.kernels import build_plan
-    from ttball.kernels.executor import TritonExecutor, _Buffers
+    from ttball.kernels.buffers import Buffers
+    from ttball.kernels.executor import TritonExecutor
     from ttball.kernels.plan import INPUT
     from ttball.kernels.precompile import precompile
     from ttball.model import BlurBall, randomize_batchnorm
@@ -82,7 +83,7 @@ def main() -> None:
     extra = args.variant == "direct"
     executor = TritonExecutor(plan, cpu, tma=extra, rows=extra, direct=extra)
     executor.tune = True  # the CUDA tuner's candidates, not the interpreter's one config
-    bufs = _Buffers(plan, args.batch, args.height, args.width, cpu)
+    bufs = Buffers(plan, args.batch, args.height, args.width, cpu)
     bufs.tensors[INPUT] = torch.empty(args.batch, 9, args.height, args.width).permute(0, 2, 3, 1)
     calls = executor.candidate_calls(bufs)
     if args.kernel:

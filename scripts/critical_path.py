@@ -3,7 +3,7 @@
 Reads a ``gpu_kernels.py`` result (its ``steps`` stage: every step of the plan timed alone at
 one batch size) and replays the plan as ``TritonExecutor(branches=True)`` orders it: each step
 on the stream of its output's resolution level, after its stream's previous step and after
-the steps :func:`ttball.kernels.executor.hazards` says it must wait for. With unlimited SMs
+the steps :func:`ttball.kernels.buffers.hazards` says it must wait for. With unlimited SMs
 that schedule would finish after the **critical path**; the serial sum is what triton-fp16
 runs. A measured graph between the two shows how much concurrent steps slow each other down.
 Runs on the CPU.
@@ -24,8 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.kernels import build_plan
-from ttball.kernels.executor import LEVELS, _Buffers, _main_output, hazards
-from ttball.kernels.plan import INPUT, Plan
+from ttball.kernels.buffers import Buffers, hazards, main_output
+from ttball.kernels.plan import INPUT, LEVELS, Plan
 from ttball.model import BlurBall
 
 
@@ -51,7 +51,7 @@ def fold_tails(us: dict[int, float], names: dict[int, str], extra_us: float) -> 
 
 def schedule(plan: Plan, waits: list[list[int]], us: dict[int, float]) -> dict[str, object]:
     """Finish times of the branches schedule with unlimited SMs, and where its path runs."""
-    lanes = [plan.buffers[_main_output(step)].level for step in plan.steps]
+    lanes = [plan.buffers[main_output(step)].level for step in plan.steps]
     finish: list[float] = []
     before: list[int | None] = []  # the step each one waited for last (the path back)
     last_on_lane: dict[int, int] = {}
@@ -100,7 +100,7 @@ def main() -> None:
     if args.fold_tails is not None:
         us = fold_tails(us, names, args.fold_tails)
     with torch.no_grad():
-        bufs = _Buffers(plan, args.batch, args.height, args.width, torch.device("cpu"))
+        bufs = Buffers(plan, args.batch, args.height, args.width, torch.device("cpu"))
         bufs.tensors[INPUT] = torch.empty(args.batch, args.height, args.width, 9)
     result = schedule(plan, hazards(plan, bufs), us)
     print(f"batch {args.batch}: serial sum {result['serial_us']:.0f} us, critical path "

@@ -102,7 +102,7 @@ def is_new(cfg: Any) -> bool:
 def explore_configs(step: Conv, pixels: int) -> list[Any]:
     """Variants beyond the tuner's list for 3×3 shapes: each feature alone, then combined with
     other stage counts and tiles (which of L1, tile and taps pays, measured one by one)."""
-    from ttball.kernels.executor import Config, rows_applies, tma_applies
+    from ttball.kernels.configs import Config, rows_applies, tma_applies
 
     if not any(t.ksize == 3 for t in step.terms):
         return []
@@ -142,14 +142,9 @@ def explore_configs(step: Conv, pixels: int) -> list[Any]:
 
 def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
                 explore: bool = False) -> list[dict]:
+    from ttball.kernels.configs import conv_configs, direct_configs, rows_configs, tma_configs
     from ttball.kernels.direct import direct_missing
-    from ttball.kernels.executor import (
-        _ConvLaunch,
-        conv_configs,
-        direct_configs,
-        rows_configs,
-        tma_configs,
-    )
+    from ttball.kernels.launches import ConvLaunch
 
     dev = torch.device("cuda")
     lo = shape["level"]
@@ -162,7 +157,7 @@ def bench_shape(shape: dict[str, int], batch: int, height: int, width: int,
                     dtype=torch.float16)
     bufs = {"x": x, "y": y}
     direct = direct_missing(dev) is None
-    launch = _ConvLaunch(step, dev, tma=True, rows=True, direct=direct)
+    launch = ConvLaunch(step, dev, tma=True, rows=True, direct=direct)
     pixels = y.shape[0] * y.shape[1] * y.shape[2]
     moved = 2 * (x.numel() + y.numel())
     flops = 2 * pixels * weight.numel()

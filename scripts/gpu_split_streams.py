@@ -30,7 +30,8 @@ from ttball.backends import create
 from ttball.backends.base import random_windows
 from ttball.backends.cudagraph import GraphCache
 from ttball.bench.timing import TimingPlan, time_calls
-from ttball.kernels.executor import TritonExecutor, _Buffers
+from ttball.kernels.buffers import Buffers
+from ttball.kernels.executor import TritonExecutor
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -39,7 +40,7 @@ def twin(ex: TritonExecutor, like: TritonExecutor, shape: tuple[int, ...]) -> No
     and buffers of its own, so both can run that shape at once."""
     ex._configs[shape] = list(like._configs[shape])
     ex._timed[shape] = like._timed[shape]
-    ex._buffers[shape] = _Buffers(like.plan, shape[0], shape[2], shape[3], like.device)
+    ex._buffers[shape] = Buffers(like.plan, shape[0], shape[2], shape[3], like.device)
 
 
 def graph_of(fn: Callable[[], None], anchor: Tensor) -> torch.cuda.CUDAGraph:

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttball.kernels import build_plan, plan_cost
-from ttball.kernels.executor import _reads
+from ttball.kernels.buffers import reads_of
 from ttball.kernels.plan import Conv, Plan
 from ttball.model import BlurBall
 
@@ -27,7 +27,7 @@ def readers(plan: Plan) -> dict[str, list[int]]:
     """Buffer name → the steps that read it."""
     out: dict[str, list[int]] = {}
     for i, step in enumerate(plan.steps):
-        for name in _reads(step):
+        for name in reads_of(step):
             out.setdefault(name, []).append(i)
     return out
 

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_e2e import environment, load_weights
 
 from ttball.backends import create
-from ttball.kernels.executor import _ConvLaunch, _name
+from ttball.kernels.executor import _name
+from ttball.kernels.launches import ConvLaunch
 
 PATTERNS = {"cp_async": r"cp\.async\.c[ag]\.", "ld_global": r"ld\.global",
             "ldmatrix": r"ldmatrix", "ld_shared": r"ld\.shared", "mma": r"\bmma\.sync",
@@ -53,7 +54,7 @@ def main() -> None:
     bufs = executor._buffers[shape]
     rows = []
     for i, (launch, cfg) in enumerate(zip(executor.launches, executor._configs[shape])):
-        if isinstance(launch, _ConvLaunch) and launch.runs_cuda(cfg):  # as candidate_calls
+        if isinstance(launch, ConvLaunch) and launch.runs_cuda(cfg):  # as candidate_calls
             continue
         compiled = launch.triton_call(bufs.tensors, bufs.sums, cfg).warmup()
         row = {"step": i, "name": _name(launch), "config": cfg.short(),

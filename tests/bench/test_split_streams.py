@@ -15,7 +15,8 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 def test_a_twin_runs_the_same_configurations_into_buffers_of_its_own() -> None:
     pytest.importorskip("triton")
     from ttball.kernels import build_plan
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
     from ttball.model import BlurBall, randomize_batchnorm
 
     plan = build_plan(randomize_batchnorm(BlurBall(), seed=0).eval())

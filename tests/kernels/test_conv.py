@@ -39,7 +39,8 @@ def term(src: str, cout: int, cin: int, k: int, stride: int = 1, up: int = 0) ->
 
 def run_both(step: Conv, bufs: dict[str, Tensor], device: torch.device, block_m: int,
              cout_level: int, sums: tuple[str, ...] = ()) -> None:
-    from ttball.kernels.executor import Config, _ConvLaunch
+    from ttball.kernels.configs import Config
+    from ttball.kernels.launches import ConvLaunch
 
     ref_bufs, ref_sums = dict(bufs), {}
     run_conv(step, ref_bufs, ref_sums)
@@ -50,7 +51,7 @@ def run_both(step: Conv, bufs: dict[str, Tensor], device: torch.device, block_m:
     dev_bufs[step.out] = torch.empty(B, H >> cout_level, W >> cout_level, step.cout,
                                      device=device, dtype=torch.float16)
     dev_sums = {name: torch.zeros(B, step.cout, device=device) for name in sums}
-    _ConvLaunch(step, device)(dev_bufs, dev_sums, Config(block_m, 4, 2))
+    ConvLaunch(step, device)(dev_bufs, dev_sums, Config(block_m, 4, 2))
     torch.testing.assert_close(dev_bufs[step.out].float().cpu(), ref_bufs[step.out],
                                rtol=2e-3, atol=2e-3)
     for name in sums:

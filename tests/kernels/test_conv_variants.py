@@ -29,7 +29,7 @@ def run_variant(step: Conv, bufs: dict[str, Tensor], device: torch.device, cout_
                 config: object, sums: tuple[str, ...] = ()) -> dict[str, object]:
     """Runs ``step`` with ``config`` and checks it against ``run_conv``; returns the variant
     constexprs the launch used (so a test can assert which code path it exercised)."""
-    from ttball.kernels.executor import _ConvLaunch
+    from ttball.kernels.launches import ConvLaunch
 
     ref_bufs, ref_sums = dict(bufs), {}
     run_conv(step, ref_bufs, ref_sums)
@@ -41,7 +41,7 @@ def run_variant(step: Conv, bufs: dict[str, Tensor], device: torch.device, cout_
                      device=device, dtype=torch.float16)  # a pixel left unwritten fails
     dev_bufs[step.out] = out
     dev_sums = {name: torch.zeros(B, step.cout, device=device) for name in sums}
-    launch = _ConvLaunch(step, device)
+    launch = ConvLaunch(step, device)
     launch(dev_bufs, dev_sums, config)  # type: ignore[arg-type]
     torch.testing.assert_close(out.float().cpu(), ref_bufs[step.out], rtol=2e-3, atol=2e-3)
     for name in sums:
@@ -51,7 +51,7 @@ def run_variant(step: Conv, bufs: dict[str, Tensor], device: torch.device, cout_
 
 
 def cfg(block_m: int, tile_w: int = 0, k_chunk: int = 0, l1: bool = True) -> object:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     return Config(block_m, 4, 2, tile_w=tile_w, k_chunk=k_chunk, l1=l1)
 
@@ -120,7 +120,7 @@ def test_a_fixed_number_of_programs_computes_every_tile_of_every_image(
         device: torch.device, block_m: int, tile_w: int, programs: int) -> None:
     """A grid of ``programs`` looping over tiles, with SE sums (each pixel counted once,
     whichever program and image)."""
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     step = Conv("y", (term("x", 16, 32, 3),), fp16_exact(16), relu=True, se_sum="s")
     config = Config(block_m, 4, 2, tile_w=tile_w, programs=programs)
@@ -128,7 +128,7 @@ def test_a_fixed_number_of_programs_computes_every_tile_of_every_image(
 
 
 def test_fixed_programs_with_every_term_kind(device: torch.device) -> None:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     step, bufs = every_term_kind()
     run_variant(step, bufs, device, 1, Config(32, 4, 2, tile_w=8, k_chunk=64, l1=True,
@@ -138,7 +138,8 @@ def test_fixed_programs_with_every_term_kind(device: torch.device) -> None:
 def test_whole_plan_with_the_variants(device: torch.device) -> None:
     """Every step of the plan through the variant code paths (one configuration for all, as in
     ``test_executor.py``; on a GPU: each step's tuned choice among old and new candidates)."""
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
 
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     plan = build_plan(model)
@@ -152,7 +153,7 @@ def test_whole_plan_with_the_variants(device: torch.device) -> None:
 
 
 def tma_cfg(block_m: int, tile_w: int) -> object:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     return Config(block_m, 4, 3, tile_w=tile_w, tma=True)
 
@@ -176,7 +177,8 @@ def test_tma_reads_each_tap_as_one_shifted_box(device: torch.device, cin: int, c
 
 def test_tma_leaves_other_terms_and_steps_alone(device: torch.device) -> None:
     """TMA reads term 0 only; a stride-2 term 0 (or the stem) keeps the gather loop."""
-    from ttball.kernels.executor import _ConvLaunch, tma_applies
+    from ttball.kernels.configs import tma_applies
+    from ttball.kernels.launches import ConvLaunch
 
     step, bufs = every_term_kind()  # term 0: stride 2
     assert not tma_applies(step)
@@ -184,13 +186,14 @@ def test_tma_leaves_other_terms_and_steps_alone(device: torch.device) -> None:
     step = Conv("y", (term("x", 16, 16, 3), term("z", 16, 32, 1, up=1)), fp16_exact(16))
     assert tma_applies(step)
     run_variant(step, {"x": nhwc(16, 0), "z": nhwc(32, 1)}, device, 0, tma_cfg(64, 16))
-    assert "TMA" in _ConvLaunch(step, device).variant_meta(tma_cfg(64, 16), W)  # type: ignore[arg-type]
+    assert "TMA" in ConvLaunch(step, device).variant_meta(tma_cfg(64, 16), W)  # type: ignore[arg-type]
 
 
 def test_whole_plan_with_tma(device: torch.device) -> None:
     """Every 3×3 stride-1 step of the plan through TMA boxes, the others as before (one
     configuration for every step on a GPU too: tuned, TMA might lose everywhere)."""
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
 
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     plan = build_plan(model)
@@ -203,7 +206,7 @@ def test_whole_plan_with_tma(device: torch.device) -> None:
 
 
 def rows_cfg(block_w: int, rows: int) -> object:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     return Config(block_w, 4, 1, rows=rows)
 
@@ -218,7 +221,7 @@ def test_rows_walks_down_the_image(device: torch.device, cin: int, cout: int, bl
                                    rows: int, sums: tuple[str, ...], add: bool) -> None:
     """The row-walking kernel (ttball.kernels.rows) against the reference: padding at every
     edge, strips that end past the image, the epilogue's addend, SE sums and ReLU."""
-    from ttball.kernels.executor import rows_applies
+    from ttball.kernels.configs import rows_applies
 
     addends = (("e", 1),) if add else ()
     step = Conv("y", (term("x", cout, cin, 3),), fp16_exact(cout), addends=addends,
@@ -231,7 +234,7 @@ def test_rows_walks_down_the_image(device: torch.device, cin: int, cout: int, bl
 
 
 def test_rows_leaves_other_steps_to_the_conv_kernel(device: torch.device) -> None:
-    from ttball.kernels.executor import rows_applies
+    from ttball.kernels.configs import rows_applies
 
     wide = Conv("y", (term("x", 64, 64, 3),), fp16_exact(64), relu=True)
     strided = Conv("y", (term("x", 16, 16, 3, stride=2),), fp16_exact(16))
@@ -242,7 +245,8 @@ def test_rows_leaves_other_steps_to_the_conv_kernel(device: torch.device) -> Non
 
 def test_whole_plan_with_rows(device: torch.device) -> None:
     """The 16- and 32-channel 3×3 steps of the plan walk rows, the others as before."""
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
 
     model = randomize_batchnorm(BlurBall(), seed=0).eval()
     plan = build_plan(model)

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 
 from ttball.kernels import Conv, build_plan
+from ttball.kernels.buffers import pair_steps
+from ttball.kernels.configs import Config, pair_waits
 from ttball.kernels.direct import (
     INPUT_KERNELS,
     KERNEL_SOURCE,
@@ -32,7 +34,6 @@ from ttball.kernels.direct import (
     direct_missing,
     direct_tiles,
 )
-from ttball.kernels.executor import Config, pair_steps, pair_waits
 from ttball.kernels.plan import INPUT
 
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
@@ -145,8 +146,8 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
     """And the wgmma kernel's tiles only when asked (on an H100 or H200), for its shapes, on
     steps of at least WGMMA_MIN_PIXELS output pixels (full resolution at batch 64, not the
     third level at batch 1)."""
+    from ttball.kernels.configs import direct_configs
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
-    from ttball.kernels.executor import direct_configs
 
     big, small = 64 * 288 * 512, 72 * 128
     assert small < WGMMA_MIN_PIXELS <= big
@@ -525,7 +526,7 @@ def test_direct_backend_replays_the_same_logits_as_triton(model: BlurBall) -> No
     """triton-fp16-direct against triton-fp16, every applicable step forced onto the direct
     kernel (not left to the tuner), graph capture and replay included."""
     from ttball.backends import create
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     require_triton()
     if direct_missing(DEVICE):

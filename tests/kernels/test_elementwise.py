@@ -40,7 +40,8 @@ def se_tail(c: int, **fuse: object) -> SqueezeTail:
 
 def run_both(step: SqueezeTail, bufs: dict[str, Tensor], device: torch.device,
              block_m: int) -> None:
-    from ttball.kernels.executor import Config, _TailLaunch
+    from ttball.kernels.configs import Config
+    from ttball.kernels.launches import TailLaunch
 
     c = step.channels
     sums = {"s": bufs["y"].sum(dim=(1, 2))}
@@ -59,7 +60,7 @@ def run_both(step: SqueezeTail, bufs: dict[str, Tensor], device: torch.device,
         logits = torch.empty(B, step.head.weight.shape[0], H, W, device=device)
         dev_bufs[step.head.out] = logits.permute(0, 2, 3, 1)
         outs.append(step.head.out)
-    _TailLaunch(step, device)(dev_bufs, {"s": sums["s"].to(device)}, Config(block_m, 4, 1))
+    TailLaunch(step, device)(dev_bufs, {"s": sums["s"].to(device)}, Config(block_m, 4, 1))
     for name in outs:
         torch.testing.assert_close(dev_bufs[name].float().cpu(), ref_bufs[name],
                                    rtol=2e-3, atol=2e-3)

@@ -33,7 +33,8 @@ def test_whole_plan_matches_the_reference(model: BlurBall, device: torch.device,
     dependent launch (on a Hopper GPU for real; in the interpreter the same kernel code with the
     waits as no-ops, so what it checks there is that the reordered loads are still right)."""
     require_triton()
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
     from ttball.kernels.gdc import pdl_missing
 
     if pdl and CUDA and pdl_missing(device):
@@ -69,12 +70,12 @@ def _latest_first(deps: list[list[int]]) -> list[int]:
 
 def _read_after_write(plan: Plan) -> list[list[int]]:
     """Each step's producers only: the last writer of each buffer and SE sum it reads."""
-    from ttball.kernels.executor import _reads
+    from ttball.kernels.buffers import reads_of
 
     last: dict[str, int] = {}
     out = []
     for i, step in enumerate(plan.steps):
-        names = _reads(step) + ([step.se_sum] if isinstance(step, SqueezeTail) else [])
+        names = reads_of(step) + ([step.se_sum] if isinstance(step, SqueezeTail) else [])
         out.append(sorted({last[n] for n in names if n in last}))
         for name in plan.outputs(step) + ([step.se_sum] if isinstance(step, Conv) and
                                           step.se_sum else []):
@@ -90,7 +91,9 @@ def test_steps_reordered_within_their_hazards_give_the_same_logits(
     Keeping only the read-after-write edges does not: a reused buffer is overwritten before
     its last reader ran, which is why the other edges are there."""
     require_triton()
-    from ttball.kernels.executor import Config, TritonExecutor, hazards
+    from ttball.kernels.buffers import hazards
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
 
     plan = build_plan(model)
     x = torch.randn(1, 9, 16, 32, generator=torch.Generator().manual_seed(0)).to(device)

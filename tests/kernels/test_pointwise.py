@@ -30,7 +30,7 @@ def model() -> BlurBall:
 
 
 def resident(block_m: int, programs: int = 0, stages: int = 3) -> object:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
     return Config(block_m, 4, stages, programs=programs, resident=True)
 
@@ -40,14 +40,14 @@ def run_resident(step: Conv, bufs: dict[str, Tensor], config: object,
     """``step`` through the executor's launch with ``config`` on ``bufs`` (NHWC, full
     resolution); returns the output and SE sums (on CPU) and the number of programs. The
     output starts as NaN, so a pixel the loop over tiles missed fails the comparison."""
-    from ttball.kernels.executor import _ConvLaunch
+    from ttball.kernels.launches import ConvLaunch
 
     dev = {k: v.to(DEVICE, torch.float16).contiguous() for k, v in bufs.items()}
     b, h, w, _ = next(iter(bufs.values())).shape
     dev[step.out] = torch.full((b, h, w, step.cout), float("nan"), device=DEVICE,
                                dtype=torch.float16)
     dev_sums = {name: torch.zeros(b, step.cout, device=DEVICE) for name in sums}
-    launch = _ConvLaunch(step, DEVICE)
+    launch = ConvLaunch(step, DEVICE)
     call = launch.triton_call(dev, dev_sums, config)  # type: ignore[arg-type]
     assert call.kernel.__name__ == "pointwise_kernel"
     call.launch()
@@ -133,7 +133,8 @@ def test_applies_to_1x1_stride_1_steps_only(model: BlurBall) -> None:
 def test_candidates_are_offered_after_the_default(model: BlurBall) -> None:
     """The tuner's list for step 4 at batch 64 and 288 × 512 keeps the conv kernel's default
     first and ends with the resident candidates; a 3×3 step gets none."""
-    from ttball.kernels.executor import Config, _ConvLaunch, conv_configs, pointwise_configs
+    from ttball.kernels.configs import Config, conv_configs, pointwise_configs
+    from ttball.kernels.launches import ConvLaunch
 
     steps = build_plan(model).steps
     step4, stem = steps[4], steps[0]
@@ -142,7 +143,7 @@ def test_candidates_are_offered_after_the_default(model: BlurBall) -> None:
     names = [c.short() for c in pointwise_configs(step4, pixels)]
     assert names == ["m64w4s3RES", "m128w8s2RES"]
     assert pointwise_configs(stem, pixels) == []
-    launch = _ConvLaunch(step4, torch.device("cpu"))
+    launch = ConvLaunch(step4, torch.device("cpu"))
     bufs = {step4.out: torch.empty(64, 288, 512, 128, device="meta")}
     configs = launch.configs(bufs)
     assert configs[0] == conv_configs(step4, pixels)[0] == Config(64, 4, 3)
@@ -177,7 +178,8 @@ def test_executor_with_resident_steps_gives_the_default_logits(model: BlurBall) 
     same dots per pixel; the interpreter's matmuls over 16- and 128-row tiles may round
     differently), so the logits are the default run's. And they are the FP32 reference's to
     the tolerance of ``test_executor.py``."""
-    from ttball.kernels.executor import Config, TritonExecutor
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
     from ttball.kernels.pointwise import pointwise_applies
 
     plan = build_plan(model)
@@ -211,14 +213,15 @@ def test_step_4_at_full_resolution_matches_the_default_config(model: BlurBall) -
     """BlurBall's step 4 (32 + 64 → 128, ReLU) at batch 8 and 288 × 512 (18432 tiles of 64
     pixels, about 47 a program on an H200's 132 SMs), each resident candidate against the conv
     kernel's default."""
-    from ttball.kernels.executor import _ConvLaunch, conv_configs, pointwise_configs
+    from ttball.kernels.configs import conv_configs, pointwise_configs
+    from ttball.kernels.launches import ConvLaunch
 
     step = build_plan(model).steps[4]
     assert isinstance(step, Conv)
     gen = torch.Generator(device=DEVICE).manual_seed(4)
     bufs = {t.src: torch.randn(8, 288, 512, t.cin, device=DEVICE, generator=gen).half()
             for t in step.terms}
-    launch = _ConvLaunch(step, DEVICE)
+    launch = ConvLaunch(step, DEVICE)
     pixels = 8 * 288 * 512
 
     def run(config: object) -> Tensor:

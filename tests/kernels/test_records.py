@@ -28,7 +28,8 @@ from ttball.kernels.records import (
 from ttball.model import BlurBall, randomize_batchnorm
 
 require_triton()
-from ttball.kernels.executor import Config, TritonExecutor
+from ttball.kernels.configs import Config
+from ttball.kernels.executor import TritonExecutor
 
 IDENTITY = {"gpu": "NVIDIA H200", "capability": [9, 0], "sms": 132, "driver": "580.95.05",
             "torch": "2.11", "triton": "3.5", "cuda": "13.0"}

@@ -101,19 +101,22 @@ def test_side_branch_conv_steps_get_grid_limited_candidates() -> None:
     """Levels 1-3 only, a quarter and half of the SMs, and only where the grid is larger."""
     require_triton()
     from ttball.kernels import build_plan
-    from ttball.kernels.executor import Config, TritonExecutor, _Buffers, _ConvLaunch, _main_output
+    from ttball.kernels.buffers import Buffers, main_output
+    from ttball.kernels.configs import Config
+    from ttball.kernels.executor import TritonExecutor
+    from ttball.kernels.launches import ConvLaunch
     from ttball.model import BlurBall, randomize_batchnorm
 
     plan = build_plan(randomize_batchnorm(BlurBall(), seed=0).eval())
     executor = TritonExecutor(plan, torch.device("cpu"), tune=False)
-    bufs = _Buffers(plan, 1, 144, 256, torch.device("cpu"))
+    bufs = Buffers(plan, 1, 144, 256, torch.device("cpu"))
     offered = {}
     for launch in executor.launches:
-        level = plan.buffers[_main_output(launch.step)].level
+        level = plan.buffers[main_output(launch.step)].level
         got = executor._grid_limited(launch, Config(128, 4, 2), bufs, sms=132)
         offered.setdefault(level, set()).update(c.programs for c in got)
         assert all(c == Config(128, 4, 2, programs=c.programs) for c in got)
-        if not isinstance(launch, _ConvLaunch):
+        if not isinstance(launch, ConvLaunch):
             assert got == []
         assert executor._grid_limited(launch, Config(128, 4, 1, rows=16), bufs, 132) == []
     # level 1 at 144 x 256: 72 x 128 pixels, 72 tiles of 128; level 2: 18; level 3: 5

@@ -55,7 +55,8 @@ def compile_conv_steps() -> list[dict[str, Any]]:
     """In a process with Triton compiled: one new-variant launch per kind of conv step."""
     import torch
 
-    from ttball.kernels.executor import Config, _ConvLaunch, _TailLaunch
+    from ttball.kernels.configs import Config
+    from ttball.kernels.launches import ConvLaunch, TailLaunch
     from ttball.kernels.plan import INPUT, Conv, SqueezeTail, Term
 
     compiled = _compile_launches_for_sm90()
@@ -103,12 +104,12 @@ def compile_conv_steps() -> list[dict[str, Any]]:
             b, h, w, c = shapes[INPUT]
             bufs[INPUT] = torch.empty(b, c, h, w).permute(0, 2, 3, 1)
         sums = {"s": torch.zeros(2, step.cout)}
-        _ConvLaunch(step, cpu, pdl=name.endswith("pdl"))(bufs, sums, config)
+        ConvLaunch(step, cpu, pdl=name.endswith("pdl"))(bufs, sums, config)
         report.append(_ptx_report(name, compiled[-1]))
     # the tail kernel with PDL: the SE weights are read before the wait, the sums after it
     tail = SqueezeTail("y", "r", "s", torch.randn(1, 16), torch.randn(16, 1), out="t")
     bufs = {k: torch.empty(2, 288, 512, 16, dtype=torch.float16) for k in "yrt"}
-    _TailLaunch(tail, cpu, pdl=True)(bufs, {"s": torch.zeros(2, 16)}, Config(128, 4, 1))
+    TailLaunch(tail, cpu, pdl=True)(bufs, {"s": torch.zeros(2, 16)}, Config(128, 4, 1))
     report.append(_ptx_report("tail pdl", compiled[-1]))
     return report
 

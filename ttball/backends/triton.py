@@ -9,10 +9,10 @@ launches the kernels one by one (for profiling; Python launch overhead dominates
 ``triton-fp16-pdl`` is ``triton-fp16`` with programmatic dependent launch between its kernels
 (Hopper and later, :mod:`ttball.kernels.gdc`); ``triton-fp16-tma`` lets the tuner also try
 reading each 3×3 stride-1 step's input with tensor-memory-accelerator copies (Hopper and later,
-:func:`ttball.kernels.executor.tma_configs`); ``triton-fp16-rows`` lets it also try walking the
+:func:`ttball.kernels.configs.tma_configs`); ``triton-fp16-rows`` lets it also try walking the
 16- and 32-channel 3×3 steps down the image a row at a time (:mod:`ttball.kernels.rows`);
 ``triton-fp16-branches`` runs each resolution's steps on a CUDA stream of its own, waiting
-only where the steps share data (:func:`ttball.kernels.executor.hazards`), so the graph runs
+only where the steps share data (:func:`ttball.kernels.buffers.hazards`), so the graph runs
 HRNet's parallel branches side by side; ``triton-fp16-direct`` is ``triton-fp16-branches`` whose
 tuner also tries a direct convolution in CUDA C++ (halo in shared memory, tensor-core fragments;
 :mod:`ttball.kernels.direct`) for the 16- and 32-channel 3×3 steps, transition1's 128 → 16

@@ -3,7 +3,7 @@ the kernels that execute it (``triton-fp16`` backend).
 
 :mod:`ttball.kernels.plan` and :mod:`ttball.kernels.reference` need only PyTorch. The kernel
 modules (:mod:`~ttball.kernels.conv`, :mod:`~ttball.kernels.elementwise`,
-:mod:`~ttball.kernels.executor`) import Triton; Triton decides at decoration time whether a
+:mod:`~ttball.kernels.launches`, :mod:`~ttball.kernels.executor`) import Triton; Triton decides at decoration time whether a
 kernel is compiled or interpreted, so ``TRITON_INTERPRET=1`` (the CPU tests) must be set before
 they are first imported.
 """

@@ -43,7 +43,7 @@ from ttball.filelock import exclusive
 from ttball.results import atomic_write
 
 if TYPE_CHECKING:
-    from ttball.kernels.executor import Config
+    from ttball.kernels.configs import Config
 
 FORMAT = 1
 SOURCES = Path(__file__).parent
@@ -125,7 +125,7 @@ class TuningRecords:
 
     def load(self, key: str, steps: int) -> list[Config] | None:
         """The recorded configurations, one per step, or None (missing or not loadable)."""
-        from ttball.kernels.executor import Config
+        from ttball.kernels.configs import Config
 
         try:
             data = json.loads(self.path(key).read_text())
