@@ -33,20 +33,17 @@ Not supported here: the SSIM near-duplicate filter (``dedup_ssim``; refused, not
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
-import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ttball.backends.base import Backend, capture_graph, synchronize
+from ttball.backends.base import Backend
 from ttball.cudasched import wait_event
 from ttball.frames import host_to_device, normalizer
 from ttball.kernels import copies
@@ -70,13 +67,27 @@ from ttball.kernels.prepost_post import (
     fused_windows_level,
     packed_stats,
 )
+from ttball.kernels.prepost_stream import DeviceStream, DeviceWindow, FrameRejected
+from ttball.kernels.prepost_timing import (
+    GPU_STAGES,
+    GPU_STEPS,
+    PAD_KERNELS_ENV,
+    PAD_MATMULS_ENV,
+    PadKernels,
+    StageTimer,
+    gpu_split,
+)
 from ttball.model.config import WeightsConfig
 from ttball.postprocess import Detection, detect
 from ttball.results import FrameResult
-from ttball.stream import FrameStream, StreamOptions, Window
+from ttball.stream import StreamOptions, Window
 
 __all__ = [
     "DECODERS",
+    "GPU_STAGES",
+    "GPU_STEPS",
+    "PAD_KERNELS_ENV",
+    "PAD_MATMULS_ENV",
     "DecodeError",
     "DeviceStream",
     "DeviceWindow",
@@ -84,6 +95,7 @@ __all__ = [
     "GpuPipeline",
     "GraphedStats",
     "JpegDecoder",
+    "PadKernels",
     "PostOptions",
     "Resizer",
     "StageTimer",
@@ -97,83 +109,6 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-
-
-class FrameRejected(ValueError):
-    """A frame :meth:`GpuPipeline.push` refuses before any session has changed: it does not
-    decode (``reason == "decode"``) or its size differs from its session's (``"size"``).
-    ``index`` is its position in the pushed ``frames``; ``detail`` says what is wrong."""
-
-    def __init__(self, index: int, reason: str, sid: str, detail: str) -> None:
-        super().__init__(f"session {sid}, frame {index} of the push: {detail}")
-        self.index, self.reason, self.detail = index, reason, detail
-
-
-@dataclass
-class DeviceWindow(Window):
-    """A :class:`~ttball.stream.Window` whose frames are ``(3, h, w) uint8`` device tensors
-    (``pixels`` stays empty: nothing is copied until the batch is stacked)."""
-
-    frames: tuple[Tensor, ...] = ()
-
-
-class DeviceStream(FrameStream):
-    """:class:`FrameStream` with frames already decoded, resized and de-duplicated on the device
-    and candidates found there: :meth:`push_device` replaces ``push``, :meth:`complete_found`
-    replaces ``complete``; windowing, finish, emit order and the tracker are FrameStream's."""
-
-    def __init__(self, config: WeightsConfig, options: StreamOptions | None = None,
-                 stream_id: str = "") -> None:
-        super().__init__(config, options, stream_id)
-        if self.options.dedup_ssim is not None:
-            raise ValueError("the device path drops exact duplicates only; dedup_ssim is not supported")
-
-    def push(self, frame: object) -> list[Window]:  # type: ignore[override]
-        raise TypeError("DeviceStream takes device frames: use push_device")
-
-    def push_device(self, index: int, time_s: float, size: tuple[int, int], duplicate: bool,
-                    small: Tensor) -> list[Window]:
-        """One frame: its source ``size`` (width, height), whether it repeats the previous
-        frame exactly, and its resized pixels ``(3, h, w) uint8``; ``FrameStream.push`` for
-        frames decoded and resized on the device."""
-        self._admit(index, *size)
-        return self._keep(index, time_s, None if duplicate and self._kept else small)
-
-    def _window(self, slots: tuple[int, int, int]) -> Window:
-        for s in set(slots):
-            self._kept[s].open_windows += 1
-        self.windows_out += 1
-        frames = tuple(self._kept[s].pixels for s in slots)
-        return DeviceWindow(self.stream_id, slots, np.empty(0, np.uint8), frames)  # type: ignore[arg-type]
-
-    def complete_found(self, window: Window, found: Sequence[list[Detection]]) -> list[FrameResult]:
-        """A window's candidates per position (oldest first), found on the device;
-        ``FrameStream.complete`` without the heatmaps."""
-        return self._complete(window, lambda position: found[position])
-
-
-class StageTimer:
-    """Seconds per stage: ``seconds`` on the wall clock, ``cpu_seconds`` on the calling thread's
-    CPU clock (what a stage's wall time holds beyond its CPU time, the thread spent off the CPU:
-    waiting for the device, a child process, or the interpreter lock). ``sync=True`` waits for
-    the device at each stage's end, so the time lands on the stage that spent it (costs the
-    overlap; for measurement only)."""
-
-    def __init__(self, device: torch.device, sync: bool = False) -> None:
-        self.device, self.sync = device, sync
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.cpu_seconds: dict[str, float] = defaultdict(float)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start, cpu = time.perf_counter(), time.thread_time()
-        try:
-            yield
-        finally:
-            if self.sync:
-                synchronize(self.device)
-            self.seconds[name] += time.perf_counter() - start
-            self.cpu_seconds[name] += time.thread_time() - cpu
 
 
 @dataclass
@@ -201,118 +136,6 @@ class _InFlight:
     ready: torch.cuda.Event | None
     logits: Tensor
     marks: tuple[tuple[str, Any], ...] = ()
-
-
-#: ``TTBALL_PAD_KERNELS=N`` (measurement only): each backend call adds N empty kernels on its
-#: stream after its statistics, from one CUDA graph (one launch on the host, ~N µs of GPU
-#: time). Whether the worker's pace follows the number of GPU operations its clients send
-#: rather than their GPU time (docs/benchmarks/e2e.md: it does not, thirty-eighth session).
-PAD_KERNELS_ENV = "TTBALL_PAD_KERNELS"
-#: ``TTBALL_PAD_MATMULS=M`` (measurement only): M half-precision 4096 × 4096 matrix products
-#: with each call, from a CUDA graph on a stream of their own (~0.14 TFLOP each, ~0.19 ms of a
-#: whole H200 alone): GPU time with few operations and outside the lane's chain of work, the
-#: converse of ``TTBALL_PAD_KERNELS`` -- whether the worker's pace follows the GPU time its
-#: clients share.
-PAD_MATMULS_ENV = "TTBALL_PAD_MATMULS"
-PAD_MATMUL_SIDE = 4096
-
-
-def _pad_count(name: str) -> int:
-    value = os.environ.get(name, "")
-    if not value:
-        return 0
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{name} must be a positive count, got {value!r}")
-    return int(value)
-
-
-class PadKernels:
-    """``count`` one-element adds captured in one CUDA graph, replayed on the current stream,
-    and ``matmuls`` matrix products (``side`` × ``side``, float16) in another, replayed on a
-    stream of their own that waits for nothing; calling it replays both."""
-
-    def __init__(self, count: int, device: torch.device, matmuls: int = 0,
-                 side: int = PAD_MATMUL_SIDE) -> None:
-        if count < 0 or matmuls < 0 or count + matmuls < 1:
-            raise ValueError(f"{PAD_KERNELS_ENV} and {PAD_MATMULS_ENV} must be counts, not both "
-                             f"0, got {count} and {matmuls}")
-        self.count, self.matmuls = count, matmuls
-        self._kernels = self._products = None
-        self._x = torch.zeros(1, device=device)
-        self._mats = torch.randn(3, side, side, device=device).half() if matmuls else None
-        if count:
-            self._kernels = capture_graph(self._adds, device,
-                                          capture_error_mode="thread_local")[0]
-        if matmuls:
-            self._products = capture_graph(self._matmuls, device,
-                                           capture_error_mode="thread_local")[0]
-            self._stream = torch.cuda.Stream(device)
-
-    def _adds(self) -> None:
-        for _ in range(self.count):
-            self._x.add_(0)
-
-    def _matmuls(self) -> None:
-        a, b, out = self._mats
-        for _ in range(self.matmuls):
-            torch.mm(a, b, out=out)
-
-    @classmethod
-    def from_env(cls, device: torch.device) -> PadKernels | None:
-        """The environment's padding (None when unset or not on CUDA)."""
-        count, matmuls = _pad_count(PAD_KERNELS_ENV), _pad_count(PAD_MATMULS_ENV)
-        if not count and not matmuls:
-            return None
-        return cls(count, device, matmuls) if device.type == "cuda" else None
-
-    def __call__(self) -> None:
-        if self._kernels is not None:
-            self._kernels.replay()
-        if self._products is not None:
-            with torch.cuda.stream(self._stream):
-                self._products.replay()
-
-
-# With overlap on CUDA, each call's time on its stream (``StageTimer`` stages, seconds): the
-# stream idle or waiting since the previous call's end (for the side stream's decode and resize,
-# or with nothing queued), the windows' stacking and normalisation, the network, and the
-# statistics with their copy to the host. Read once the call is back, so a push's figures are
-# its previous push's calls'.
-GPU_STAGES = ("gpu_between", "gpu_normalize", "gpu_network", "gpu_stats")
-# Their parts: the network's copy into a CUDA-graph backend's input, its graph and the copy of
-# its output (with a backend that marks them: GraphedBackend.set_marker), and the statistics'
-# thresholds' upload, graph, the logits' private copy and the copy to the host.
-GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_upload",
-             "gpu_stats_graph", "gpu_stats_clone", "gpu_stats_to_host")
-
-
-def gpu_split(marks: Sequence[tuple[str, Any]], end: Any,
-              previous_end: Any | None) -> dict[str, float]:
-    """Seconds of :data:`GPU_STAGES` and :data:`GPU_STEPS` from a call's timing events.
-
-    ``marks``: ``(name, event)`` in the order queued, each event closing the step it names:
-    ``start`` (before the normalisation), ``normalize``, the backend's ``net_copy_in`` and
-    ``net_graph`` if it marks them, ``network`` (the backend call's end), then
-    ``stats_upload``, ``stats_graph``, ``stats_clone``; ``end``: after the copy to the host
-    (closes ``stats_to_host``); ``previous_end``: the previous call's ``end`` on the same stream
-    (None: the first call, no ``gpu_between``). Events complete: ``elapsed_time`` is in ms."""
-    named = dict(marks)
-
-    def seconds(before: Any, after: Any) -> float:
-        return before.elapsed_time(after) / 1e3
-
-    out = {"gpu_normalize": seconds(named["start"], named["normalize"]),
-           "gpu_network": seconds(named["normalize"], named["network"]),
-           "gpu_stats": seconds(named["network"], end)}
-    steps = [*marks, ("stats_to_host", end)]
-    for (_, before), (name, after) in itertools.pairwise(steps):
-        if name == "network":
-            name = "net_copy_out" if "net_graph" in named else ""
-        if name and name != "normalize":
-            out[f"gpu_{name}"] = seconds(before, after)
-    if previous_end is not None:
-        out["gpu_between"] = seconds(previous_end, named["start"])
-    return out
 
 
 class GpuPipeline:
