@@ -8,7 +8,7 @@ decode, windowing, batching, post-processing, tracking and the WebSocket path.
         --duration 8 --max-frames 120 --deadline-ms 50
 
 ``--torch-threads 1`` stands in for a GPU backend, whose backend thread runs torch with one
-thread (``ttball/serve/batcher.py``). ``TTBALL_SLEEP_MS`` sets the backend's time per call
+thread (``ttball/serve/worker.py``). ``TTBALL_SLEEP_MS`` sets the backend's time per call
 (default 1.5, about compile-reduce-overhead FP16 at batch 1-2 on an H200). Numbers measured
 with it: docs/benchmarks/serve-h200.md.
 """

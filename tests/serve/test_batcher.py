@@ -15,9 +15,10 @@ import torch
 from ttball.backends import BackendBase
 from ttball.errors import UserError
 from ttball.model.config import WeightsConfig
-from ttball.serve.batcher import Batcher, Overloaded, Worker
+from ttball.serve.batcher import Batcher, Overloaded
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.worker import Worker
 from ttball.stream import Window
 
 CFG = WeightsConfig(input_height=4, input_width=8)
@@ -375,8 +376,8 @@ def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> Non
     """/readyz's ``gpu``: nothing on a CPU backend without a cap; the cap from the environment
     (what ``serve --ray --mps-sm-percent`` sets in a replica) even where no CUDA context exists
     to report multiprocessors; CUDA is not initialized by asking."""
-    from ttball.serve.batcher import gpu_share
     from ttball.serve.settings import MPS_PERCENT_ENV
+    from ttball.serve.worker import gpu_share
 
     monkeypatch.delenv(MPS_PERCENT_ENV, raising=False)
     assert gpu_share(None) is None and gpu_share("cpu") is None
@@ -392,8 +393,7 @@ def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> Non
 def test_readiness_asks_cuda_for_the_gpu_share_until_ready_then_keeps_it(monkeypatch) -> None:
     """/readyz is polled: once the worker is ready its ``gpu`` is the one answer kept, not a
     driver query on each poll; before, each call asks again (the device may not be held yet)."""
-    from ttball.serve import batcher
-    from ttball.serve.batcher import Worker
+    from ttball.serve import worker as worker_module
 
     calls = []
 
@@ -402,8 +402,8 @@ def test_readiness_asks_cuda_for_the_gpu_share_until_ready_then_keeps_it(monkeyp
         return {"multiprocessors": len(calls), "mps_active_thread_percentage": None,
                 "sched": "auto", "sched_note": sched_note}
 
-    monkeypatch.setattr(batcher, "gpu_share", fake_share)
-    worker = Worker(ServeSettings(device="cpu"), Metrics())
+    monkeypatch.setattr(worker_module, "gpu_share", fake_share)
+    worker = worker_module.Worker(ServeSettings(device="cpu"), Metrics())
     try:
         assert worker.readiness()["gpu"]["multiprocessors"] == 1
         assert worker.readiness()["gpu"]["multiprocessors"] == 2  # not ready: asked again
@@ -420,8 +420,6 @@ def test_worker_threads_carry_their_names_to_the_kernel() -> None:
     tools show), ``tt-`` and the Python name, cut to the kernel's 15 bytes."""
     import sys
     from pathlib import Path
-
-    from ttball.serve.batcher import Worker
 
     if not sys.platform.startswith("linux"):
         pytest.skip("thread names in /proc are Linux's")

@@ -741,12 +741,12 @@ SERVER = textwrap.dedent("""
         return backend[-1]
 
     register("slow-fake-device", description="test: 1.5 s per batch once ready")(build)
-    import ttball.serve.batcher as b
-    go_live = b.Worker._go_live
+    import ttball.serve.worker as w
+    go_live = w.Worker._go_live
     def live(self):
         go_live(self)
         backend[-1].slow = True  # after the pipeline's warm-up push
-    b.Worker._go_live = live
+    w.Worker._go_live = live
     from ttball.cli import COMMANDS, main
     COMMANDS["serve"] = ("ttball.cli.serve", "the worker")
     sys.exit(main(["serve", "--backend", "slow-fake-device", "--device", "cpu", "--weights",

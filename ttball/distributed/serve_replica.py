@@ -1,6 +1,6 @@
 """One replica of ``ttball serve --ray``: the single worker's engine behind Ray Serve calls.
 
-Each replica builds what ``ttball serve`` builds (:class:`~ttball.serve.batcher.Worker`: load,
+Each replica builds what ``ttball serve`` builds (:class:`~ttball.serve.worker.Worker`: load,
 backend, warm-up, optional verify; then the :class:`Batcher`, :class:`SessionStore` and
 :class:`Feeder`) and finishes all of it in its constructor, so Ray Serve counts the replica
 healthy, and routes to it, only once it is warm. ``check_health`` fails if the worker ever
@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from ttball.errors import UserError
-from ttball.serve.batcher import Worker
 from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import Part
+from ttball.serve.worker import Worker
 from ttball.stream import Window
 
 # A call waits this long for its predecessor (same session, seq - 1); one lost in transit is then

@@ -12,7 +12,7 @@
     /                                  the web page, when ttball/web/index.html exists
 
 The inference routes answer 503 until start-up (load, build, warm-up, verify: see
-:class:`~ttball.serve.batcher.Worker`) has finished; ``/healthz`` answers from the first second.
+:class:`~ttball.serve.worker.Worker`) has finished; ``/healthz`` answers from the first second.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from starlette.websockets import WebSocketDisconnect
 
 from ttball import __version__
 from ttball.errors import UserError
-from ttball.serve.batcher import Overloaded, Worker
+from ttball.serve.batcher import Overloaded
 from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import read_body, split_body
+from ttball.serve.worker import Worker
 
 OPEN_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
 PROTECTED_PREFIXES = ("/v1", "/v2", "/metrics")

@@ -1,10 +1,5 @@
-"""The backend side of the worker: start-up and warm-up (:class:`Worker`) and dynamic batching.
-
-Start-up runs in a background thread once the server listens, so ``/healthz`` answers from the
-first second: load the weights, build the backend (with ``--compile-cache``), warm every
-configured batch size (which compiles them), optionally verify; only then is the worker ready.
-
-Dynamic batching: windows from every session (and /v2 infer rows) share the one backend.
+"""Dynamic batching: windows from every session (and /v2 infer rows) share the one backend.
+The worker's start-up and warm-up, which build that backend: :mod:`ttball.serve.worker`.
 
 Jobs wait in one FIFO queue. The batcher starts a batch when ``max_batch`` jobs wait or when the
 oldest has waited ``max_delay`` (Triton's ``max_queue_delay``), takes up to ``max_batch`` jobs of
@@ -34,39 +29,25 @@ import bisect
 import concurrent.futures
 import logging
 import math
-import os
-import sys
-import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from ttball import __version__
-from ttball.backends import Backend, resolve_device
-from ttball.kernels.records import RECORD
+from ttball.backends import Backend
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
 from ttball.serve.metrics import Metrics
-from ttball.serve.settings import AUTO, MPS_PERCENT_ENV, ApiError, ServeSettings
+from ttball.serve.settings import ApiError
 from ttball.stream import Window
-from ttball.threadnames import name_os_thread
-
-if TYPE_CHECKING:
-    from ttball.serve.device import DeviceLanes, DevicePath
-    from ttball.serve.sessions import Feeder, SessionStore
-
 
 log = logging.getLogger(__name__)
 
-CUDA_WARM_CALLS = 3
 WINDOW = 3  # admission units per window: a frame at step 3 (a third of a window) costs 1
 Runner = Callable[[list[Any]], Sequence[Any]]  # backend thread: items → one result each
 
@@ -74,31 +55,6 @@ Runner = Callable[[list[Any]], Sequence[Any]]  # backend thread: items → one r
 class Overloaded(ApiError):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(429, "overloaded", message, {"Retry-After": str(retry_after_s)})
-
-
-def gpu_share(device: object, sched_note: str | None = None) -> dict[str, Any] | None:
-    """What of its GPU this process may use: the multiprocessors CUDA reports for the
-    backend's device (under CUDA MPS with an active-thread percentage only the capped share:
-    66 of an H200's 132 at 50 %; None before the backend holds a CUDA device, and CUDA is
-    never initialized here), the percentage its environment asks for, and how its threads
-    wait for the GPU (``sched``: ``auto``, ``spin``, ``yield`` or ``blocking_sync``; with
-    ``sched_note``, why ``--cuda-blocking-sync`` was not applied). None if none of it."""
-    import torch
-
-    cap = os.environ.get(MPS_PERCENT_ENV) or None
-    sms = sched = None
-    if device is not None and torch.device(str(device)).type == "cuda" and torch.cuda.is_initialized():
-        index = torch.device(str(device)).index or 0
-        sms = torch.cuda.get_device_properties(index).multi_processor_count
-        from ttball.cudasched import primary_context
-
-        state = primary_context(index)
-        sched = state[0] if state else None
-    if sms is None and cap is None:
-        return None
-    return {"multiprocessors": sms,
-            "mps_active_thread_percentage": int(cap) if cap and cap.isdigit() else cap,
-            "sched": sched, "sched_note": sched_note}
 
 
 @dataclass
@@ -420,373 +376,7 @@ class Batcher:
 
 
 # -- start-up -------------------------------------------------------------------------------------
-class Worker:
-    """Start-up progress and, once ready, the parts the routes use."""
-
-    def __init__(self, settings: ServeSettings, metrics: Metrics) -> None:
-        self.settings, self.metrics = settings, metrics
-        if settings.switch_interval_ms is not None:  # the whole process's, from now on
-            sys.setswitchinterval(settings.switch_interval_ms / 1e3)
-        self.phase = "starting"
-        self.error: str | None = None
-        self.started = time.monotonic()
-        self.seconds: dict[str, float] = {}
-        self.warmup_s: dict[int, float] = {}
-        self.backend: Any = None
-        self.model: Any = None
-        self.config: WeightsConfig | None = None
-        self.batcher: Batcher | None = None
-        self.device: DeviceLanes | None = None  # --device-pipeline
-        self.feeder: Feeder | None = None
-        self.store: SessionStore | None = None
-        self.verification: Any = None
-        self.choice: Any = None  # --backend auto: ttball.backends.auto.Choice
-        # torch's CPU thread pool: one thread on the decode threads, which parallelise by their
-        # number. With torch's default (one per core) every small torch op there wakes a whole
-        # OpenMP team, and the spinning teams starve the event loop and the backend thread: with a
-        # 1.5 ms fake backend on the 2-core machine the network stage took 24 ms per batch
-        # instead of 6.0 ms, and p50 latency 110 ms instead of 42 ms
-        # (docs/benchmarks/serve-h200.md).
-        self.pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="ttball-decode",
-                                       initializer=_pool_thread, initargs=(1,))
-        # Everything that touches the backend (build, warm-up, verify, batches) runs on this one
-        # thread: CUDA graphs recorded by torch.compile belong to the thread that recorded them,
-        # and oneDNN's thread count (--torch-threads) is per thread: the given count, else one for
-        # a GPU backend (its CPU work is a few small ops) and torch's default for a CPU one.
-        threads = settings.torch_threads or (
-            1 if resolve_device(settings.device).type == "cuda" else torch.get_num_threads())
-        self.backend_thread = ThreadPoolExecutor(
-            1, thread_name_prefix="ttball-backend",
-            initializer=_pool_thread, initargs=(threads,))
-        self._torch_threads = threads
-        self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._reaper: asyncio.Task[None] | None = None
-        self._loop_watch: asyncio.Task[None] | None = None  # ttball_event_loop_lag_seconds
-        self._abort = threading.Event()
-        self.sched_note: str | None = None  # why --cuda-blocking-sync was not applied
-        self._gpu: dict[str, Any] | None = None  # gpu_share, kept once the worker is ready
-
-    # -- start-up ---------------------------------------------------------------------------------
-    @asynccontextmanager
-    async def lifespan(self, app: Any) -> AsyncIterator[None]:
-        self._loop = asyncio.get_running_loop()
-        self._loop.run_in_executor(self.backend_thread, self._start_up)  # not awaited
-        try:
-            yield
-        finally:
-            await self.shut_down()
-
-    def _start_up(self) -> None:
-        try:
-            self._load_and_warm()
-        except Exception as exc:  # noqa: BLE001  (reported by /readyz and the log, never ready)
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.phase = "failed"
-            print(f"ttball serve: start-up failed: {self.error}", flush=True)
-            return
-        if self._abort.is_set() or self._loop is None:
-            return
-        try:
-            self._loop.call_soon_threadsafe(self._go_live)
-        except RuntimeError:  # the loop closed while we warmed up
-            pass
-
-    def _timed(self, phase: str, fn: Callable[[], Any]) -> Any:
-        if self._abort.is_set():
-            raise RuntimeError("shutting down during start-up")
-        self.phase = phase
-        start = time.perf_counter()
-        out = fn()
-        self._note_seconds(phase, time.perf_counter() - start)
-        return out
-
-    def _note_seconds(self, phase: str, seconds: float) -> None:
-        """A start-up phase's seconds, for /readyz and ttball_startup_seconds."""
-        self.seconds[phase] = seconds
-        self.metrics.startup_seconds.labels(phase).set(seconds)
-
-    def _load_and_warm(self) -> None:
-        from ttball.model import load_model
-
-        s = self.settings
-        if s.cuda_blocking_sync:  # before anything creates the CUDA context
-            from ttball.cudasched import request_blocking_sync
-
-            self.sched_note = request_blocking_sync()
-            if self.sched_note:
-                print(f"ttball serve: --cuda-blocking-sync not applied: {self.sched_note}",
-                      flush=True)
-        self.model = self._timed("load", lambda: load_model(s.weights, device="cpu"))
-        self.config = self.model.config
-        cache = self._compile_cache()
-        if cache is not None:  # before choosing too: the trials then fill the same caches
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-            os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-        if s.backend == AUTO and s.backend_factory is None:
-            self.choice = self._timed("choose", self._choose_backend)
-        if s.pipeline_lanes > 1:  # lane 0 (this thread) on a CUDA stream of its own too
-            _own_stream(resolve_device(s.device))
-        self.backend = self._timed("build", self._build_backend)
-        if s.device_pipeline:
-            from ttball.serve.device import DeviceLanes, DevicePath
-
-            # its own phase: the decoder (child processes with --decode-processes) starts here
-            self.device = self._timed("pipeline", lambda: DeviceLanes(DevicePath(
-                self.backend, self.config, s, self.metrics, self.backend_thread)))
-        self._timed("warmup", self._warm)
-        if s.verify:
-            self._timed("verify", self._verify)
-        if self.device is not None and s.pipeline_lanes > 1:
-            # from here on lanes run at once, and a capture while another thread works fails
-            self.device.freeze_graphs()
-
-    def _compile_cache(self) -> Path | None:
-        """``--compile-cache`` as an absolute path (None: not given)."""
-        if not self.settings.compile_cache:
-            return None
-        return Path(self.settings.compile_cache).expanduser().resolve()
-
-    def _choose_backend(self) -> Any:
-        """``--backend auto``: the fastest backend that passes verification on this machine,
-        chosen once and cached per machine and weights, as ``ttball track`` does."""
-        from ttball.backends.auto import choose_backend
-
-        return choose_backend(self.model, resolve_device(self.settings.device),
-                              log=lambda msg: print(f"ttball serve: {msg}", flush=True),
-                              cache_dir=self._compile_cache())
-
-    def _build_backend(self) -> Any:
-        from ttball.backends import create
-        from ttball.backends.base import cache_options
-
-        s = self.settings
-        name = self.choice.backend if self.choice is not None else s.backend
-        device = resolve_device(s.device)
-        if s.backend_factory is not None:
-            backend = s.backend_factory(self.model, device)
-        else:
-            backend = create(name, self.model, device, **cache_options(name, self._compile_cache()))
-        if device.type == "cuda":
-            self.metrics.watch_cuda(device)
-        self.metrics.info.info({"backend": str(getattr(backend, "name", name)),
-                                "device": str(device), "weights": str(self.config.name),
-                                "version": __version__})
-        return backend
-
-    def _warm(self) -> None:
-        """Run every batch size: the first call compiles. On CUDA two more calls follow, as
-        torch.compile's CUDA graphs are recorded on the second call and replayed from the third;
-        the reported time is the first call's. With the device pipeline, a push of every size
-        follows (its decoder and post-processing graphs)."""
-        for size, seconds in self._warm_sizes(self.backend):
-            self.warmup_s[size] = seconds
-            self.metrics.warmup_seconds.labels(str(size)).set(seconds)
-        if self.device is None:
-            return
-        start = time.perf_counter()  # the part of warmup spent on the pipeline (lane 0's)
-        self.device.paths[0].warm(self.settings.warmup_batches)
-        self._note_seconds("pipeline_warmup", time.perf_counter() - start)
-        for lane in range(1, self.settings.pipeline_lanes):
-            if self._abort.is_set():
-                raise RuntimeError("shutting down during warm-up")
-            thread = ThreadPoolExecutor(1, thread_name_prefix=f"ttball-backend-{lane}",
-                                        initializer=_lane_thread,
-                                        initargs=(self._torch_threads, self.backend.device))
-            self.lane_threads.append(thread)
-            self.device.add(thread.submit(self._build_lane, thread).result())
-
-    def _warm_sizes(self, backend: Any) -> Iterator[tuple[int, float]]:
-        """Warm ``backend`` at every warm-up batch size (see :meth:`_warm`), yielding each
-        size and its first call's seconds as it is done."""
-        assert self.config is not None
-        h, w = self.config.input_size
-        calls = CUDA_WARM_CALLS if backend.device.type == "cuda" else 1
-        for size in sorted(self.settings.warmup_batches):
-            if self._abort.is_set():
-                raise RuntimeError("shutting down during warm-up")
-            seconds = backend.warmup([size], h, w)
-            for _ in range(calls - 1):
-                backend.warmup([size], h, w)
-            yield size, float(seconds.get(size, 0.0))
-
-    def _build_lane(self, thread: ThreadPoolExecutor) -> DevicePath:
-        """On a lane's own thread: its backend, warmed as lane 0's, and its pipeline, warmed."""
-        from ttball.serve.device import DevicePath
-
-        assert self.config is not None
-        backend = self._build_backend()
-        for _ in self._warm_sizes(backend):
-            pass
-        path = DevicePath(backend, self.config, self.settings, self.metrics, thread)
-        path.warm(self.settings.warmup_batches)
-        return path
-
-    def _verify(self) -> None:
-        """The warm backend against eager FP32 on the bundled reference clips (ttball.verify)."""
-        import copy
-
-        from ttball.backends import create
-
-        try:
-            from ttball.verify import bundled_reference_clips, verify_backend
-        except ImportError as exc:
-            raise RuntimeError(f"--verify needs ttball.verify, which is missing: {exc}") from None
-        reference = create("eager-fp32", copy.deepcopy(self.model), self.backend.device)
-        self.verification = verify_backend(self.backend, reference, bundled_reference_clips(),
-                                           config=self.config)
-        if not self.verification.passed:
-            raise RuntimeError(f"verification failed: {self.verification.reason()}")
-
-    def _go_live(self) -> None:
-        from ttball.serve.device import KIND, DeviceFeeder
-        from ttball.serve.sessions import Feeder, SessionStore
-
-        s = self.settings
-        paths = self.device.paths if self.device is not None else []
-        runners = {KIND: paths[0].run} if paths else {}
-        ahead = (KIND,) if s.pipeline_decode_ahead else ()  # DevicePath.run(uploads, upcoming)
-        self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
-                               max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
-                               capacity=s.max_queue, executor=self.backend_thread,
-                               runners=runners, lookahead=ahead,
-                               batches_ahead=s.batches_ahead)
-        if paths and s.pipeline_overlap:
-            self.batcher.idle = paths[0].flush
-        for path, thread in zip(paths[1:], self.lane_threads):
-            self.batcher.add_lane(thread, {KIND: path.run},
-                                  idle=path.flush if s.pipeline_overlap else None, lookahead=ahead)
-        self.batcher.start()
-        self.store = SessionStore(self.config, s, self.metrics, self.device)
-        device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
-        self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
-        loop = asyncio.get_running_loop()
-        if threading.current_thread() is not threading.main_thread():  # Ray's loop thread: named
-            name_os_thread("tt-event-loop")  # (not the main one, whose name is the process's)
-        self._reaper = loop.create_task(self.store.reap_forever())
-        self._loop_watch = loop.create_task(self.metrics.watch_loop())
-        self._note_seconds("total", time.monotonic() - self.started)
-        self.metrics.ready.set(1)
-        self.phase = "ready"
-        lanes = f" in {len(paths)} lanes" if len(paths) > 1 else ""
-        pipeline = (f", device pipeline{lanes} with {self.device.pipeline.decoder.kind} decode"
-                    if self.device is not None else "")
-        print(f"ttball serve: ready after {self.seconds['total']:.1f} s "
-              f"({getattr(self.backend, 'name', s.backend)} on {self.backend.device}{pipeline}, "
-              f"warm-up {_fmt_warm(self.warmup_s)}{_fmt_tuning(self._tuning())})", flush=True)
-
-    async def shut_down(self) -> None:
-        was_ready = self.phase == "ready"
-        self.phase = "stopping"
-        self.metrics.ready.set(0)
-        for task in (self._reaper, self._loop_watch):
-            if task is not None:
-                task.cancel()
-        self._abort.set()
-        if was_ready and self.batcher is not None:
-            await self.batcher.stop()
-        for thread in (self.backend_thread, *self.lane_threads):
-            thread.shutdown(wait=False, cancel_futures=True)
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-    # -- what routes ask -----------------------------------------------------------------------
-    @property
-    def ready(self) -> bool:
-        return self.phase == "ready"
-
-    def readiness(self) -> dict[str, Any]:
-        sizes = sorted(self.settings.warmup_batches)
-        return {
-            "ready": self.ready,
-            "phase": self.phase,
-            "error": self.error,
-            "backend": getattr(self.backend, "name", self.settings.backend),
-            "device": str(getattr(self.backend, "device", self.settings.device)),
-            "weights": getattr(self.config, "name", None),
-            "warmup": {"batch_sizes": sizes, "done": sorted(self.warmup_s),
-                       "pending": [b for b in sizes if b not in self.warmup_s],
-                       "seconds": {str(b): round(t, 3) for b, t in self.warmup_s.items()},
-                       "tuning": self._tuning()},
-            "verified": getattr(self.verification, "passed", None),
-            "auto": None if self.choice is None else {
-                "chosen": self.choice.backend, "cached": self.choice.cached,
-                "trials": [{"name": t.name, "status": t.status, "ms": t.ms, "reason": t.reason}
-                           for t in self.choice.trials]},
-            "device_pipeline": self.device.describe() if self.device is not None else None,
-            "gpu": self._gpu_share(),
-            "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 3),
-            "event_loop": None if self._loop is None else type(self._loop).__module__.split(".")[0],
-            "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "elapsed_s": round(time.monotonic() - self.started, 3),
-        }
-
-    def _tuning(self) -> dict[str, str] | None:
-        """Per batch size warmed so far, whether its first call tuned the kernels or took a
-        tuning record (backends that keep them: :mod:`ttball.kernels.records`); None for
-        other backends."""
-        tuning = getattr(self.backend, "tuning", None)
-        if not isinstance(tuning, dict) or not tuning:
-            return None
-        return {str(shape[0]): source for shape, (source, _) in sorted(tuning.items())}
-
-    def _gpu_share(self) -> dict[str, Any] | None:
-        """gpu_share for /readyz: asked of CUDA on each call until the worker is ready (the
-        backend may not hold its device yet), then kept, as none of it changes after."""
-        if self._gpu is not None:
-            return self._gpu
-        share = gpu_share(getattr(self.backend, "device", None), self.sched_note)
-        if self.ready:
-            self._gpu = share
-        return share
-
-    def require_ready(self) -> None:
-        if not self.ready:
-            detail = f": {self.error}" if self.error else ""
-            raise ApiError(503, "not_ready", f"the worker is {self.phase}{detail}",
-                           {"Retry-After": "1"})
-
-    def info(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "name": "ttball", "version": __version__, **self.readiness(),
-            "input_size": list(self.config.input_size) if self.config else None,
-            "score_threshold": getattr(self.config, "score_threshold", None),
-            "max_batch": s.batch_limit, "max_delay_ms": s.max_delay_ms, "max_queue": s.max_queue,
-            "max_sessions": s.max_sessions, "session_ttl_s": s.session_ttl_s,
-            "sessions": len(self.store) if self.store else 0,
-        }
-
-
-def _own_stream(device: torch.device) -> None:
-    """Make a new CUDA stream this thread's current one (a lane's kernels then queue apart
-    from other lanes'); nothing on another device."""
-    if device.type == "cuda":
-        torch.cuda.set_stream(torch.cuda.Stream(device))
-
-
-def _pool_thread(threads: int) -> None:
-    """A worker thread: torch's thread count, and its Python name given to the OS too (Linux
-    keeps 15 bytes), so per-thread CPU (top -H, scripts/proc_cpu.py) says which thread is busy."""
-    torch.set_num_threads(threads)
-    name_os_thread("tt-" + threading.current_thread().name.removeprefix("ttball-"))
-
-
-def _lane_thread(threads: int, device: torch.device) -> None:
-    """A lane's backend thread: torch's thread count as lane 0's, a CUDA stream of its own."""
-    _pool_thread(threads)
-    _own_stream(device)
 
 
 def _windows(units: int) -> str:
     return f"{units / WINDOW:.4g}"
-
-
-def _fmt_tuning(tuning: dict[str, str] | None) -> str:
-    if not tuning:
-        return ""
-    taken = sum(source == RECORD for source in tuning.values())
-    return f"; {taken} of {len(tuning)} sizes from tuning records"
-
-
-def _fmt_warm(seconds: dict[int, float]) -> str:
-    return ", ".join(f"batch {b}: {t:.2f} s" for b, t in sorted(seconds.items()))

@@ -29,9 +29,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ttball import __version__
-from ttball.serve.batcher import Worker
 from ttball.serve.settings import ApiError
 from ttball.serve.uploads import read_body
+from ttball.serve.worker import Worker
 from ttball.stream import Window
 
 MODEL, VERSION = "blurball", "1"
