@@ -34,11 +34,13 @@ demo: install
 	$(VENV)/bin/ttball track demo/rally.mp4 --device cpu --out out/demo --overlay
 	$(VENV)/bin/ttball eval out/demo/track.csv demo/rally.csv
 
-test: install
+test: check
 	$(PY) -m pytest -q
 
+# the lint and type checks, also the first part of `make test` (what CI runs)
 check: install
 	$(PY) -m ruff check ttball tests
+	$(PY) -m mypy
 
 clean:
 	rm -rf out build *.egg-info

@@ -205,8 +205,8 @@ class Session:
 
     def send(self, image: bytes | np.ndarray, frame: int | None = None,
              t: float | None = None) -> list[Row]:
-        body, kind, params = encode_frame(image)
-        params = {**params, **({"frame": frame} if frame is not None else {}),
+        body, kind, query = encode_frame(image)
+        params: dict[str, Any] = {**query, **({"frame": frame} if frame is not None else {}),
                   **({"t": t} if t is not None else {})}
         reply = self.client._json("POST", f"/v1/sessions/{self.id}/frames", content=body,
                                   params=params, headers={"Content-Type": kind})

@@ -47,7 +47,7 @@ def write_overlay(
     src = FrameSource(source)
     by_frame = {r.frame: r for r in rows}
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    fourcc = cv2.VideoWriter_fourcc(*"mp4v")
+    fourcc = cv2.VideoWriter.fourcc(*"mp4v")
     writer = cv2.VideoWriter(str(tmp), fourcc, src.info.fps, (src.info.width, src.info.height))
     if not writer.isOpened():
         raise UserError(f"cannot write video {out}")

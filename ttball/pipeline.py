@@ -18,7 +18,7 @@ import torch
 from ttball.backends import Backend, create, resolve_device
 from ttball.errors import UserError, VideoError
 from ttball.frames import FrameSource, SourceInfo, normalize
-from ttball.model import load_model
+from ttball.model import BlurBall, load_model
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.stream import FrameStream, StreamOptions, Window
@@ -72,7 +72,7 @@ class TrackResult:
 
 def _resolve_backend(
     backend: str | Backend, weights: str | os.PathLike[str] | None, device: str,
-    model: torch.nn.Module | None,
+    model: BlurBall | None,
 ) -> tuple[Backend, WeightsConfig]:
     if not isinstance(backend, str):
         config = getattr(model, "config", None) or WeightsConfig()
@@ -86,7 +86,7 @@ def track(
     video: str | os.PathLike[str],
     *,
     weights: str | os.PathLike[str] | None = None,
-    model: torch.nn.Module | None = None,
+    model: BlurBall | None = None,
     backend: str | Backend = "eager-fp32",
     device: str = "auto",
     step: int = 3,

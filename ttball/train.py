@@ -122,7 +122,7 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     model = load_model(cfg.init) if cfg.init else BlurBall()
     model = model.to(dev).train()
     if dev.type == "cuda":
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         torch.backends.cudnn.benchmark = True
     # fused: one kernel for all 464 tensors instead of a few per tensor (CUDA only)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,

@@ -48,7 +48,7 @@ class StepProfile:
     def summary(self) -> dict[str, Any]:
         wall = time.perf_counter() - self.started
         steps, wins = max(self.steps, 1), max(self.windows, 1)
-        out = {
+        out: dict[str, Any] = {
             "steps": self.steps,
             "windows_per_s": round(self.windows / max(wall, 1e-9), 1),
             "step_ms": round(1000 * wall / steps, 2),

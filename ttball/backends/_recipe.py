@@ -113,7 +113,7 @@ def prepare_model(model: nn.Module, device: torch.device, recipe: Recipe) -> nn.
         prepared, _ = fold_batchnorm(prepared)
     prepared = prepared.to(device=device, dtype=recipe.weight_dtype)
     if recipe.channels_last:
-        prepared = prepared.to(memory_format=torch.channels_last)
+        prepared = prepared.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     return prepared
 
 

@@ -18,13 +18,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ttball.backends import base
 from ttball.cachedir import cache_dir
 from ttball.errors import UserError
+
+if TYPE_CHECKING:
+    from ttball.model import BlurBall
 
 REFERENCE = "eager-fp32"
 # Fastest first, by the measurements in docs/benchmarks/cpu-onnx.md and h200.md. INT8 stays a
@@ -122,7 +125,7 @@ def _time_one_window(backend: base.Backend, height: int, width: int) -> float:
     return statistics.median(times)
 
 
-def _try(name: str, model: torch.nn.Module, device: torch.device, reference: base.Backend,
+def _try(name: str, model: BlurBall, device: torch.device, reference: base.Backend,
          clips: Sequence[Path], cache_dir: str | os.PathLike[str] | None = None) -> Trial:
     from ttball.verify import VerifyOptions, verify_backend
 
@@ -146,7 +149,7 @@ def _try(name: str, model: torch.nn.Module, device: torch.device, reference: bas
 
 
 def choose_backend(
-    model: torch.nn.Module,
+    model: BlurBall,
     device: str | torch.device = "auto",
     *,
     candidates: Sequence[str] | None = None,

@@ -96,7 +96,7 @@ class OnnxRuntimeBackend(BackendBase):
         self.model = model.eval()
         self.precision = precision
         self.settings = settings
-        self.export_options = {"precision": precision, "cache_dir": cache_dir,
+        self.export_options: dict[str, Any] = {"precision": precision, "cache_dir": cache_dir,
                                "calibrate": tuple(calibrate), "windows": tuple(windows),
                                "method": method}
         self.sessions: dict[tuple[int, int], Any] = {}

@@ -57,7 +57,7 @@ class OpenVinoBackend(BackendBase):
                            "PERFORMANCE_HINT": hint, **dict(config or {})}
         if threads:
             self.properties["INFERENCE_NUM_THREADS"] = int(threads)
-        self.export_options = {"precision": precision, "cache_dir": cache_dir,
+        self.export_options: dict[str, Any] = {"precision": precision, "cache_dir": cache_dir,
                                "calibrate": tuple(calibrate), "windows": tuple(windows),
                                "method": method}
         self.paths: dict[tuple[int, int], Path] = {}

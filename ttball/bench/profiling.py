@@ -54,8 +54,8 @@ def _is_device(event: Any) -> bool:
     return event.device_type in (DeviceType.CUDA, DeviceType.PrivateUse1)
 
 
-def _empty() -> dict[str, float]:
-    out: dict[str, float] = {}
+def _empty() -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for c in CATEGORIES:
         out[f"prof_{c}_ms"] = 0.0
         out[f"prof_{c}_n"] = 0.0

@@ -233,7 +233,7 @@ def write_png(path: Path, result: BenchResult) -> None:
     left.invert_yaxis()
     left.set_xlabel(f"median ms per call, batch {batches[0] if batches else '-'}")
     left.set_title("Latency")
-    right.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    right.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # type: ignore[attr-defined]  # a ListedColormap
     for name in dict.fromkeys(r["variant"] for r in ran):
         pts = sorted((r["batch"], r["windows_per_s"]) for r in ran if r["variant"] == name)
         right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ from ttball.backends import base
 from ttball.bench import accuracy, memory, profiling, roofline, timing
 from ttball.cudasched import driver_version
 from ttball.errors import BackendUnavailable, UserError
+
+if TYPE_CHECKING:
+    from ttball.model import BlurBall
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +234,7 @@ def _reason(exc: BaseException) -> str:
 class _Run:
     """One bench run's state: model, inputs, reference outputs, ceilings, the cache root."""
 
-    def __init__(self, config: BenchConfig, model: torch.nn.Module, cache_root: Path) -> None:
+    def __init__(self, config: BenchConfig, model: BlurBall, cache_root: Path) -> None:
         self.config, self.model, self.cache_root = config, model, cache_root
         self.env = _environment(config)
         self.cost = roofline.network_cost(config.height, config.width)
@@ -357,7 +360,7 @@ def _measure_warm(run: _Run, name: str, rows: list[dict[str, Any]]) -> None:
             if row["status"] == "ok":
                 x = run.inputs[row["batch"]]
                 row["first_call_warm_s"], _ = timing.first_call(partial(backend, x), cfg.device)
-        backend = None
+        del backend
     except Exception as exc:  # noqa: BLE001
         for row in rows:
             row["reason"] = f"warm restart failed: {_reason(exc)}"
@@ -422,7 +425,7 @@ def _finite(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_bench(
     config: BenchConfig,
-    model: torch.nn.Module,
+    model: BlurBall,
     progress: Callable[[Iterator[str]], Iterator[str]] | None = None,
     on_rows: Callable[[BenchResult], None] | None = None,
 ) -> BenchResult:

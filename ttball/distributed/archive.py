@@ -271,7 +271,7 @@ def track_archive(
     settings = ArchiveSettings(config.sha256, backend, device, step, batch, threshold,
                                dedup_ssim, csv_format)
     report = ArchiveReport(archive, out, settings, config.name)
-    todo = []
+    todo: list[str] = []
     for video in videos:
         rel = video.relative_to(archive)
         (report.skipped if is_done(result_dir(out, rel), settings) else todo).append(str(rel))

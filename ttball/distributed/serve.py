@@ -102,7 +102,7 @@ def build_app(settings: RayServeSettings) -> Any:
 
     settings.validate()
     router = RequestRouterConfig(
-        request_router_class=ROUTER,
+        request_router_class=ROUTER,  # type: ignore[arg-type]  # Ray takes an import path
         request_router_kwargs={"forget_after_s": 2 * settings.worker.session_ttl_s})
     worker = serve.deployment(
         ReplicaWorker, name="TTBallWorker", max_ongoing_requests=settings.max_ongoing,
@@ -111,7 +111,9 @@ def build_app(settings: RayServeSettings) -> Any:
     ingress = serve.deployment(
         serve.ingress()(Ingress), name="TTBallIngress", num_replicas=1,
         max_ongoing_requests=INGRESS_MAX_ONGOING, ray_actor_options={"num_cpus": 0})
-    return ingress.bind(worker.bind(settings.worker), settings.worker, settings.max_replicas)
+    # serve.deployment's stubs lose the Deployment type of its result, hence the two ignores
+    replicas = worker.bind(settings.worker)  # type: ignore[attr-defined]
+    return ingress.bind(replicas, settings.worker, settings.max_replicas)  # type: ignore[attr-defined]
 
 
 def start(settings: RayServeSettings, connected: Callable[[], None] | None = None) -> bool:

@@ -58,7 +58,7 @@ class _Order:
 class ReplicaWorker:
     """The Ray Serve deployment class of the worker replicas (wrapped in ``serve.py``)."""
 
-    async def __init__(self, settings: ServeSettings) -> None:
+    async def __init__(self, settings: ServeSettings) -> None:  # type: ignore[misc]  # Ray Serve awaits it
         self.metrics = Metrics()
         self._streams: Any = None  # --direct-streams: this replica's own uvicorn server
         self.stream_base: str | None = None

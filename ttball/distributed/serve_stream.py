@@ -101,8 +101,8 @@ async def _ws_sender(ws: WebSocket, session: RemoteSession, ingress: Ingress,
             for row in reply["results"]:
                 await ws.send_json({"type": "result", **row})
         elif kind == "error":
-            index, exc = item
-            await ws.send_json({"type": "error", "frame": index, **exc.body()})
+            index, error = item
+            await ws.send_json({"type": "error", "frame": index, **error.body()})
         else:
             await ws.send_json({"type": "end", "frames": session.frames})
             return

@@ -140,8 +140,9 @@ def _trace(
     axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter's notice
-        torch.onnx.export(
-            wrapped, (example,), buffer, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+        torch.onnx.export(  # its stubs say a path; a file object works
+            wrapped, (example,), buffer,  # type: ignore[arg-type]
+            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             opset_version=opset, dynamo=False, dynamic_axes=axes, do_constant_folding=True,
         )
     return onnx.load_from_string(buffer.getvalue())

@@ -30,7 +30,7 @@ MAX_QUEUE_DELAY_US = 2000
 """How long Triton may hold a request to batch it with others: a tenth of a 25 fps frame
 interval, so batching never costs a live stream a frame (not measured on a server yet)."""
 
-_TRITON_TYPES = {
+_TRITON_TYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "TYPE_FP32",
     onnx.TensorProto.FLOAT16: "TYPE_FP16",
 }

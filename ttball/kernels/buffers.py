@@ -83,7 +83,7 @@ def hazards(plan: Plan, bufs: Buffers) -> list[list[int]]:
     buffer is dead; squeeze-excitation sums count as tensors (the conv writes, the tail
     reads)."""
     def key(t: Tensor) -> int:
-        return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+        return int(t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size())
 
     writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}

@@ -306,8 +306,8 @@ class _Child:
             self.restarts += 1
             self._start()
         slot, self._next = self._next, (self._next + 1) % len(self.ring)
-        if self._copied[slot] is not None:
-            self._copied[slot].synchronize()  # the copies out of its last use (long done)
+        if (copied := self._copied[slot]) is not None:
+            copied.synchronize()  # the copies out of its last use (long done)
         sent = time.monotonic()
         lengths = [len(b) for b in blobs]
         inbox = self._inboxes[slot]

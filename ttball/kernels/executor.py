@@ -26,6 +26,7 @@ candidate is used.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -83,7 +84,9 @@ class TritonExecutor:
         # first's index); the tuner decides per shape, or `forced_pair` for every one (tests)
         self.pairs = pair_steps(plan) if direct else []
         for i in self.pairs:
-            self.launches[i].partner = self.launches[i + 1]
+            first, second = self.launches[i], self.launches[i + 1]
+            assert isinstance(first, ConvLaunch) and isinstance(second, ConvLaunch)  # pair_steps'
+            first.partner = second
         self.forced_pair: Config | None = None
         # per shape: for each pair, (first step, ms of the two steps, ms of the pair, config,
         # taken)
@@ -234,9 +237,8 @@ class TritonExecutor:
         """``cfg`` on a quarter and on half of the ``sms`` multiprocessors (a fixed number of
         programs looping over the tiles), for a side branch's conv step (level ≥ 1) run by the
         conv kernel whose grid is larger than that; else nothing."""
-        step = launch.step
         if (not isinstance(launch, ConvLaunch) or cfg.rows or cfg.direct or cfg.programs
-                or self.plan.buffers[step.out].level == 0):
+                or self.plan.buffers[launch.step.out].level == 0):
             return []
         tiles = -(-launch.out_pixels(bufs.tensors) // cfg.block_m)
         return [replace(cfg, programs=p) for p in (sms // 4, sms // 2) if 0 < p < tiles]
@@ -272,7 +274,7 @@ class TritonExecutor:
         timed: list[tuple[float, Config]] = []
         for cfg in candidates:
             try:
-                seconds = self._time(lambda c=cfg: launch(bufs.tensors, bufs.sums, c))
+                seconds = self._time(functools.partial(launch, bufs.tensors, bufs.sums, cfg))
             except Exception as exc:  # noqa: BLE001  (a config that can't compile is skipped)
                 self.failures.append(f"{_name(launch)} {cfg}: {type(exc).__name__}: {exc}")
                 continue
@@ -303,7 +305,7 @@ class TritonExecutor:
         best: tuple[float, Config] | None = None
         for cfg in [self.forced_pair] if self.forced_pair else pair_configs(first.step):
             try:
-                ms = self._time(lambda c=cfg: first(bufs.tensors, bufs.sums, c))
+                ms = self._time(functools.partial(first, bufs.tensors, bufs.sums, cfg))
             except Exception as exc:  # noqa: BLE001  (as in _choose)
                 self.failures.append(f"{_name(first)} {cfg}: {type(exc).__name__}: {exc}")
                 continue

@@ -196,10 +196,13 @@ class ConvLaunch:
             return self._resident(bufs, out, add, se_sum, cfg)
         meta = self.variant_meta(cfg, Wo)
         x0 = bufs[step.terms[0].src]
-        w0 = self.w0_im2col if meta.get("IM0") else self.weights[0]
+        w0 = self.weights[0]
+        if meta.get("IM0"):  # the stem, read as im2col: variant_meta sets it only there
+            assert self.w0_im2col is not None
+            w0 = self.w0_im2col
         xs = [_nhwc(bufs[t.src]) for t in step.terms[1:]]
         ws = self.weights[1:]
-        pairs = []
+        pairs: list[Tensor] = []
         for k in range(MAX_TERMS - 1):
             pairs += [xs[k], ws[k]] if k < len(xs) else [x0, w0]
         if "TILE_W" in meta:

@@ -143,11 +143,20 @@ class Plan:
         return [n for n in names if n]
 
 
-def _conv(gm: nn.Module, name: str) -> nn.Conv2d:
+def _conv(gm: nn.Module, name: str) -> tuple[nn.Conv2d, Tensor, Tensor]:
+    """The BN-folded convolution ``name`` with its weight and bias, float32 on the CPU."""
     conv = gm.get_submodule(name)
     if not isinstance(conv, nn.Conv2d) or conv.bias is None:
         raise ValueError(f"{name}: expected a BN-folded Conv2d with a bias, got {conv}")
-    return conv
+    return conv, conv.weight.detach().float().cpu(), conv.bias.detach().float().cpu()
+
+
+def _linear_weight(gm: nn.Module, name: str) -> Tensor:
+    """The weight of the linear layer ``name``, float32 on the CPU."""
+    linear = gm.get_submodule(name)
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"{name}: expected a Linear layer, got {linear}")
+    return linear.weight.detach().float().cpu()
 
 
 class _Builder:
@@ -170,8 +179,7 @@ class _Builder:
         return self.plan.buffers[name].level
 
     def term(self, conv_name: str, src: str, up: int = 0) -> tuple[Term, Tensor]:
-        conv = _conv(self.gm, conv_name)
-        w, b = conv.weight.detach().float().cpu(), conv.bias.detach().float().cpu()
+        conv, w, b = _conv(self.gm, conv_name)
         return Term(src, w, conv.stride[0], up), b
 
     def conv(
@@ -202,8 +210,8 @@ class _Builder:
         return y, f"sum_{y}"
 
     def tail(self, prefix: str, y: str, x: str, se_sum: str, **fuse: object) -> SqueezeTail:
-        fc1 = self.gm.get_submodule(f"{prefix}.se.fc.0").weight.detach().float().cpu()
-        fc2 = self.gm.get_submodule(f"{prefix}.se.fc.2").weight.detach().float().cpu()
+        fc1 = _linear_weight(self.gm, f"{prefix}.se.fc.0")
+        fc2 = _linear_weight(self.gm, f"{prefix}.se.fc.2")
         return SqueezeTail(y, x, se_sum, fc1, fc2, **fuse)  # type: ignore[arg-type]
 
     def hr_module(
@@ -249,10 +257,9 @@ class _Builder:
         fused = self._new(self.plan.buffers[x].channels, 0) if head is None else None
         head_step = None
         if head is not None:
-            conv = _conv(self.gm, head)
+            conv, w, b = _conv(self.gm, head)
             self.plan.buffers[OUTPUT] = Buffer(OUTPUT, conv.out_channels, 0)
-            w = conv.weight.detach().float().cpu()[:, :, 0, 0]
-            head_step = Head(OUTPUT, w, conv.bias.detach().float().cpu())
+            head_step = Head(OUTPUT, w[:, :, 0, 0], b)
         self.plan.steps.append(
             self.tail(p, y, x, s, out=t, terms=terms, bias=bias, fused=fused, head=head_step)
         )

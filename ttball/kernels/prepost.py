@@ -464,8 +464,8 @@ class GpuPipeline:
         """The frames the next push would decode, were it ``upcoming`` and this push taken as
         it is (``last_bytes``: each of its sessions' bytes after it); None when a session of
         ``upcoming`` is not open."""
-        sessions = [self._sessions.get(sid) for sid, _ in upcoming]
-        if any(session is None for session in sessions):
+        sessions = [s for sid, _ in upcoming if (s := self._sessions.get(sid)) is not None]
+        if len(sessions) < len(upcoming):
             return None
         after = {**_last_bytes(sessions), **last_bytes}
         todo, _, _ = _to_decode(upcoming, sessions, after)
@@ -477,7 +477,7 @@ class GpuPipeline:
         geom = session.stream.geometry
         expected = (geom.source_height, geom.source_width) if geom is not None else None
         if expected is None and previous is not None:
-            expected = tuple(previous.shape[-2:])
+            expected = (int(previous.shape[-2]), int(previous.shape[-1]))
         got = tuple(image.shape[-2:])
         if expected is not None and got != expected:
             raise FrameRejected(position, "size", sid,

@@ -93,6 +93,7 @@ class PadKernels:
             self._x.add_(0)
 
     def _matmuls(self) -> None:
+        assert self._mats is not None  # made when matmuls > 0, the only case this is captured
         a, b, out = self._mats
         for _ in range(self.matmuls):
             torch.mm(a, b, out=out)

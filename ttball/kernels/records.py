@@ -146,7 +146,7 @@ class TuningRecords:
 
 
 def tuned_or_recorded(records: TuningRecords, key: str, steps: int,
-                      adopt: Callable[[list[Config]], None], tune: Callable[[], list[Config]],
+                      adopt: Callable[[list[Config]], object], tune: Callable[[], list[Config]],
                       about: dict[str, Any], timeout_s: float = 900.0) -> tuple[str, str | None]:
     """Under the record's lock: ``adopt`` its configurations if it loads (a first call with
     them), else ``tune`` (a first call that tunes, returning what it chose) and save them.

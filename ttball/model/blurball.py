@@ -10,6 +10,9 @@ H and W must be multiples of 8 (the lowest branch runs at stride 8); the publish
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -129,7 +132,7 @@ class HighResolutionModule(nn.Module):
     def forward(self, xs: list[Tensor]) -> list[Tensor]:
         xs = [branch(x) for branch, x in zip(self.branches, xs)]
         outs = []
-        for paths in self.fuse_layers:
+        for paths in cast("Iterable[nn.ModuleList]", self.fuse_layers):
             total = paths[0](xs[0])
             for path, x in zip(paths[1:], xs[1:]):
                 total = total + path(x)
@@ -193,6 +196,8 @@ def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             n = m.num_features
+            assert m.weight is not None and m.bias is not None, "BlurBall's BatchNorms are affine"
+            assert m.running_mean is not None and m.running_var is not None
             m.weight.copy_(1 + 0.1 * torch.randn(n, generator=gen))
             m.bias.copy_(0.1 * torch.randn(n, generator=gen))
             m.running_mean.copy_(0.1 * torch.randn(n, generator=gen))

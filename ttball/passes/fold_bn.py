@@ -33,13 +33,13 @@ def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
 
 
 def _foldable(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    if node.op != "call_module" or not isinstance(modules[node.target], nn.BatchNorm2d):
+    if node.op != "call_module" or not isinstance(modules[str(node.target)], nn.BatchNorm2d):
         return False
     src = node.args[0]
     return (
         isinstance(src, fx.Node)
         and src.op == "call_module"
-        and isinstance(modules[src.target], nn.Conv2d)
+        and isinstance(modules[str(src.target)], nn.Conv2d)
         and len(src.users) == 1
     )
 

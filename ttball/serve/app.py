@@ -403,8 +403,8 @@ async def _ws_sender(ws: WebSocket, session: Session,
             for row in _rows(session):
                 await ws.send_json({"type": "result", **row})
         elif kind == "error":
-            index, exc = item
-            await ws.send_json({"type": "error", "frame": index, **exc.body()})
+            index, error = item
+            await ws.send_json({"type": "error", "frame": index, **error.body()})
         else:
             await ws.send_json({"type": "end", "frames": session.stream.frames_in})
             return

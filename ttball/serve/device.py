@@ -214,7 +214,8 @@ class DevicePath:
             carried = self.pipeline.carried_sessions
             for i in live:
                 if not uploads[i].finish and results[i] is None:
-                    results[i] = later = Future()
+                    later: Future[None] = Future()
+                    results[i] = later
                     key = uploads[i].key
                     self._waiting.append(
                         (self.pipeline.pushes_launched + (key in carried), key, later))

@@ -19,11 +19,17 @@ splits each GpuPipeline push (``decode``, ``preprocess``, ``network``, ``postpro
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+if TYPE_CHECKING:
+    import torch
 
 # Latency buckets from 0.5 ms to 10 s: GPU windows take 4-15 ms (seed, section 5), CPU ~0.5 s;
 # finer from 2 to 50 ms, where a GPU worker's pushes and waits lie (a p99 read off them is
@@ -137,7 +143,7 @@ class Metrics:
             await asyncio.sleep(interval_s)
             self.loop_lag.observe(max(0.0, loop.time() - due))
 
-    def watch_cuda(self, device: object) -> None:
+    def watch_cuda(self, device: torch.device) -> None:
         """Export the CUDA caching allocator's memory (read at scrape time)."""
         import torch
 
@@ -151,15 +157,14 @@ class Metrics:
             "max_allocated": torch.cuda.max_memory_allocated,
         }
         for kind, read in readers.items():
-            gauge.labels(kind).set_function(lambda read=read: float(read(device)))
+            gauge.labels(kind).set_function(functools.partial(_reading, read, device))
         self._gpu.append(gauge)
         events = Gauge("ttball_cuda_allocator_events", "The CUDA caching allocator's events "
                        "so far: cudaMalloc and cudaFree calls (a cudaFree waits for the "
                        "device), retries after a failed allocation (each frees the cache), "
                        "synchronizations of every stream", ["event"], registry=self.registry)
         for event in ALLOCATOR_EVENTS:
-            events.labels(event).set_function(
-                lambda event=event: float(torch.cuda.memory_stats(device).get(event, 0)))
+            events.labels(event).set_function(functools.partial(_allocator_event, device, event))
         self._gpu.append(events)
 
     def watch_device(self) -> None:
@@ -191,3 +196,13 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _reading(read: Callable[[torch.device], int], device: torch.device) -> float:
+    return float(read(device))
+
+
+def _allocator_event(device: torch.device, event: str) -> float:
+    import torch
+
+    return float(torch.cuda.memory_stats(device).get(event, 0))

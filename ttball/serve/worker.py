@@ -140,6 +140,13 @@ class Worker:
         except RuntimeError:  # the loop closed while we warmed up
             pass
 
+    @property
+    def weights_config(self) -> WeightsConfig:
+        """The loaded weights' configuration (start-up's first phase sets it)."""
+        if self.config is None:
+            raise RuntimeError("the weights are not loaded yet")
+        return self.config
+
     def _timed(self, phase: str, fn: Callable[[], Any]) -> Any:
         if self._abort.is_set():
             raise RuntimeError("shutting down during start-up")
@@ -181,7 +188,7 @@ class Worker:
 
             # its own phase: the decoder (child processes with --decode-processes) starts here
             self.device = self._timed("pipeline", lambda: DeviceLanes(DevicePath(
-                self.backend, self.config, s, self.metrics, self.backend_thread)))
+                self.backend, self.weights_config, s, self.metrics, self.backend_thread)))
         self._timed("warmup", self._warm)
         if s.verify:
             self._timed("verify", self._verify)
@@ -218,7 +225,7 @@ class Worker:
         if device.type == "cuda":
             self.metrics.watch_cuda(device)
         self.metrics.info.info({"backend": str(getattr(backend, "name", name)),
-                                "device": str(device), "weights": str(self.config.name),
+                                "device": str(device), "weights": str(self.weights_config.name),
                                 "version": __version__})
         return backend
 
@@ -294,7 +301,7 @@ class Worker:
         paths = self.device.paths if self.device is not None else []
         runners = {KIND: paths[0].run} if paths else {}
         ahead = (KIND,) if s.pipeline_decode_ahead else ()  # DevicePath.run(uploads, upcoming)
-        self.batcher = Batcher(self.backend, self.config, self.metrics, sizes=s.warmup_batches,
+        self.batcher = Batcher(self.backend, self.weights_config, self.metrics, sizes=s.warmup_batches,
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
                                capacity=s.max_queue, executor=self.backend_thread,
                                runners=runners, lookahead=ahead,
@@ -305,7 +312,7 @@ class Worker:
             self.batcher.add_lane(thread, {KIND: path.run},
                                   idle=path.flush if s.pipeline_overlap else None, lookahead=ahead)
         self.batcher.start()
-        self.store = SessionStore(self.config, s, self.metrics, self.device)
+        self.store = SessionStore(self.weights_config, s, self.metrics, self.device)
         device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
         self.feeder = Feeder(self.batcher, self.pool, s, self.metrics, device)
         loop = asyncio.get_running_loop()

@@ -117,7 +117,7 @@ class ClipPlan:
 
     def frames(
         self,
-        wanted: Sequence[bool] | None = None,
+        wanted: Sequence[bool] | np.ndarray | None = None,
         regions: Sequence[tuple[int, int, int, int]] | None = None,
     ) -> Iterator[np.ndarray]:
         """Frames (H, W, 3) uint8 BGR, in order. With ``wanted`` (one flag per frame), only the
@@ -317,7 +317,7 @@ def write_clip(plan: ClipPlan, out_dir: Path, name: str) -> None:
     complete."""
     video, tmp = out_dir / f"{name}.mp4", out_dir / f".{name}.partial.mp4"
     size = (plan.settings["width"], plan.settings["height"])
-    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*FOURCC), plan.settings["fps"], size)
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*FOURCC), plan.settings["fps"], size)
     if not writer.isOpened():
         raise UserError(f"OpenCV cannot write {FOURCC} video to {tmp}")
     try:

@@ -226,8 +226,9 @@ class CameraEffects:
             cv2.add(part, noise, dst=part, dtype=cv2.CV_8U)
         if self.jpeg_quality:
             ok, buf = cv2.imencode(".jpg", part, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
-            if ok:
-                part = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+            decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR) if ok else None
+            if decoded is not None:
+                part = decoded
         if whole:
             return part
         img[y0:y1, x0:x1] = part
@@ -254,5 +255,5 @@ def _noise(rng: np.random.Generator, width: int, height: int, sigma: float) -> n
     than numpy's normal sampler for a 1280×720 field)."""
     cv2.setRNGSeed(int(rng.integers(2**31)))
     fine = np.empty((height, width, 3), np.int16)
-    cv2.randn(fine, 0, sigma)
+    cv2.randn(fine, 0, sigma)  # type: ignore[call-overload]  # cv2's stubs want arrays
     return fine

@@ -123,7 +123,7 @@ def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int) -> np.nd
 def paint_backdrop(rng: np.random.Generator, cam: Camera, plain: bool) -> Backdrop:
     h, w = cam.height, cam.width
     if plain:
-        image = np.full((h, w, 3), 40, np.uint8)
+        image: np.ndarray = np.full((h, w, 3), 40, np.uint8)
         return Backdrop(image, np.zeros((h, w), np.float32), "none")
     # OpenCV anti-aliases only on 8-bit images: draw clutter and table on uint8.
     image = np.clip(_paint_room(rng, cam), 0, 255).astype(np.uint8)

@@ -46,7 +46,7 @@ def _panel(k: Keeper, prob: np.ndarray, title: str, box: tuple[int, int, int, in
     p = np.nan_to_num(prob[top:bottom, left:right].astype(np.float32)).clip(0, 1)
     heat = cv2.applyColorMap((p * 255).astype(np.uint8), cv2.COLORMAP_JET).astype(np.float32)
     alpha = 0.7 * p[..., None]
-    img = (base * (1 - alpha) + heat * alpha).astype(np.uint8)
+    img: np.ndarray = (base * (1 - alpha) + heat * alpha).astype(np.uint8)
     img = cv2.resize(img, None, fx=ZOOM, fy=ZOOM, interpolation=cv2.INTER_NEAREST)
     for d, colour, ring in ((k.pair.ref, REF_BGR, True), (k.pair.cand, CAND_BGR, False)):
         if d is None:

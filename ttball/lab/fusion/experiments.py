@@ -81,6 +81,7 @@ def make_conv_bn(sizes: FusionSizes, device: torch.device, seed: int = 0) -> nn.
     c = sizes.conv_out
     conv = nn.Conv2d(sizes.conv_in, c, sizes.kernel, padding=sizes.kernel // 2, bias=False)
     bn = nn.BatchNorm2d(c)
+    assert bn.running_mean is not None and bn.running_var is not None  # tracked by default
     with torch.no_grad():
         conv.weight.copy_(torch.randn(conv.weight.shape, generator=g) * 0.1)
         bn.running_mean.copy_(torch.randn(c, generator=g))
