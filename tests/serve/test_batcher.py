@@ -18,7 +18,6 @@ from ttball.model.config import WeightsConfig
 from ttball.serve.batcher import Batcher, Overloaded
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import ApiError, ServeSettings
-from ttball.serve.worker import Worker
 from ttball.stream import Window
 
 CFG = WeightsConfig(input_height=4, input_width=8)
@@ -152,7 +151,6 @@ def test_backend_failure_reaches_every_waiting_client() -> None:
 def test_lanes_run_their_batches_at_once_on_their_own_threads_under_one_budget() -> None:
     """--pipeline-lanes: a lane's jobs run on its own thread by its own runner, at the same
     time as lane 0's batches; admission counts every lane's work; stop drains every lane."""
-    import threading
 
     spans: dict[str, list[tuple[str, float, float]]] = {"lane0": [], "lane1": []}
 
@@ -355,110 +353,3 @@ def test_api_errors_pickle_with_every_field() -> None:
     overloaded = pickle.loads(pickle.dumps(Overloaded("queue full", 3)))
     assert type(overloaded) is Overloaded and overloaded.status == 429
     assert overloaded.headers == {"Retry-After": "3"} and str(overloaded) == "queue full"
-
-
-@pytest.mark.parametrize("torch_threads", [None, 2])
-def test_worker_threads_use_one_torch_thread_except_a_cpu_backend(torch_threads) -> None:
-    """Decode threads run torch with one thread (a full team per small op starved the H200
-    worker); the backend thread keeps the given count, or torch's default for a CPU backend."""
-    default = torch.get_num_threads()
-    worker = Worker(ServeSettings(device="cpu", torch_threads=torch_threads), Metrics())
-    try:
-        assert worker.pool.submit(torch.get_num_threads).result() == 1
-        assert worker.backend_thread.submit(torch.get_num_threads).result() == (torch_threads or default)
-    finally:
-        worker.pool.shutdown()
-        worker.backend_thread.shutdown()
-    assert torch.get_num_threads() == default  # the caller's thread is left alone
-
-
-def test_gpu_share_reports_the_mps_cap_and_never_starts_cuda(monkeypatch) -> None:
-    """/readyz's ``gpu``: nothing on a CPU backend without a cap; the cap from the environment
-    (what ``serve --ray --mps-sm-percent`` sets in a replica) even where no CUDA context exists
-    to report multiprocessors; CUDA is not initialized by asking."""
-    from ttball.serve.settings import MPS_PERCENT_ENV
-    from ttball.serve.worker import gpu_share
-
-    monkeypatch.delenv(MPS_PERCENT_ENV, raising=False)
-    assert gpu_share(None) is None and gpu_share("cpu") is None
-    monkeypatch.setenv(MPS_PERCENT_ENV, "50")
-    assert gpu_share(torch.device("cpu")) == {"multiprocessors": None,
-                                             "mps_active_thread_percentage": 50,
-                                             "sched": None, "sched_note": None}
-    if not torch.cuda.is_initialized():
-        assert gpu_share("cuda:0")["multiprocessors"] is None
-        assert not torch.cuda.is_initialized()
-
-
-def test_readiness_asks_cuda_for_the_gpu_share_until_ready_then_keeps_it(monkeypatch) -> None:
-    """/readyz is polled: once the worker is ready its ``gpu`` is the one answer kept, not a
-    driver query on each poll; before, each call asks again (the device may not be held yet)."""
-    from ttball.serve import worker as worker_module
-
-    calls = []
-
-    def fake_share(device, sched_note=None):
-        calls.append(device)
-        return {"multiprocessors": len(calls), "mps_active_thread_percentage": None,
-                "sched": "auto", "sched_note": sched_note}
-
-    monkeypatch.setattr(worker_module, "gpu_share", fake_share)
-    worker = worker_module.Worker(ServeSettings(device="cpu"), Metrics())
-    try:
-        assert worker.readiness()["gpu"]["multiprocessors"] == 1
-        assert worker.readiness()["gpu"]["multiprocessors"] == 2  # not ready: asked again
-        worker.phase = "ready"
-        assert worker.readiness()["gpu"]["multiprocessors"] == 3
-        assert worker.readiness()["gpu"]["multiprocessors"] == 3 and len(calls) == 3
-    finally:
-        worker.pool.shutdown()
-        worker.backend_thread.shutdown()
-
-
-def test_worker_threads_carry_their_names_to_the_kernel() -> None:
-    """The decode pool's and the backend's threads are named in /proc (what per-thread CPU
-    tools show), ``tt-`` and the Python name, cut to the kernel's 15 bytes."""
-    import sys
-    from pathlib import Path
-
-    if not sys.platform.startswith("linux"):
-        pytest.skip("thread names in /proc are Linux's")
-    worker = Worker(ServeSettings(device="cpu", decode_threads=2), Metrics())
-
-    def comm() -> str:
-        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
-
-    try:
-        assert worker.backend_thread.submit(comm).result() == "tt-backend_0"
-        assert worker.pool.submit(comm).result().startswith("tt-decode_")
-    finally:
-        worker.pool.shutdown()
-        worker.backend_thread.shutdown()
-
-
-def test_the_switch_interval_is_set_for_the_process_and_shown_in_readyz() -> None:
-    """--switch-interval-ms: Python's switch interval from the worker's start on (the whole
-    process: the event loop and the lanes share one interpreter lock); /readyz shows it."""
-    import sys
-
-    from ttball.errors import UserError
-
-    before = sys.getswitchinterval()
-    try:
-        worker = Worker(ServeSettings(device="cpu", switch_interval_ms=0.5), Metrics())
-        try:
-            assert sys.getswitchinterval() == pytest.approx(0.0005)
-            assert worker.readiness()["switch_interval_ms"] == 0.5
-        finally:
-            worker.pool.shutdown()
-            worker.backend_thread.shutdown()
-        sys.setswitchinterval(before)
-        unset = Worker(ServeSettings(device="cpu"), Metrics())  # None: Python's own, untouched
-        unset.pool.shutdown()
-        unset.backend_thread.shutdown()
-        assert sys.getswitchinterval() == before
-    finally:
-        sys.setswitchinterval(before)
-    for bad in (0.0, -1.0, 250.0):
-        with pytest.raises(UserError, match="--switch-interval-ms must be between"):
-            ServeSettings(switch_interval_ms=bad).validate()
