@@ -13,8 +13,9 @@ the others wait for its record.
 A record is found only by everything its choice depends on (:func:`record_key`): the source
 of the kernels (this package's files), the plan's shapes (not its weights), the input shape,
 the backend's options, the GPU (name, compute capability, SMs), the driver and the torch,
-Triton and CUDA versions. A record that does not load (unreadable, another format, a step count that does
-not match) is tuned again and rewritten; a recorded configuration that fails to launch too.
+Triton and CUDA versions. A record that does not load (unreadable, another format, a step
+count that does not match) is tuned again and rewritten; a recorded configuration that fails
+to launch too.
 ``TTBALL_TUNING_RECORDS=0`` turns records off (:func:`records_wanted`).
 
 Records are tuned by one process alone on the GPU, where before each replica tuned among the
@@ -75,6 +76,9 @@ def shapes_of(obj: Any) -> Any:
     return obj
 
 
+_driver_version = functools.cache(driver_version)  # once a process: it does not change under it
+
+
 def device_identity(device: torch.device) -> dict[str, Any]:
     """The GPU and the software a tuning ran on (CUDA only)."""
     import triton
@@ -83,9 +87,6 @@ def device_identity(device: torch.device) -> dict[str, Any]:
     return {"gpu": props.name, "capability": list(torch.cuda.get_device_capability(device)),
             "sms": props.multi_processor_count, "driver": _driver_version(),
             "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
-
-
-_driver_version = functools.cache(driver_version)  # once a process: it does not change under it
 
 
 def record_key(plan: Any, shape: Iterable[int], options: dict[str, Any],
