@@ -36,15 +36,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ttball import __version__
 from ttball.distributed.serve_metrics import IngressMetrics, merge
 from ttball.distributed.serve_router import RANK_PREFIX
-from ttball.serve.app import (
-    JSON_LIMIT,
-    Gate,
-    _add_error_handlers,
-    _mount_web,
-    _spool,
-)
+from ttball.serve.app import JSON_LIMIT, Gate, _add_error_handlers, _mount_web
 from ttball.serve.sessions import SessionOptions
 from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.track import spool
 from ttball.serve.uploads import Part, read_body, split_body
 
 POLL_S = 2.0  # replica status round: readiness, replica count, session expiry
@@ -495,7 +490,7 @@ def _add_track(app: FastAPI, ingress: Ingress) -> None:
         ingress.require_ready()
         options = SessionOptions.from_json(
             {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
-        path = await _spool(request, ingress.settings.max_video_bytes)
+        path = await spool(request, ingress.settings.max_video_bytes)
         try:
             data = await asyncio.to_thread(path.read_bytes)
         finally:

@@ -226,7 +226,7 @@ class ReplicaWorker:
                     options: SessionOptions) -> AsyncIterator[bytes]:
         """A whole video → NDJSON lines, as ``POST /v1/track`` streams them."""
         from ttball.frames import FrameSource
-        from ttball.serve.app import _track_lines
+        from ttball.serve.track import track_lines
 
         self.worker.require_ready()
         fd, name = tempfile.mkstemp(prefix="ttball-track-", suffix=suffix)
@@ -240,7 +240,7 @@ class ReplicaWorker:
             raise ApiError(400, "bad_video", str(exc).replace(str(path), "the body")) from None
         sid = f"track-{path.stem}"
         session = Session(sid, options, self.store.new_stream(options, sid), source.info.fps)
-        async for line in _track_lines(source, session, self.feeder,
+        async for line in track_lines(source, session, self.feeder,
                                        self.worker.settings.max_ws_inflight, path):
             yield line
 

@@ -16,9 +16,9 @@ from typing import Any
 from fastapi import FastAPI, WebSocket
 
 from ttball.distributed.serve_ingress import Ingress, RemoteSession, ReplicaLost
-from ttball.serve.app import ws_end, ws_receive
 from ttball.serve.settings import ApiError
 from ttball.serve.uploads import split_body
+from ttball.serve.websocket import ws_end, ws_receive
 
 
 def add_stream(app: FastAPI, ingress: Ingress) -> None:
@@ -55,7 +55,7 @@ async def _quietly(call: Any) -> None:
 
 
 async def _websocket_session(ws: WebSocket, session: RemoteSession, ingress: Ingress) -> str:
-    """The single worker's protocol (``ttball.serve.app._websocket_session``); each binary
+    """The single worker's protocol (``ttball.serve.websocket.websocket_session``); each binary
     message is one call to the replica, up to ``max_ws_inflight`` of them in flight."""
     outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(ingress.settings.max_ws_inflight)
     sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, ingress, outbox))

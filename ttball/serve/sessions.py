@@ -194,6 +194,10 @@ class Session:
             rows, self.outbox = self.outbox, []
         return rows
 
+    def take_rows(self) -> list[dict[str, Any]]:
+        """:meth:`take` as the JSON rows the routes send."""
+        return [r.as_dict() for r in self.take()]
+
     def describe(self) -> dict[str, Any]:
         return {
             "id": self.id,

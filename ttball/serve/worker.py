@@ -394,6 +394,13 @@ class Worker:
             self._gpu = share
         return share
 
+    def live(self) -> tuple[SessionStore, Feeder]:
+        """The session store and the feeder the routes use; 503 (:meth:`require_ready`) before
+        the worker is ready."""
+        self.require_ready()
+        assert self.store is not None and self.feeder is not None  # set when going live
+        return self.store, self.feeder
+
     def require_ready(self) -> None:
         if not self.ready:
             detail = f": {self.error}" if self.error else ""

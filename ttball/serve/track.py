@@ -1,0 +1,118 @@
+"""``POST /v1/track``: a whole video in, NDJSON rows out as they finish (docs/serve.md); the
+upload spooled to a temporary file (:func:`spool`, shared with the Ray ingress) and tracked as
+one session (:func:`track_lines`, shared with the Ray replicas)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from ttball.errors import UserError
+from ttball.serve.batcher import Overloaded
+from ttball.serve.sessions import Feeder, Session, SessionOptions
+from ttball.serve.settings import ApiError
+from ttball.serve.worker import Worker
+
+VIDEO_SUFFIXES = {"video/mp4": ".mp4", "video/quicktime": ".mov", "video/x-msvideo": ".avi",
+                  "video/x-matroska": ".mkv", "video/webm": ".webm"}
+
+
+def add_track(app: FastAPI, worker: Worker) -> None:
+    @app.post("/v1/track")
+    async def track(request: Request, step: int = 3, threshold: float | None = None,
+                    dedup_ssim: float | None = None) -> StreamingResponse:
+        from ttball.frames import FrameSource
+
+        store, feeder = worker.live()
+        options = SessionOptions.from_json(
+            {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
+        path = await spool(request, worker.settings.max_video_bytes)
+        try:
+            source = await asyncio.to_thread(FrameSource, path)
+        except UserError as exc:
+            path.unlink(missing_ok=True)
+            raise ApiError(400, "bad_video", str(exc).replace(str(path), "the body")) from None
+        session = Session(f"track-{id(path)}", options,
+                          store.new_stream(options, f"track-{id(path)}"), source.info.fps)
+        lines = track_lines(source, session, feeder, worker.settings.max_ws_inflight, path)
+        return StreamingResponse(lines, media_type="application/x-ndjson")
+
+
+async def spool(request: Request, limit: int) -> Path:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    fd, name = tempfile.mkstemp(prefix="ttball-track-", suffix=VIDEO_SUFFIXES.get(kind, ".mp4"))
+    path, size = Path(name), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, "body_too_large", f"video over the limit of {limit} bytes")
+                f.write(chunk)
+        if size == 0:
+            raise ApiError(400, "empty_body", "POST the video file as the request body")
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+async def track_lines(source: Any, session: Session, feeder: Feeder, inflight: int,
+                       path: Path) -> AsyncIterator[bytes]:
+    """NDJSON: one row per frame as it finishes, then ``{"summary": ...}`` (or ``{"error"}``)."""
+    started = time.perf_counter()
+    frames = iter(source)
+    steps: deque[asyncio.Task[None]] = deque()
+    count = 0
+    try:
+        while (frame := await asyncio.to_thread(next, frames, None)) is not None:
+            steps.append(await _push_waiting(feeder, session, frame))
+            while steps and (len(steps) > inflight or steps[0].done()):
+                await steps.popleft()
+                for row in session.take_rows():
+                    count += 1
+                    yield _line(row)
+        steps.append(await feeder.finish(session))
+        for step in steps:
+            await step
+        for row in session.take_rows():
+            count += 1
+            yield _line(row)
+        if session.stream.frames_in < 3:
+            raise ApiError(400, "video_too_short",
+                           f"{session.stream.frames_in} readable frame(s); at least 3 are needed")
+        elapsed = time.perf_counter() - started
+        yield _line({"summary": {"frames": count, "windows": session.stream.windows_out,
+                                 "duplicates": session.stream.duplicates,
+                                 "corrupt_frames": len(source.info.corrupt_frames),
+                                 "seconds": round(elapsed, 3),
+                                 "frames_per_s": round(count / elapsed, 2) if elapsed else 0.0}})
+    except ApiError as exc:
+        yield _line(exc.body())
+    finally:
+        for step in steps:
+            step.cancel()
+        path.unlink(missing_ok=True)
+
+
+async def _push_waiting(feeder: Feeder, session: Session, frame: Any) -> asyncio.Task[None]:
+    """A video waits for room in the queue (it has no real-time deadline) instead of a 429."""
+    while True:
+        try:
+            return await feeder.push_frames(session, [frame])
+        except Overloaded:
+            await asyncio.sleep(0.005)
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj) + "\n").encode()

@@ -1,0 +1,167 @@
+"""``WS /v1/sessions/{id}/stream``: a session's frames as binary messages in, its rows as JSON
+out, in order (docs/serve.md). :func:`ws_receive` and :func:`ws_end` are shared with the Ray
+ingress's stream (:mod:`ttball.distributed.serve_stream`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from ttball.serve.sessions import Feeder, Session
+from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.uploads import split_body
+from ttball.serve.worker import Worker
+
+
+def add_stream(app: FastAPI, worker: Worker) -> None:
+    settings = worker.settings
+
+    @app.websocket("/v1/sessions/{sid}/stream")
+    async def stream(ws: WebSocket, sid: str) -> None:
+        await ws.accept()
+        try:
+            store, feeder = worker.live()
+            session = store.get(sid)
+            if session.attached or session.lock.locked():
+                raise ApiError(409, "session_busy", f"session {sid} is busy")
+        except ApiError as exc:
+            await ws.send_json({"type": "error", **exc.body()})
+            await ws.close(4000 + exc.status, exc.code)
+            return
+        session.attached = True
+        outcome = "disconnected"
+        try:
+            async with session.lock:
+                outcome = await websocket_session(ws, session, feeder, settings)
+        finally:
+            session.attached = False
+            session.touch()
+            if outcome != "open":
+                store.remove(sid, outcome)
+
+
+async def websocket_session(ws: WebSocket, session: Session, feeder: Feeder,
+                             settings: ServeSettings) -> str:
+    """Binary messages: one JPEG/PNG frame each (every message takes the next frame number,
+    even one refused). Text ``{"type": "finish"}``: run the last windows, send the last rows,
+    ``{"type": "end"}`` and close. Out: ``{"type": "result", ...row}`` in frame order, and
+    ``{"type": "error", "frame": N, "error": {...}}`` for a refused frame (the stream goes on).
+
+    Returns ``finished`` or ``disconnected`` (the session is then removed: its queued windows
+    are dropped).
+    """
+    outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(settings.max_ws_inflight)
+    sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, outbox))
+
+    async def finish() -> str:
+        try:
+            item: tuple[str, Any] = ("step", await feeder.finish(session))
+        except ApiError as exc:
+            item = ("error", (None, exc))
+        return await ws_end(ws, outbox, sender, item)
+
+    try:
+        return await ws_receive(ws, outbox, sender,
+                                lambda data: _ws_frame(session, feeder, settings, data), finish)
+    finally:
+        if session.tail is not None and not session.tail.done():
+            session.tail.cancel()
+
+
+async def ws_receive(
+    ws: WebSocket, outbox: asyncio.Queue[tuple[str, Any]], sender: asyncio.Task[None],
+    on_frame: Callable[[bytes], Awaitable[tuple[str, Any]]],
+    on_finish: Callable[[], Awaitable[str]],
+) -> str:
+    """The receiving half of the session WebSocket (this worker's and ``serve --ray``'s): each
+    binary message becomes ``on_frame(data)``'s outbox item, ``{"type": "finish"}`` hands over
+    to ``on_finish``, other text is a ``bad_message`` error. Returns ``finished`` or
+    ``disconnected``; stops ``sender`` when the client is gone."""
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return "disconnected"
+            if message.get("bytes") is not None:
+                item = await on_frame(message["bytes"])
+            elif _is_finish(message.get("text")):
+                return await on_finish()
+            else:
+                item = ("error", (None, ApiError(400, "bad_message",
+                                                 'text messages: {"type": "finish"} only')))
+            if not await _queue(outbox, item, sender):
+                return "disconnected"
+    except WebSocketDisconnect:
+        return "disconnected"
+    finally:
+        if not sender.done():
+            sender.cancel()
+        elif not sender.cancelled():
+            sender.exception()  # retrieved: a client gone mid-send is not an error here
+
+
+async def ws_end(ws: WebSocket, outbox: asyncio.Queue[tuple[str, Any]],
+                 sender: asyncio.Task[None], last: tuple[str, Any]) -> str:
+    """Queue the last item and the ``end`` message, wait until they are sent, close."""
+    for item in (last, ("end", None)):
+        if not await _queue(outbox, item, sender):
+            return "disconnected"
+    await sender
+    await ws.close(1000)
+    return "finished"
+
+
+async def _queue(outbox: asyncio.Queue[tuple[str, Any]], item: tuple[str, Any],
+                 sender: asyncio.Task[None]) -> bool:
+    """Put ``item`` for the sender; False if the sender died (client gone) while we waited."""
+    put = asyncio.ensure_future(outbox.put(item))
+    await asyncio.wait({put, sender}, return_when=asyncio.FIRST_COMPLETED)
+    if not put.done():
+        put.cancel()
+        return False
+    return True
+
+
+async def _ws_frame(session: Session, feeder: Feeder, settings: ServeSettings,
+                    data: bytes) -> tuple[str, Any]:
+    index = session.last_index + 1
+    try:
+        parts = split_body("image/jpeg", data, settings)
+        return "step", await feeder.push(session, parts)
+    except ApiError as exc:
+        session.last_index = max(session.last_index, index)  # the number is used up
+        return "error", (index, exc)
+
+
+def _is_finish(text: str | None) -> bool:
+    try:
+        return bool(text) and json.loads(text or "").get("type") == "finish"
+    except (ValueError, AttributeError):
+        return False
+
+
+async def _ws_sender(ws: WebSocket, session: Session,
+                     outbox: asyncio.Queue[tuple[str, Any]]) -> None:
+    while True:
+        kind, item = await outbox.get()
+        if kind == "step":
+            try:
+                await item
+            except ApiError as exc:  # a frame refused after queueing (exc.frame), or a failure
+                await ws.send_json({"type": "error", "frame": exc.frame, **exc.body()})
+            for row in session.take_rows():
+                await ws.send_json({"type": "result", **row})
+        elif kind == "error":
+            index, error = item
+            await ws.send_json({"type": "error", "frame": index, **error.body()})
+        else:
+            await ws.send_json({"type": "end", "frames": session.stream.frames_in})
+            return
+
+
+# -- /v1/track: a whole video ----------------------------------------------------------------------
