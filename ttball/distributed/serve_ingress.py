@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ttball import __version__
 from ttball.distributed.serve_metrics import IngressMetrics, merge
 from ttball.distributed.serve_router import RANK_PREFIX
-from ttball.serve.app import JSON_LIMIT, Gate, _add_error_handlers, _mount_web
+from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
 from ttball.serve.sessions import SessionOptions
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.track import spool
@@ -390,14 +390,14 @@ def build_app(ingress: Ingress) -> FastAPI:
 
     app = FastAPI(title="ttball worker (Ray Serve)", version=__version__,
                   lifespan=ingress.lifespan, docs_url="/docs", redoc_url=None)
-    _add_error_handlers(app, ingress.metrics)
+    add_error_handlers(app, ingress.metrics)
     app.add_middleware(Gate, token=ingress.settings.token, metrics=ingress.metrics)
     _add_health(app, ingress)
     _add_sessions(app, ingress)
     add_stream(app, ingress)
     _add_track(app, ingress)
     app.include_router(oip.router(ingress))  # type: ignore[arg-type]
-    _mount_web(app, ingress.settings)
+    mount_web(app, ingress.settings)
     return app
 
 

@@ -113,7 +113,7 @@ def _error_response(request: Request, exc: ApiError, metrics: Metrics) -> JSONRe
     return JSONResponse(body, exc.status, headers=exc.headers)
 
 
-def _add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return _error_response(request, exc, metrics)
@@ -140,13 +140,13 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     app = FastAPI(title="ttball worker", version=__version__, lifespan=worker.lifespan,
                   docs_url="/docs", redoc_url=None)
     app.state.worker = worker
-    _add_error_handlers(app, metrics)
+    add_error_handlers(app, metrics)
     app.add_middleware(Gate, token=settings.token, metrics=metrics)
     _add_health(app, worker)
     _add_sessions(app, worker)
     add_track(app, worker)
     app.include_router(oip.router(worker))
-    _mount_web(app, settings)  # last: API routes win
+    mount_web(app, settings)  # last: API routes win
     return app
 
 
@@ -155,7 +155,7 @@ def stream_app(worker: Worker) -> FastAPI:
     ``serve --ray --direct-streams`` replica serves on its own port. Same token, same errors."""
     app = FastAPI(title="ttball worker streams", version=__version__, docs_url=None,
                   redoc_url=None, openapi_url=None)
-    _add_error_handlers(app, worker.metrics)
+    add_error_handlers(app, worker.metrics)
     app.add_middleware(Gate, token=worker.settings.token, metrics=worker.metrics)
     add_stream(app, worker)
     return app
@@ -247,7 +247,7 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
     add_stream(app, worker)
 
 
-def _mount_web(app: FastAPI, settings: ServeSettings) -> None:
+def mount_web(app: FastAPI, settings: ServeSettings) -> None:
     """Serve the web page (``ttball/web/index.html`` and assets) at ``/``."""
     from fastapi.staticfiles import StaticFiles
 
