@@ -25,11 +25,16 @@ CU_CTX_SCHED_BLOCKING_SYNC = 0x04
 
 
 @functools.cache
-def _driver() -> Any | None:
+def _library(name: str) -> Any | None:
+    """The shared library ``name`` loaded with ctypes, once; None where it is not installed."""
     try:
-        return ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL(name)
     except OSError:
         return None
+
+
+def _driver() -> Any | None:
+    return _library("libcuda.so.1")
 
 
 def _devices(driver: Any) -> list[int] | str:
@@ -120,19 +125,11 @@ def wait_event(enable_timing: bool = False, index: int = 0) -> Any:
     return torch.cuda.Event(enable_timing=enable_timing, blocking=waits_sleep(index))
 
 
-@functools.cache
-def _nvml() -> Any | None:
-    try:
-        return ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-
-
 def driver_version(nvml: Any | None = None, cuda: Any | None = None) -> str | None:
     """The GPU driver's version: NVML's full one (``580.95.05``: a driver update can change
     which configuration is fastest), else the CUDA driver API's (``cuda 13.0``), else None.
     ``nvml``, ``cuda``: the loaded libraries (default ``libnvidia-ml.so.1``, ``libcuda.so.1``)."""
-    nvml = nvml if nvml is not None else _nvml()
+    nvml = nvml if nvml is not None else _library("libnvidia-ml.so.1")
     if nvml is not None and nvml.nvmlInit_v2() == 0:
         text = ctypes.create_string_buffer(96)
         rc = nvml.nvmlSystemGetDriverVersion(text, ctypes.c_uint(len(text)))

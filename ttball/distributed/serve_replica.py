@@ -190,7 +190,7 @@ class ReplicaWorker:
             await asyncio.shield(step)  # a caller gone mid-call leaves its rows in the outbox
             if previous is not None:
                 await previous
-            return [r.as_dict() for r in session.take()]
+            return session.take_rows()
         finally:
             _chain(previous, mine)
 
