@@ -18,33 +18,21 @@ from fastapi import FastAPI, WebSocket
 from ttball.distributed.serve_ingress import Ingress, RemoteSession, ReplicaLost
 from ttball.serve.settings import ApiError
 from ttball.serve.uploads import split_body
-from ttball.serve.websocket import ws_end, ws_receive
+from ttball.serve.websocket import run_attached, ws_end, ws_receive
 
 
 def add_stream(app: FastAPI, ingress: Ingress) -> None:
     @app.websocket("/v1/sessions/{sid}/stream")
     async def stream(ws: WebSocket, sid: str) -> None:
-        await ws.accept()
-        try:
-            session = ingress.session(sid)
-            if session.attached or session.lock.locked():
-                raise ApiError(409, "session_busy", f"session {sid} is busy")
-        except ApiError as exc:
-            await ws.send_json({"type": "error", **exc.body()})
-            await ws.close(4000 + exc.status, exc.code)
-            return
-        session.attached = True
-        outcome = "disconnected"
-        try:
-            async with session.lock:
-                outcome = await _websocket_session(ws, session, ingress)
-        finally:
-            session.attached = False
+        async def detach(session: RemoteSession, outcome: str) -> None:
             session.last_seen = time.monotonic()
             if outcome != "open":
                 ingress.forget(sid, outcome)
                 if outcome == "disconnected":
                     await _quietly(ingress.call(sid, "delete", sid))
+
+        await run_attached(ws, sid, lambda: ingress.session(sid),
+                           lambda session: _websocket_session(ws, session, ingress), detach)
 
 
 async def _quietly(call: Any) -> None:

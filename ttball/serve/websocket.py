@@ -7,15 +7,51 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from ttball.serve.sessions import Feeder, Session
+from ttball.serve.sessions import Feeder, Session, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import split_body
 from ttball.serve.worker import Worker
+
+
+class Attachable(Protocol):
+    """A session a WebSocket can drive: one socket or request at a time."""
+
+    attached: bool
+    lock: asyncio.Lock
+
+
+S = TypeVar("S", bound=Attachable)
+
+
+async def run_attached(ws: WebSocket, sid: str, lookup: Callable[[], S],
+                       run: Callable[[S], Awaitable[str]],
+                       detach: Callable[[S, str], Awaitable[None]]) -> None:
+    """Accept ``ws``, find its session (``lookup``; an :class:`ApiError` there, or a session
+    already driven, closes the socket with ``4000 + status``), hold it while ``run`` serves it,
+    then ``detach(session, outcome)``: ``"open"`` if the client left it open, else why it
+    ended. The single worker's stream and the Ray ingress's."""
+    await ws.accept()
+    try:
+        session = lookup()
+        if session.attached or session.lock.locked():
+            raise ApiError(409, "session_busy", f"session {sid} is busy")
+    except ApiError as exc:
+        await ws.send_json({"type": "error", **exc.body()})
+        await ws.close(4000 + exc.status, exc.code)
+        return
+    session.attached = True
+    outcome = "disconnected"
+    try:
+        async with session.lock:
+            outcome = await run(session)
+    finally:
+        session.attached = False
+        await detach(session, outcome)
 
 
 def add_stream(app: FastAPI, worker: Worker) -> None:
@@ -23,26 +59,21 @@ def add_stream(app: FastAPI, worker: Worker) -> None:
 
     @app.websocket("/v1/sessions/{sid}/stream")
     async def stream(ws: WebSocket, sid: str) -> None:
-        await ws.accept()
-        try:
-            store, feeder = worker.live()
-            session = store.get(sid)
-            if session.attached or session.lock.locked():
-                raise ApiError(409, "session_busy", f"session {sid} is busy")
-        except ApiError as exc:
-            await ws.send_json({"type": "error", **exc.body()})
-            await ws.close(4000 + exc.status, exc.code)
-            return
-        session.attached = True
-        outcome = "disconnected"
-        try:
-            async with session.lock:
-                outcome = await websocket_session(ws, session, feeder, settings)
-        finally:
-            session.attached = False
+        live: list[tuple[SessionStore, Feeder]] = []  # worker.live(), taken once by lookup
+
+        def lookup() -> Session:
+            live.append(worker.live())  # 503 before the worker is ready
+            return live[0][0].get(sid)
+
+        async def run(session: Session) -> str:
+            return await websocket_session(ws, session, live[0][1], settings)
+
+        async def detach(session: Session, outcome: str) -> None:
             session.touch()
             if outcome != "open":
-                store.remove(sid, outcome)
+                live[0][0].remove(sid, outcome)
+
+        await run_attached(ws, sid, lookup, run, detach)
 
 
 async def websocket_session(ws: WebSocket, session: Session, feeder: Feeder,
