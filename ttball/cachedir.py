@@ -32,6 +32,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TTBALL_CACHE_DIR") or Path.home() / ".cache" / "ttball")
 
 
+def part_path(name: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """Where part ``name`` of :data:`PARTS` lives under ``root`` (default :func:`cache_dir`):
+    the one place that names each part's file or folder, for the modules that write them and
+    for ``ttball cache``."""
+    return (Path(root) if root is not None else cache_dir()) / PARTS[name][0]
+
+
 @dataclass
 class Part:
     name: str
@@ -59,8 +66,8 @@ def _files(path: Path, name: str) -> list[Path]:
 def inventory(root: Path) -> list[Part]:
     """Each part present under ``root``, with its files and bytes."""
     parts = []
-    for name, (relative, about) in PARTS.items():
-        path = root / relative
+    for name, (_, about) in PARTS.items():
+        path = part_path(name, root)
         if path.exists():
             files = _files(path, name)
             parts.append(Part(name, path, about, len(files),
@@ -72,7 +79,7 @@ def tuning_records(root: Path) -> list[dict[str, Any]]:
     """What each tuning record says it was tuned for (``about`` in
     :meth:`ttball.kernels.records.TuningRecords.save`); unreadable ones as ``{"file", "error"}``."""
     out = []
-    for path in sorted((root / PARTS["tuning"][0]).glob(f"*{RECORD_SUFFIX}")):
+    for path in sorted(part_path("tuning", root).glob(f"*{RECORD_SUFFIX}")):
         try:
             data = json.loads(path.read_text())
             out.append({"file": path.name, **{k: data.get(k) for k in (
@@ -85,7 +92,7 @@ def tuning_records(root: Path) -> list[dict[str, Any]]:
 def auto_choices(root: Path) -> dict[str, Any]:
     """``--backend auto``'s cached choices: machine key -> chosen backend and date."""
     try:
-        entries = json.loads((root / PARTS["auto"][0]).read_text())
+        entries = json.loads(part_path("auto", root).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(entries, dict):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ttball.backends import base
-from ttball.cachedir import cache_dir
+from ttball.cachedir import part_path
 from ttball.errors import UserError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Choice:
 
 
 def cache_file() -> Path:
-    return cache_dir() / "auto-backend.json"
+    return part_path("auto")
 
 
 def _processor() -> str:

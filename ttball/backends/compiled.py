@@ -37,6 +37,7 @@ from ttball.backends._recipe import (
     register_recipes,
 )
 from ttball.backends.base import BackendBase, Requirement, needs_cuda, register
+from ttball.cachedir import PARTS, part_path
 from ttball.errors import BackendUnavailable, UserError
 from ttball.results import atomic_write
 
@@ -51,7 +52,7 @@ MODES: dict[str, bool] = {
     "max-autotune-no-cudagraphs": True,
 }
 CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
-MEGACACHE = "megacache.bin"
+MEGACACHE = PARTS["megacache"][0]
 ENV_INDUCTOR, ENV_TRITON = "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"
 
 
@@ -114,7 +115,8 @@ class CompiledBackend(BackendBase):
             return
         clear_caches = _clear_inductor_caches()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        wanted = {ENV_INDUCTOR: self.cache_dir / "inductor", ENV_TRITON: self.cache_dir / "triton"}
+        wanted = {ENV_INDUCTOR: part_path("inductor", self.cache_dir),
+                  ENV_TRITON: part_path("triton", self.cache_dir)}
         saved = {key: os.environ.get(key) for key in wanted}
         os.environ.update({key: str(path) for key, path in wanted.items()})
         clear_caches()

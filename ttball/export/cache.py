@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ttball.cachedir import cache_dir as default_cache_dir
+from ttball.cachedir import part_path
 from ttball.errors import UserError
 from ttball.export.onnx import export_onnx
 from ttball.model.config import WeightsConfig
@@ -33,7 +33,7 @@ Clip = str | os.PathLike[str]
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The directory exported files go to (created if missing)."""
-    root = Path(cache_dir if cache_dir is not None else default_cache_dir()) / "onnx"
+    root = part_path("onnx", cache_dir)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -88,7 +88,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ttball.cachedir import cache_dir
+from ttball.cachedir import part_path
 from ttball.filelock import exclusive
 from ttball.kernels.plan import INPUT, Conv
 
@@ -295,7 +295,7 @@ def _nvcc(lib: Path, nvcc: str, real: Path, target: str) -> Path:
 def library_dir() -> Path:
     """Where the built library is kept: ``$TTBALL_CACHE_DIR/kernels`` (default
     ``~/.cache/ttball/kernels``)."""
-    return cache_dir() / "kernels"
+    return part_path("kernels")
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ttball.cachedir import cache_dir as default_cache_dir
+from ttball.cachedir import part_path
 from ttball.cudasched import driver_version
 from ttball.errors import UserError
 from ttball.filelock import exclusive
@@ -111,8 +111,7 @@ def records_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where a backend keeps its tuning records: ``cache_dir/tuning`` (``serve
     --compile-cache``, ``bench --cache-dir``), else ``$TTBALL_CACHE_DIR/tuning`` (default
     ``~/.cache/ttball/tuning``, beside the CUDA kernels' library)."""
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return root / "tuning"
+    return part_path("tuning", Path(cache_dir).expanduser() if cache_dir is not None else None)
 
 
 class TuningRecords:
