@@ -248,9 +248,7 @@ class _Run:
 
     def options(self, name: str) -> dict[str, Any]:
         """``cache_dir`` for backends with a disk cache: one directory per variant."""
-        if "disk-cache" not in base.spec(name).tags:
-            return {}
-        return {"cache_dir": self.cache_root / name}
+        return base.cache_options(name, self.cache_root / name)
 
     def create(self, name: str) -> base.Backend:
         return base.create(name, self.model, self.config.device, **self.options(name))
