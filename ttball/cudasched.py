@@ -125,6 +125,7 @@ def wait_event(enable_timing: bool = False, index: int = 0) -> Any:
     return torch.cuda.Event(enable_timing=enable_timing, blocking=waits_sleep(index))
 
 
+@functools.cache  # once a process (per pair of libraries): it does not change under it
 def driver_version(nvml: Any | None = None, cuda: Any | None = None) -> str | None:
     """The GPU driver's version: NVML's full one (``580.95.05``: a driver update can change
     which configuration is fastest), else the CUDA driver API's (``cuda 13.0``), else None.

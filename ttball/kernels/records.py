@@ -76,16 +76,13 @@ def shapes_of(obj: Any) -> Any:
     return obj
 
 
-_driver_version = functools.cache(driver_version)  # once a process: it does not change under it
-
-
 def device_identity(device: torch.device) -> dict[str, Any]:
     """The GPU and the software a tuning ran on (CUDA only)."""
     import triton
 
     props = torch.cuda.get_device_properties(device)
     return {"gpu": props.name, "capability": list(torch.cuda.get_device_capability(device)),
-            "sms": props.multi_processor_count, "driver": _driver_version(),
+            "sms": props.multi_processor_count, "driver": driver_version(),
             "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
 
 
