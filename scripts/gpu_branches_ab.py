@@ -14,6 +14,8 @@ input, each variant's CUDA graph timed with CUDA events (7 groups of 50 replays,
 - ``branches+direct-nopair``: the same without the pair kernel;
 - ``branches+direct-noinput``: without the direct kernel for the stem's first convolution
   (``conv3x3_input_kernel``, reading the FP32 NCHW input);
+- ``branches+direct-notaps``: without the tap-partials kernel (``Config.taps``, transition1's
+  128 → 16; forty-second session);
 - ``branches+direct+pdl``, ``branches+direct+prio0``, ``branches+direct+prio0+pdl``: as for
   ``branches``, on top of the direct kernel;
 - ``branches+refined``: and the steps' configurations are chosen again by timing the whole
@@ -59,6 +61,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "branches+direct": {"branches": True, "direct": True},
     "branches+direct-nopair": {"branches": True, "direct": True, "nopair": True},
     "branches+direct-noinput": {"branches": True, "direct": True, "noinput": True},
+    "branches+direct-notaps": {"branches": True, "direct": True, "notaps": True},
     "branches+direct+pdl": {"branches": True, "direct": True, "pdl": True},
     "branches+direct+prio0": {"branches": True, "direct": True, "priority": (-2, 0, 0, 0)},
     "branches+direct+prio0+pdl": {"branches": True, "direct": True, "pdl": True,
@@ -104,6 +107,7 @@ def main() -> None:
             nopair = options.pop("nopair", False)
             noinput = options.pop("noinput", False)
             copy_in = options.pop("copy", False)
+            notaps = options.pop("notaps", False)
             # records=False: every arm tunes (the hacks below change what it may choose)
             backend = create("triton-fp16", model, dev, records=False, **options)
             if priority is not None:
@@ -115,6 +119,11 @@ def main() -> None:
                 assert isinstance(first.step, Conv) and first.step.terms[0].src == INPUT
                 first.configs = (lambda bufs, f=first.configs:
                                  [c for c in f(bufs) if not c.direct])
+            if notaps:  # the tuner's candidates without the tap-partials kernel
+                for launch in backend.executor.launches:  # type: ignore[attr-defined]
+                    if isinstance(launch.step, Conv):
+                        launch.configs = (lambda bufs, f=launch.configs:
+                                          [c for c in f(bufs) if not c.taps])
             if copy_in:  # no graphs reading the caller's buffer in place
                 backend._graphs.by_address = 0  # type: ignore[attr-defined]
             backend(x)  # tunes (and refines), then captures on the next call

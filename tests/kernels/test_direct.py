@@ -25,6 +25,7 @@ from ttball.kernels.direct import (
     PAIRS,
     WGMMA,
     WGMMA_RS,
+    WGMMA_TAPS,
     WGMMA_TMA,
     build_library,
     conv3x3_direct,
@@ -46,6 +47,9 @@ TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TMA.items() for t
 TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-tma" for cin, cout, (rows, cols, groups) in TMA_CASES]
 RS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_RS.items() for tile in tiles]
 RS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-rs" for cin, cout, (rows, cols, groups) in RS_CASES]
+TAPS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS.items() for tile in tiles]
+TAPS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps"
+            for cin, cout, (rows, cols, groups) in TAPS_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -130,7 +134,15 @@ def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
     return {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
 
 
+def _compiled_taps() -> set[tuple[int, int, int, int, int]]:
+    """(Cin, Cout, TH, TW, WG) of the tap-partials kernels the dispatch instantiates."""
+    found = re.findall(r"TTBALL_WGMMA_TAPS_TILE\((\d+), (\d+), (\d+), (\d+), (\d+)\)",
+                       KERNEL_SOURCE)
+    return {tuple(int(v) for v in t) for t in found}
+
+
 def test_the_tuner_offers_only_compiled_tiles() -> None:
+    assert _compiled_taps() == {(cin, cout, *tile) for cin, cout, tile in TAPS_CASES}
     assert _compiled_tma() == {(cin, cout, *tile) for cin, cout, tile in TMA_CASES}
     assert _compiled_rs() == {(cin, cout, *tile) for cin, cout, tile in RS_CASES}
     assert _compiled_tma() <= _compiled_wgmma()  # each also without TMA
@@ -164,7 +176,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                          else [(rows, cols, 4 * groups)
                                for rows, cols, groups in WGMMA.get(shape, ())])
                 assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
-                        for c in wgmma if not c.rs} == {
+                        for c in wgmma if not (c.rs or c.taps)} == {
                     (rows, cols, warps, stages)
                     for rows, cols, warps in [(r, c, 8) for r, c in tiles] + extra
                     for stages in (1, 2)}
@@ -184,6 +196,17 @@ def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
                         for c in wgmma if c.rs} == {
                     (rows, cols, warps, stages) for rows, cols, warps in rs for stages in (1, 2)}
                 assert all(not c.rs for c in configs)
+                # the tap partials: the tiles of WGMMA_TAPS from WGMMA_MIN_PIXELS, without SE
+                # sums (transition1's 128 -> 16)
+                taps = ([] if step.terms[0].src == INPUT or pixels == small or step.se_sum
+                        else [(rows, cols, 4 * groups)
+                              for rows, cols, groups in WGMMA_TAPS.get(shape, ())])
+                assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
+                        for c in wgmma if c.taps} == {
+                    (rows, cols, warps, stages) for rows, cols, warps in taps for stages in (1, 2)}
+                assert all(not c.taps for c in configs)
+                if pixels == big:
+                    assert bool(taps) == (shape == (128, 16))
             # the third level at batch 64: 64 -> 64 always (WGMMA_MIN_PIXELS_OF), the other
             # shapes from WGMMA_MIN_PIXELS
             quarter = direct_configs(step, 64 * 72 * 128, wgmma=True)
@@ -266,6 +289,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     wgmma = re.findall(r"Function properties for (\S*conv3x3_wgmma_(?:n128_|rs_)?kernel\S*)",
                        done.stderr)
     assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES) + len(RS_CASES)
+    taps = re.findall(r"Function properties for (\S*conv3x3_wgmma_taps_kernel\S*)", done.stderr)
+    assert len(set(taps)) == len(TAPS_CASES)
     assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
@@ -275,7 +300,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
-                           + len(TMA_CASES) + len(RS_CASES))
+                           + len(TMA_CASES) + len(RS_CASES) + len(TAPS_CASES))
     assert all(int(n) == 0 for n in spills)
 
 
@@ -354,6 +379,17 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, warpgroups=2)
     with pytest.raises(ValueError, match="warpgroups=4"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, warpgroups=4)
+    # the tap-partials kernel: its shapes only (4 channels here), never with SE sums
+    with pytest.raises(ValueError, match="taps: only for the shapes of WGMMA_TAPS"):
+        conv3x3_direct(torch.empty_like(x), x, w, bias, None, (6, 30), relu=True,
+                       warpgroups=2, taps=True)
+    x128 = torch.zeros(1, 4, 16, 128, dtype=torch.float16)
+    out16 = torch.zeros(1, 4, 16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="without tma, rs or se_sum"):
+        conv3x3_direct(out16, x128, w, bias, torch.zeros(1, 16), (6, 30), relu=True,
+                       warpgroups=2, taps=True)
+    with pytest.raises(ValueError, match="CUDA tensor"):  # the shape is right: to the tensors
+        conv3x3_direct(out16, x128, w, bias, None, (6, 30), relu=True, warpgroups=2, taps=True)
     with pytest.raises(ValueError, match="one shape"):
         conv3x3_pair(torch.empty(1, 4, 16, 32, dtype=torch.float16), x, w, bias, w, bias, None,
                      (8, 32), relu=True)
@@ -377,10 +413,11 @@ def require_wgmma() -> None:
 
 def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, width: int,
                        sums_atol: float, warpgroups: int = 1, tma: bool = False,
-                       rs: bool = False) -> None:
+                       rs: bool = False, taps: bool = False) -> None:
     """conv3x3_direct with ``tile`` on a (2, height, width, cin) batch against the float32
-    convolution: ReLU or not, SE sums, one block per tile and a persistent grid of 3 blocks
-    (each computing several tiles of both images while it copies the next one's halo)."""
+    convolution: ReLU or not, SE sums (not with ``taps``), one block per tile and a
+    persistent grid of 3 blocks (each computing several tiles of both images while it copies
+    the next one's halo)."""
     from ttball.kernels.conv import pack_weight
 
     g = torch.Generator().manual_seed(cin * 100 + cout + tile[0])
@@ -389,13 +426,14 @@ def _check_direct_conv(cin: int, cout: int, tile: tuple[int, int], height: int, 
     bias = torch.randn(cout, generator=g).to(DEVICE)
     for relu, pipelined in ((False, False), (True, False), (False, True), (True, True)):
         out = torch.full((2, height, width, cout), float("nan"), dtype=torch.half, device=DEVICE)
-        sums = torch.zeros(2, cout, device=DEVICE)
+        sums = None if taps else torch.zeros(2, cout, device=DEVICE)
         conv3x3_direct(out, x, pack_weight(weight.cpu(), DEVICE), bias, sums, tile, relu,
                        pipelined=pipelined, max_blocks=3, warpgroups=warpgroups, tma=tma,
-                       rs=rs)
+                       rs=rs, taps=taps)
         want, want_sums = _reference(x, weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
-        torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
+        if sums is not None:
+            torch.testing.assert_close(sums, want_sums, atol=sums_atol, rtol=1e-3)
 
 
 @pytest.mark.gpu
@@ -447,6 +485,20 @@ def test_wgmma_conv_with_a_from_registers_equals_the_convolution(
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 150, sums_atol=1.0, warpgroups=groups,
                        rs=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout,tile", TAPS_CASES, ids=TAPS_IDS)
+def test_wgmma_taps_conv_equals_the_convolution(cin: int, cout: int,
+                                                tile: tuple[int, int, int]) -> None:
+    """The tap-partials kernel: 19 x 97 pixels (partial tiles at the right and bottom edges,
+    the padding at all four), ReLU or not, one block per tile and a persistent grid of 3
+    (the next tile's halo copied while the partials are summed, into the one buffer)."""
+    require_wgmma()
+    rows, cols, groups = tile
+    _check_direct_conv(cin, cout, (rows, cols), 19, 97, sums_atol=0.0, warpgroups=groups,
+                       taps=True)
 
 
 @pytest.mark.gpu
@@ -575,13 +627,26 @@ def test_wgmma_kernel_with_a_from_registers_in_the_backend_replays_the_same_logi
     _replay_with_tiles_forced(model, 4, WGMMA_RS, ((0, 1), (1, 2)), rs=True, steps=25)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_wgmma_taps_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) -> None:
+    """triton-fp16-direct with transition1's 128 -> 16 forced onto the tap-partials kernel
+    (one block a tile, then persistent), through graph capture and replay, against
+    triton-fp16."""
+    require_triton()
+    require_wgmma()
+    _replay_with_tiles_forced(model, 5, WGMMA_TAPS, ((0, 1), (0, 2)), rs=False, steps=1,
+                              taps=True)
+
+
 def _replay_with_tiles_forced(model: BlurBall, seed: int,
                               table: dict[tuple[int, int], tuple[tuple[int, int, int], ...]],
-                              passes: tuple[tuple[int, int], ...], rs: bool, steps: int) -> None:
+                              passes: tuple[tuple[int, int], ...], rs: bool, steps: int,
+                              taps: bool = False) -> None:
     """triton-fp16-direct against triton-fp16 through graph capture and replay, once per
     (pick, stages) of ``passes``: every step whose channels ``table`` has (not the input's)
-    forced onto that shape's tile ``table[shape][pick]`` (``rs``: with A from registers);
-    ``steps`` of them."""
+    forced onto that shape's tile ``table[shape][pick]`` (``rs``: with A from registers;
+    ``taps``: the tap-partials kernel); ``steps`` of them."""
     from ttball.backends import create
 
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
@@ -594,7 +659,7 @@ def _replay_with_tiles_forced(model: BlurBall, seed: int,
             shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
             if shape in table and direct_applies(step) and step.terms[0].src != INPUT:
                 rows, cols, groups = table[shape][pick]
-                forced = Config(cols, 4 * groups, stages, direct=rows, rs=rs)
+                forced = Config(cols, 4 * groups, stages, direct=rows, rs=rs, taps=taps)
                 launch.configs = lambda bufs, cfg=forced: [cfg]
                 taken += 1
         assert taken == steps

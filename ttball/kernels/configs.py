@@ -17,6 +17,7 @@ from ttball.kernels.direct import (
     WGMMA_MIN_PIXELS,
     WGMMA_MIN_PIXELS_OF,
     WGMMA_RS,
+    WGMMA_TAPS,
     WGMMA_TMA,
     direct_applies,
     direct_tiles,
@@ -49,7 +50,9 @@ class Config:
     conv2, as one kernel (:func:`~ttball.kernels.direct.conv3x3_pair`, tiles of ``direct`` rows
     × ``block_m`` columns); 2 marks the next one, which then launches nothing. ``rs``
     (``direct`` > 0, a wgmma tile): the wgmma kernel with its A operand from registers
-    (:data:`~ttball.kernels.direct.WGMMA_RS`); ``tma`` there: its halo copied by TMA."""
+    (:data:`~ttball.kernels.direct.WGMMA_RS`); ``tma`` there: its halo copied by TMA.
+    ``taps`` (``direct`` > 0): the tap-partials kernel, ``direct`` rows × ``block_m`` columns
+    (:data:`~ttball.kernels.direct.WGMMA_TAPS`)."""
 
     block_m: int
     num_warps: int
@@ -64,15 +67,17 @@ class Config:
     pair: int = 0
     rs: bool = False
     resident: bool = False
+    taps: bool = False
 
     def short(self) -> str:
-        """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``,
-        ``RES`` resident weights, ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32``
+        """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``, ``RS``
+        A from registers, ``TAPS`` the tap-partials kernel, ``RES`` resident weights, ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32``
         programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""
         text += ("L1" if self.l1 else "") + ("TMA" if self.tma else "") + ("RS" if self.rs else "")
+        text += "TAPS" if self.taps else ""
         text += "RES" if self.resident else ""
         text += f"r{self.rows}" if self.rows else ""
         text += f"d{self.direct}" if self.direct else ""
@@ -181,7 +186,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     from :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS` output pixels (or the shape's entry
     in :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS_OF`), and those of
     :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA) and
-    those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers)."""
+    those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
+    those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` for steps without SE
+    sums."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -198,6 +205,10 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
         # and the kernel with A from registers
         configs += [Config(cols, 4 * groups, stages, direct=rows, rs=True)
                     for rows, cols, groups in WGMMA_RS.get(shape, ()) for stages in (2, 1)]
+        if step.se_sum is None:  # and the nine taps as one wgmma's N
+            configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True)
+                        for rows, cols, groups in WGMMA_TAPS.get(shape, ())
+                        for stages in (2, 1)]
     return configs
 
 

@@ -1339,6 +1339,183 @@ conv3x3_pair_kernel(half* __restrict__ out, const half* __restrict__ x,
   }
 }
 
+// d (64 x 144 per warpgroup) = or += a * b (m64n144k16), in wgmma_64's accumulator layout
+__device__ __forceinline__ void wgmma_144(float (&d)[18][4], uint64_t a, uint64_t b,
+                                          int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 "
+      "{" 
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+      "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71"
+      "}, %72, %73, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]),
+        "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+
+// The tap-partials kernel (forty-second session) for transition1's 128 -> 16 at full
+// resolution (the network's step 5: 1.63 ms at batch 64 against a 0.63 ms floor). The direct
+// kernel's mma.sync runs it at 8 warps an SM with the tensor pipe 33 % busy, each warp waiting
+// on its ldmatrix and MMA chains (Nsight Compute, forty-second session): for each 16-channel
+// k-step of each of the nine taps it loads a 16 x 16 A operand and runs two m16n8k16 on it
+// (N = 16). Here the nine taps are one GEMM's N instead: P (halo pixels x 144) = the halo
+// (pixels x 128 channels) times the weights of all nine taps (128 x 9 * 16), one wgmma
+// m64n144k16 per 64 halo pixels and 16 channels, A and B from shared memory, so each input
+// value is read from shared memory once per tile, not once per tap. The partials go to shared
+// memory as FP16 and each output pixel sums its nine shifted 16-channel partials (the tap
+// split through DRAM, ninth session, passed the verify gate with FP16 partials emulated on the
+// CPU: 0 flips, p99 0.288 px). A tile: TH x TW outputs, a (TH + 2) x (TW + 2) halo of
+// 4 x 64 pixels (6 x 30 and 8 x 32: 1.42x the halo's pixels in MMA rows for the outputs);
+// WG = 2 warpgroups, each two M tiles of 64 halo pixels, the second's wgmma running while the
+// first's partials are stored. Shared memory: the weights (36 KB), one halo (64 KB) and the
+// partials (76 KB, rows padded to 152 halves so that neither the accumulators' stores nor the
+// sums' 16-byte loads conflict): one block an SM, so the next tile's halo (one buffer) is
+// copied while the partials are summed. Persistent (`pipelined`) or a block per tile. Bias
+// and ReLU; no SE sums (step 5 has none). sm_90a only, as the wgmma kernel.
+template <int CIN, int COUT, int TH, int TW>
+struct TapsShape {
+  using H = WgmmaShape<CIN, COUT, TH, false, TW>;  // the halo: H::CH planes of H::PLANE bytes
+  static constexpr int N = 9 * COUT, NB = N / 8, MT = H::HALO / 64, ROW = N + 8;
+  static constexpr int W_BYTES = 9 * CIN * COUT * 2, P_BYTES = H::HALO * ROW * 2;
+  static constexpr int SMEM = W_BYTES + H::HALO_BYTES + P_BYTES;
+  static_assert(H::HALO % 64 == 0, "the halo is whole M tiles of 64 pixels");
+  static_assert(COUT == 16 && CIN % 16 == 0, "n144: nine taps of 16 output channels");
+  static_assert(SMEM <= 227 * 1024, "the weights, a halo and the partials fit an SM");
+};
+
+template <int CIN, int COUT, int TH, int TW, int WG>
+__global__ void __launch_bounds__(128 * WG, 1)
+conv3x3_wgmma_taps_kernel(half* __restrict__ out, const half* __restrict__ x,
+                          const half* __restrict__ w, const float* __restrict__ bias, int B,
+                          int H, int W, int relu, int pipelined) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = TapsShape<CIN, COUT, TH, TW>;
+  using HS = typename S::H;
+  static_assert(S::MT % WG == 0, "every warpgroup takes MT / WG M tiles");
+  constexpr int MW = S::MT / WG;  // M tiles a warpgroup
+  static_assert(MW == 2, "two M tiles a warpgroup: the second's wgmma under the first's stores");
+  constexpr int T = 128 * WG, ITEMS = (TH * TW + 7) / 8 * 16;  // 8 outputs x 2 halves a group
+  extern __shared__ __align__(128) unsigned char smem[];
+  half* wsm = reinterpret_cast<half*>(smem);
+  unsigned char* halo = smem + S::W_BYTES;
+  half* part = reinterpret_cast<half*>(smem + S::W_BYTES + HS::HALO_BYTES);
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
+  const int ntiles = tiles_img * B;
+  int t = blockIdx.x;
+  issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, t, tiles_w, tiles_img, H, W);
+  // weights: row tap * CIN + c, column n -> [c / 8][tap * COUT + n][c % 8]: B's K-major core
+  // matrices (8 columns x 8 channels), the nine taps side by side as N
+  for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
+    const int row = i / (COUT / 8), n0 = i % (COUT / 8) * 8, tap = row / CIN, c = row % CIN;
+    const uint4 v = reinterpret_cast<const uint4*>(w)[i];
+    const half* h = reinterpret_cast<const half*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      wsm[((c / 8) * S::N + tap * COUT + n0 + j) * 8 + c % 8] = h[j];
+  }
+  // the sums' work: item i is output pixel (i % 8) + 8 * (i / 16), channels 8 * ((i / 8) % 2)
+  // to + 7 (8 consecutive threads read 8 pixels' same 16 bytes of a tap: 8 rows 304 bytes
+  // apart, 8 different bank groups); a thread's channel half is the same for all its items
+  const int half8 = (tid / 8) % 2;
+  float bias_r[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) bias_r[j] = bias[half8 * 8 + j];
+  const uint32_t b0 = (uint32_t)wgmma_descriptor(wsm, S::N * 16, 128);
+  const uint32_t a0 = (uint32_t)wgmma_descriptor(halo, HS::PLANE, 128);
+  constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
+
+  while (t < ntiles) {
+    const int next = pipelined ? t + gridDim.x : ntiles;
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    fence_async_shared();  // this thread's copies (and, first time, weight stores) for wgmma
+    __syncthreads();
+    float d[MW][S::NB][4];
+#pragma unroll
+    for (int m = 0; m < MW; ++m) {
+      wgmma_fence_operands(d[m]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < CIN / 16; ++k) {
+        const int a_off = 2 * k * HS::PLANE + (wg * MW + m) * 64 * 16;
+        const int b_off = 2 * k * S::N * 16;
+        wgmma_144(d[m], STRIDE_128 | (a0 + (a_off >> 4)), STRIDE_128 | (b0 + (b_off >> 4)),
+                  k > 0);
+      }
+      wgmma_commit();
+    }
+    // each M tile's partials as FP16 into rows 64 * tile + 16 * warp + g and + 8
+    auto store = [&](int m, const float (&acc)[S::NB][4]) {
+      const int g = lane / 4, q = lane % 4, row = (wg * MW + m) * 64 + 16 * warp + g;
+#pragma unroll
+      for (int n = 0; n < S::NB; ++n) {
+        half* p = part + row * S::ROW + n * 8 + 2 * q;
+        *reinterpret_cast<__half2*>(p) = __floats2half2_rn(acc[n][0], acc[n][1]);
+        *reinterpret_cast<__half2*>(p + 8 * S::ROW) = __floats2half2_rn(acc[n][2], acc[n][3]);
+      }
+    };
+    wgmma_wait<1>();  // the first M tile; the second's may still run
+    wgmma_fence_operands(d[0]);
+    store(0, d[0]);
+    wgmma_wait<0>();
+    wgmma_fence_operands(d[1]);
+    store(1, d[1]);
+    __syncthreads();  // every partial stored; no wgmma reads the halo any more
+    if (next < ntiles)  // the next tile's halo, copied while this one's partials are summed
+      issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, next, tiles_w, tiles_img, H, W);
+    const int b = t / tiles_img, rem = t % tiles_img;
+    const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
+    for (int i = tid; i < ITEMS; i += T) {
+      const int k = (i % 8) + 8 * (i / 16), r = k / TW, c = k % TW;
+      const int ho = h0 + r, wo = w0 + c;
+      if (k >= TH * TW || ho >= H || wo >= W) continue;
+      float s[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s[j] = bias_r[j];
+#pragma unroll
+      for (int tap = 0; tap < 9; ++tap) {
+        const int hp = (r + tap / 3) * HS::HALO_W + c + tap % 3;
+        const uint4 v = *reinterpret_cast<const uint4*>(part + hp * S::ROW + tap * COUT +
+                                                        half8 * 8);
+        const __half2* h2 = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __half22float2(h2[j]);
+          s[2 * j] += f.x;
+          s[2 * j + 1] += f.y;
+        }
+      }
+      uint4 o;
+      __half2* o2 = reinterpret_cast<__half2*>(&o);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        o2[j] = relu ? __floats2half2_rn(fmaxf(s[2 * j], 0.f), fmaxf(s[2 * j + 1], 0.f))
+                     : __floats2half2_rn(s[2 * j], s[2 * j + 1]);
+      *reinterpret_cast<uint4*>(out + (((size_t)b * H + ho) * W + wo) * COUT + half8 * 8) = o;
+    }
+    t = next;  // (the partials are written again after the next tile's first barrier)
+  }
+#endif
+}
+
 // The grid: one block per tile, or (pipelined) as many as fit on the device at once, at most
 // max_blocks if > 0. Sets the kernel's shared-memory limit on the first (uncaptured) call per
 // device.
@@ -1473,6 +1650,19 @@ cudaError_t launch_wgmma_n128(half* out, const half* x, const half* w, const flo
                                has_sum, pipelined);
 }
 
+// The tap-partials kernel: one halo buffer, the same shared memory in either schedule.
+template <int CIN, int COUT, int TH, int TW, int WG>
+cudaError_t launch_wgmma_taps(half* out, const half* x, const half* w, const float* bias,
+                              int B, int H, int W, int relu, int has_sum, int pipelined,
+                              int max_blocks, cudaStream_t stream) {
+  using S = TapsShape<CIN, COUT, TH, TW>;
+  static int resident[64] = {};
+  if (has_sum) return cudaErrorInvalidValue;  // no SE sums (the Python side refuses them)
+  return launch_tiles<TH, TW>(conv3x3_wgmma_taps_kernel<CIN, COUT, TH, TW, WG>, 128 * WG,
+                              S::SMEM, S::SMEM, resident, B, H, W, pipelined, max_blocks,
+                              stream, out, x, w, bias, B, H, W, relu, pipelined);
+}
+
 // The input's kernel: one halo buffer in either schedule.
 template <int COUT, int TH, int TW, int SRC_C>
 cudaError_t launch_input(half* out, const float* x, const half* w, const float* bias, int B,
@@ -1534,13 +1724,20 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
     return (int)ttball_direct::launch_wgmma_rs<CIN, COUT, TH, WG>(                          \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, max_blocks, stream);
+// the tap-partials kernel (variant 3; TH x TW outputs, WG warpgroups; 128 -> 16)
+#define TTBALL_WGMMA_TAPS_TILE(CIN, COUT, TH, TW, WG)                                      \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == WG && variant == 3)       \
+    return (int)ttball_direct::launch_wgmma_taps<CIN, COUT, TH, TW, WG>(                    \
+        (half*)out, (const half*)x, (const half*)w, bias, B, H, W, relu, has_sum,           \
+        pipelined, max_blocks, stream);
 #define TTBALL_WGMMA(CIN, COUT)                                                            \
   TTBALL_WGMMA_TILE(CIN, COUT, 2, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 1)                     \
   TTBALL_WGMMA_TILE(CIN, COUT, 8, 1) TTBALL_WGMMA_TILE(CIN, COUT, 4, 2)                     \
   TTBALL_WGMMA_TILE(CIN, COUT, 8, 2)
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in. wg: the
-// wgmma kernel's warpgroups a block (1 for the other tiles); tma: its halo copied by TMA.
+// wgmma kernels' warpgroups a block (1 for the other tiles); variant: 0 as tiled, 1 the wgmma
+// kernel's halo copied by TMA, 2 its A from registers, 3 the tap-partials kernel.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int wg, int variant, int relu, int has_sum,
@@ -1567,6 +1764,8 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_WGMMA_RS_TILE(16, 16, 8, 1) TTBALL_WGMMA_RS_TILE(16, 16, 8, 2)
   TTBALL_WGMMA_RS_TILE(32, 32, 8, 1) TTBALL_WGMMA_RS_TILE(32, 32, 8, 2)
   TTBALL_WGMMA_RS_TILE(32, 32, 4, 2)
+  // the nine taps as one wgmma's N, their partials summed from shared memory (transition1)
+  TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 30, 2)
   return -1;
 }
 

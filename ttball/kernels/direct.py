@@ -166,6 +166,18 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (16, 16): ((16, 64, 1), (16, 64, 2), (8, 64, 1), (8, 64, 2)),
     (32, 32): ((8, 64, 1), (8, 64, 2), (4, 64, 2))}
 
+# The tap-partials kernel (``conv3x3_wgmma_taps_kernel``, forty-second session) for 128 -> 16:
+# the nine taps as one wgmma's N (m64n144k16 over a halo of 8 x 32 pixels, A and B from
+# shared memory), their FP16 partials summed from shared memory for each of the 6 x 30 output
+# pixels. Under Nsight Compute the direct kernel ran this step with the tensor pipe 33 % busy,
+# waiting on its ldmatrix and mma.sync chains. Offered as ``Config.taps`` where the wgmma
+# tiles are (from WGMMA_MIN_PIXELS), as (rows, columns, warpgroups); no SE sums.
+WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {(128, 16): ((6, 30, 2),)}
+# The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
+# WGMMA, and the tap-partials kernel's
+WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
+                                          for _, cols, _ in tiles}))
+
 # The stem's first convolution, from the network's FP32 NCHW input: (input channels, Cout) →
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
 # since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
@@ -347,7 +359,7 @@ def _result(rc: int, what: str) -> None:
 def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tensor | None,
                    tile: tuple[int, int], relu: bool, pipelined: bool = False,
                    skip_mma: bool = False, max_blocks: int = 0, warpgroups: int = 1,
-                   tma: bool = False, rs: bool = False) -> None:
+                   tma: bool = False, rs: bool = False, taps: bool = False) -> None:
     """``out = relu?(conv3x3(x, w) + bias)`` on the current CUDA stream, and
     ``se_sum += sum_hw(conv + bias)`` if given. ``x``, ``out``: contiguous NHWC FP16; ``w``:
     :func:`ttball.kernels.conv.pack_weight` of the ``(Cout, Cin, 3, 3)`` weight; ``bias``:
@@ -360,7 +372,8 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     tensor-core work (a wrong result: for timing the copies and the epilogue alone; not for
     the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
     block (1 to 3; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
-    :data:`WGMMA_TMA`); ``rs``: its A operand from registers (the tiles of :data:`WGMMA_RS`)."""
+    :data:`WGMMA_TMA`); ``rs``: its A operand from registers (the tiles of :data:`WGMMA_RS`);
+    ``taps``: the tap-partials kernel (the tiles of :data:`WGMMA_TAPS`, no ``se_sum``)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
@@ -368,11 +381,14 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
         raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
     if rs and (tma or tile[1] != 64):
         raise ValueError("rs: only for the wgmma kernel's tiles (64 columns), without tma")
-    if skip_mma and tile[1] in (64, 128):
-        raise ValueError("skip_mma: not for the wgmma kernels' tiles (64 or 128 columns)")
-    if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] not in (64, 128)):
+    if taps and (tma or rs or se_sum is not None
+                 or (x.shape[3], out.shape[3]) not in WGMMA_TAPS):
+        raise ValueError("taps: only for the shapes of WGMMA_TAPS, without tma, rs or se_sum")
+    if skip_mma and (tile[1] in WGMMA_COLUMNS or taps):
+        raise ValueError("skip_mma: not for the wgmma kernels' tiles")
+    if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] not in WGMMA_COLUMNS):
         raise ValueError(f"warpgroups={warpgroups}: 1, or 2 or 3 for the wgmma kernels' tiles "
-                         "(64 or 128 columns)")
+                         f"({', '.join(map(str, WGMMA_COLUMNS))} columns)")
     for name, t, dtype in (("x", x, torch.float16), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
         _check(name, t, dtype, x.device)
@@ -383,11 +399,13 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, warpgroups, 1 if tma else 2 if rs else 0, relu, se_sum is not None,
+        rows, cols, warpgroups, 1 if tma else 2 if rs else 3 if taps else 0, relu,
+        se_sum is not None,
         pipelined, skip_mma, max_blocks,
         stream)
     _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
-            + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else "") + (", A from registers" if rs else ""))
+            + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else "")
+            + (", A from registers" if rs else "") + (", tap partials" if taps else ""))
 
 
 def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, bias2: Tensor,

@@ -34,6 +34,7 @@ from ttball.kernels.conv import (
     padded,
 )
 from ttball.kernels.direct import (
+    WGMMA_COLUMNS,
     conv3x3_direct,
     conv3x3_direct_input,
     conv3x3_pair,
@@ -177,8 +178,9 @@ class ConvLaunch:
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
                            pipelined=cfg.num_stages > 1,
-                           warpgroups=cfg.num_warps // 4 if cfg.block_m in (64, 128) else 1,
-                           tma=cfg.tma, rs=cfg.rs)
+                           warpgroups=(cfg.num_warps // 4 if cfg.block_m in WGMMA_COLUMNS
+                                       else 1),
+                           tma=cfg.tma, rs=cfg.rs, taps=cfg.taps)
             return
         self.triton_call(bufs, sums, cfg).launch()
 
