@@ -154,12 +154,29 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
 
 
-def test_the_tuner_offers_both_schedules_of_each_tile(model: BlurBall) -> None:
+def test_the_tuner_offers_the_tap_partials_kernel_only_when_asked(
+        model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TTBALL_WGMMA_TAPS=1 (until its GPU tests have run on an H200), transition1 only."""
+    from ttball.kernels.configs import direct_configs
+
+    big = 64 * 288 * 512
+    steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
+    for value, offered in (("", False), ("0", False), ("1", True)):
+        monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
+        taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
+        assert sorted((out, c.short()) for out, c in taps) == (
+            [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s2TAPSd6")] if offered else [])
+
+
+def test_the_tuner_offers_both_schedules_of_each_tile(
+        model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
     """And the wgmma kernel's tiles only when asked (on an H100 or H200), for its shapes, on
     steps of at least WGMMA_MIN_PIXELS output pixels (full resolution at batch 64, not the
     third level at batch 1)."""
     from ttball.kernels.configs import direct_configs
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
+
+    monkeypatch.setenv("TTBALL_WGMMA_TAPS", "1")
 
     big, small = 64 * 288 * 512, 72 * 128
     assert small < WGMMA_MIN_PIXELS <= big

@@ -21,6 +21,7 @@ from ttball.kernels.direct import (
     WGMMA_TMA,
     direct_applies,
     direct_tiles,
+    taps_offered,
 )
 from ttball.kernels.plan import INPUT, Conv, SqueezeTail
 from ttball.kernels.pointwise import pointwise_applies
@@ -188,7 +189,7 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA) and
     those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
     those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` for steps without SE
-    sums."""
+    sums (with :func:`~ttball.kernels.direct.taps_offered`)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -205,7 +206,7 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
         # and the kernel with A from registers
         configs += [Config(cols, 4 * groups, stages, direct=rows, rs=True)
                     for rows, cols, groups in WGMMA_RS.get(shape, ()) for stages in (2, 1)]
-        if step.se_sum is None:  # and the nine taps as one wgmma's N
+        if step.se_sum is None and taps_offered():  # and the nine taps as one wgmma's N
             configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True)
                         for rows, cols, groups in WGMMA_TAPS.get(shape, ())
                         for stages in (2, 1)]

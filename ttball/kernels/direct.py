@@ -171,8 +171,11 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # shared memory), their FP16 partials summed from shared memory for each of the 6 x 30 output
 # pixels. Under Nsight Compute the direct kernel ran this step with the tensor pipe 33 % busy,
 # waiting on its ldmatrix and mma.sync chains. Offered as ``Config.taps`` where the wgmma
-# tiles are (from WGMMA_MIN_PIXELS), as (rows, columns, warpgroups); no SE sums.
+# tiles are (from WGMMA_MIN_PIXELS), as (rows, columns, warpgroups); no SE sums. The tuner has no
+# correctness check, so until the kernel's GPU tests have passed on an H200 it is offered only
+# with $TTBALL_WGMMA_TAPS=1 (:func:`taps_offered`; the tests force it).
 WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {(128, 16): ((6, 30, 2),)}
+TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
 WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
@@ -189,6 +192,12 @@ PAIRS: dict[int, tuple[tuple[int, int], ...]] = {16: ((8, 32), (8, 64)), 32: ((8
 
 # The kernels (plain CUDA, no PyTorch headers: tests compile it with nvcc alone).
 KERNEL_SOURCE = Path(__file__).with_name("direct.cu").read_text()
+
+def taps_offered() -> bool:
+    """Whether the tuner offers the tap-partials kernel (:data:`WGMMA_TAPS`): ``$TTBALL_WGMMA_TAPS``
+    is ``1``."""
+    return os.environ.get(TAPS_ENV, "").strip() == "1"
+
 
 def direct_applies(step: Conv) -> bool:
     """Whether :func:`conv3x3_direct` can run ``step`` (see the module's docstring)."""

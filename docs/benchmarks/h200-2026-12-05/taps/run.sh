@@ -10,7 +10,7 @@
 #   3. ttball verify of triton-fp16-direct on the real rally (batch 1, as a live session).
 # Usage (GPU machine, repo root): OUT=/some/dir BUDGET_S=520 bash docs/benchmarks/h200-2026-12-05/taps/run.sh
 set -uo pipefail
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/taps-tcache \
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/taps-tcache TTBALL_WGMMA_TAPS=1 \
   TTBALL_CACHE_DIR=/tmp/taps-ttball
 source scripts/_loadtest.sh  # start_budget, say, left
 start_budget 520
