@@ -154,14 +154,14 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
             assert {(cin, cout, *t) for t in direct_tiles(pixels, cin, cout)} <= compiled
 
 
-def test_the_tuner_offers_the_tap_partials_kernel_only_when_asked(
+def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
         model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
-    """$TTBALL_WGMMA_TAPS=1 (until its GPU tests have run on an H200), transition1 only."""
+    """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only."""
     from ttball.kernels.configs import direct_configs
 
     big = 64 * 288 * 512
     steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
-    for value, offered in (("", False), ("0", False), ("1", True)):
+    for value, offered in (("", True), ("0", False), ("1", True)):
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
         taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
         assert sorted((out, c.short()) for out, c in taps) == (
