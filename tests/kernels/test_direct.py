@@ -26,6 +26,7 @@ from ttball.kernels.direct import (
     WGMMA,
     WGMMA_RS,
     WGMMA_TAPS,
+    WGMMA_TAPS_TMA,
     WGMMA_TMA,
     build_library,
     conv3x3_direct,
@@ -50,6 +51,8 @@ RS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-rs" for cin, cout, (rows, cols
 TAPS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS.items() for tile in tiles]
 TAPS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps"
             for cin, cout, (rows, cols, groups) in TAPS_CASES]
+TAPS_TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS_TMA.items()
+                  for tile in tiles]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -134,15 +137,17 @@ def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
     return {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
 
 
-def _compiled_taps() -> set[tuple[int, int, int, int, int]]:
-    """(Cin, Cout, TH, TW, WG) of the tap-partials kernels the dispatch instantiates."""
-    found = re.findall(r"TTBALL_WGMMA_TAPS_TILE\((\d+), (\d+), (\d+), (\d+), (\d+)\)",
-                       KERNEL_SOURCE)
+def _compiled_taps(tma: bool = False) -> set[tuple[int, int, int, int, int]]:
+    """(Cin, Cout, TH, TW, WG) of the tap-partials kernels the dispatch instantiates (``tma``:
+    those with the TMA halo)."""
+    macro = "TTBALL_WGMMA_TAPS_TMA_TILE" if tma else "TTBALL_WGMMA_TAPS_TILE"
+    found = re.findall(macro + r"\((\d+), (\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
     return {tuple(int(v) for v in t) for t in found}
 
 
 def test_the_tuner_offers_only_compiled_tiles() -> None:
     assert _compiled_taps() == {(cin, cout, *tile) for cin, cout, tile in TAPS_CASES}
+    assert _compiled_taps(tma=True) == {(cin, cout, *tile) for cin, cout, tile in TAPS_TMA_CASES}
     assert _compiled_tma() == {(cin, cout, *tile) for cin, cout, tile in TMA_CASES}
     assert _compiled_rs() == {(cin, cout, *tile) for cin, cout, tile in RS_CASES}
     assert _compiled_tma() <= _compiled_wgmma()  # each also without TMA
@@ -165,7 +170,8 @@ def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
         taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
         assert sorted((out, c.short()) for out, c in taps) == (
-            [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s2TAPSd6")] if offered else [])
+            [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s1TMATAPSd6"), ("x6", "m30w8s2TAPSd6"),
+             ("x6", "m30w8s2TMATAPSd6")] if offered else [])
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(
@@ -203,7 +209,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
                 tma = ([] if not extra else [(rows, cols, 4 * groups)
                                              for rows, cols, groups in WGMMA_TMA.get(shape, ())])
                 assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
-                        for c in wgmma if c.tma} == {
+                        for c in wgmma if c.tma and not c.taps} == {
                     (rows, cols, warps, stages) for rows, cols, warps in tma for stages in (1, 2)}
                 assert all(not c.tma for c in configs)
                 # A from registers: only the tiles of WGMMA_RS, where the wgmma tiles are offered
@@ -216,11 +222,14 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
                 # the tap partials: the tiles of WGMMA_TAPS from WGMMA_MIN_PIXELS, without SE
                 # sums (transition1's 128 -> 16)
                 taps = ([] if step.terms[0].src == INPUT or pixels == small or step.se_sum
-                        else [(rows, cols, 4 * groups)
-                              for rows, cols, groups in WGMMA_TAPS.get(shape, ())])
-                assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
+                        else [(rows, cols, 4 * groups, False)
+                              for rows, cols, groups in WGMMA_TAPS.get(shape, ())]
+                        + [(rows, cols, 4 * groups, True)
+                           for rows, cols, groups in WGMMA_TAPS_TMA.get(shape, ())])
+                assert {(c.direct, c.block_m, c.num_warps, c.tma, c.num_stages)
                         for c in wgmma if c.taps} == {
-                    (rows, cols, warps, stages) for rows, cols, warps in taps for stages in (1, 2)}
+                    (rows, cols, warps, tma, stages)
+                    for rows, cols, warps, tma in taps for stages in (1, 2)}
                 assert all(not c.taps for c in configs)
                 if pixels == big:
                     assert bool(taps) == (shape == (128, 16))
@@ -307,7 +316,7 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
                        done.stderr)
     assert len(set(wgmma)) == len(WGMMA_CASES) + len(TMA_CASES) + len(RS_CASES)
     taps = re.findall(r"Function properties for (\S*conv3x3_wgmma_taps_kernel\S*)", done.stderr)
-    assert len(set(taps)) == len(TAPS_CASES)
+    assert len(set(taps)) == len(TAPS_CASES) + len(TAPS_TMA_CASES)
     assert "serialized" not in done.stderr
     kernels = re.findall(r"Function properties for (\S*conv3x3_direct_kernel\S*)", done.stderr)
     assert len(set(kernels)) == len(CASES)
@@ -317,7 +326,8 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
-                           + len(TMA_CASES) + len(RS_CASES) + len(TAPS_CASES))
+                           + len(TMA_CASES) + len(RS_CASES) + len(TAPS_CASES)
+                           + len(TAPS_TMA_CASES))
     assert all(int(n) == 0 for n in spills)
 
 
@@ -388,7 +398,7 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
     with pytest.raises(ValueError, match="same batch, height and width"):
         conv3x3_direct_input(torch.empty(1, 16, 16, 64, dtype=torch.float16),
                              torch.zeros(1, 9, 16, 32), w, bias, (8, 16), relu=True)
-    with pytest.raises(ValueError, match="tma: only for the wgmma kernel's tiles"):
+    with pytest.raises(ValueError, match="tma: only for the wgmma kernels' tiles"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (8, 16), relu=True, tma=True)
     with pytest.raises(ValueError, match="not for the wgmma kernel"):
         conv3x3_direct(torch.empty_like(x), x, w, bias, None, (4, 64), relu=True, skip_mma=True)
@@ -402,7 +412,7 @@ def test_tensors_off_cuda_or_of_the_wrong_kind_are_refused_before_any_build() ->
                        warpgroups=2, taps=True)
     x128 = torch.zeros(1, 4, 16, 128, dtype=torch.float16)
     out16 = torch.zeros(1, 4, 16, 16, dtype=torch.float16)
-    with pytest.raises(ValueError, match="without tma, rs or se_sum"):
+    with pytest.raises(ValueError, match="without rs or se_sum"):
         conv3x3_direct(out16, x128, w, bias, torch.zeros(1, 16), (6, 30), relu=True,
                        warpgroups=2, taps=True)
     with pytest.raises(ValueError, match="CUDA tensor"):  # the shape is right: to the tensors
@@ -506,16 +516,20 @@ def test_wgmma_conv_with_a_from_registers_equals_the_convolution(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cin,cout,tile", TAPS_CASES, ids=TAPS_IDS)
+@pytest.mark.parametrize("cin,cout,tile,tma",
+                         [(*case, False) for case in TAPS_CASES]
+                         + [(*case, True) for case in TAPS_TMA_CASES],
+                         ids=TAPS_IDS + [f"{i}-tma" for i in TAPS_IDS[:len(TAPS_TMA_CASES)]])
 def test_wgmma_taps_conv_equals_the_convolution(cin: int, cout: int,
-                                                tile: tuple[int, int, int]) -> None:
+                                                tile: tuple[int, int, int], tma: bool) -> None:
     """The tap-partials kernel: 19 x 97 pixels (partial tiles at the right and bottom edges,
-    the padding at all four), ReLU or not, one block per tile and a persistent grid of 3
-    (the next tile's halo copied while the partials are summed, into the one buffer)."""
+    the padding at all four: the TMA halo's zero fill too), ReLU or not, one block per tile
+    and a persistent grid of 3 (the next tile's halo copied while the partials are summed,
+    into the one buffer: with TMA, its barrier's phases alternating over the tiles)."""
     require_wgmma()
     rows, cols, groups = tile
     _check_direct_conv(cin, cout, (rows, cols), 19, 97, sums_atol=0.0, warpgroups=groups,
-                       taps=True)
+                       tma=tma, taps=True)
 
 
 @pytest.mark.gpu
@@ -654,16 +668,18 @@ def test_wgmma_taps_kernel_in_the_backend_replays_the_same_logits(model: BlurBal
     require_wgmma()
     _replay_with_tiles_forced(model, 5, WGMMA_TAPS, ((0, 1), (0, 2)), rs=False, steps=1,
                               taps=True)
+    _replay_with_tiles_forced(model, 5, WGMMA_TAPS_TMA, ((0, 1), (0, 2)), rs=False, steps=1,
+                              taps=True, tma=True)
 
 
 def _replay_with_tiles_forced(model: BlurBall, seed: int,
                               table: dict[tuple[int, int], tuple[tuple[int, int, int], ...]],
                               passes: tuple[tuple[int, int], ...], rs: bool, steps: int,
-                              taps: bool = False) -> None:
+                              taps: bool = False, tma: bool = False) -> None:
     """triton-fp16-direct against triton-fp16 through graph capture and replay, once per
     (pick, stages) of ``passes``: every step whose channels ``table`` has (not the input's)
     forced onto that shape's tile ``table[shape][pick]`` (``rs``: with A from registers;
-    ``taps``: the tap-partials kernel); ``steps`` of them."""
+    ``taps``: the tap-partials kernel, ``tma`` its TMA halo); ``steps`` of them."""
     from ttball.backends import create
 
     x = torch.randn(2, 9, 72, 128, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
@@ -676,7 +692,7 @@ def _replay_with_tiles_forced(model: BlurBall, seed: int,
             shape = (step.terms[0].cin, step.cout) if isinstance(step, Conv) else None
             if shape in table and direct_applies(step) and step.terms[0].src != INPUT:
                 rows, cols, groups = table[shape][pick]
-                forced = Config(cols, 4 * groups, stages, direct=rows, rs=rs, taps=taps)
+                forced = Config(cols, 4 * groups, stages, direct=rows, rs=rs, taps=taps, tma=tma)
                 launch.configs = lambda bufs, cfg=forced: [cfg]
                 taken += 1
         assert taken == steps

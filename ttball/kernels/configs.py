@@ -18,6 +18,7 @@ from ttball.kernels.direct import (
     WGMMA_MIN_PIXELS_OF,
     WGMMA_RS,
     WGMMA_TAPS,
+    WGMMA_TAPS_TMA,
     WGMMA_TMA,
     direct_applies,
     direct_tiles,
@@ -53,7 +54,7 @@ class Config:
     (``direct`` > 0, a wgmma tile): the wgmma kernel with its A operand from registers
     (:data:`~ttball.kernels.direct.WGMMA_RS`); ``tma`` there: its halo copied by TMA.
     ``taps`` (``direct`` > 0): the tap-partials kernel, ``direct`` rows × ``block_m`` columns
-    (:data:`~ttball.kernels.direct.WGMMA_TAPS`)."""
+    (:data:`~ttball.kernels.direct.WGMMA_TAPS`; with ``tma``, its halo copied by TMA)."""
 
     block_m: int
     num_warps: int
@@ -188,8 +189,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     in :data:`~ttball.kernels.direct.WGMMA_MIN_PIXELS_OF`), and those of
     :data:`~ttball.kernels.direct.WGMMA_TMA` again with ``tma`` (the halo copied by TMA) and
     those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
-    those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` for steps without SE
-    sums (with :func:`~ttball.kernels.direct.taps_offered`)."""
+    those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` (and of
+    :data:`~ttball.kernels.direct.WGMMA_TAPS_TMA` with ``taps`` and ``tma``) for steps without
+    SE sums (with :func:`~ttball.kernels.direct.taps_offered`)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -209,6 +211,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
         if step.se_sum is None and taps_offered():  # and the nine taps as one wgmma's N
             configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True)
                         for rows, cols, groups in WGMMA_TAPS.get(shape, ())
+                        for stages in (2, 1)]
+            configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True, tma=True)
+                        for rows, cols, groups in WGMMA_TAPS_TMA.get(shape, ())
                         for stages in (2, 1)]
     return configs
 

@@ -703,11 +703,11 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map
 // completes on `bar` (every thread waits there). One instruction a plane instead of a
 // cp.async and its address arithmetic per 16 bytes (the copy loop was a third of the
 // kernel's instructions, sixteenth session).
-template <int CIN, int COUT, int TH>
+template <int CIN, int COUT, int TH, int TW = 64>
 __device__ __forceinline__ void issue_halo_tma(unsigned char* halo, const CUtensorMap* map,
                                                uint64_t* bar, int t, int tiles_w,
                                                int tiles_img) {
-  using S = WgmmaShape<CIN, COUT, TH, true>;
+  using S = WgmmaShape<CIN, COUT, TH, true, TW>;
   if (threadIdx.x == 0) {
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH - 1, w0 = (rem % tiles_w) * S::TW - 1;
@@ -1389,9 +1389,9 @@ __device__ __forceinline__ void wgmma_144(float (&d)[18][4], uint64_t a, uint64_
 // sums' 16-byte loads conflict): one block an SM, so the next tile's halo (one buffer) is
 // copied while the partials are summed. Persistent (`pipelined`) or a block per tile. Bias
 // and ReLU; no SE sums (step 5 has none). sm_90a only, as the wgmma kernel.
-template <int CIN, int COUT, int TH, int TW>
+template <int CIN, int COUT, int TH, int TW, bool TMA = false>
 struct TapsShape {
-  using H = WgmmaShape<CIN, COUT, TH, false, TW>;  // the halo: H::CH planes of H::PLANE bytes
+  using H = WgmmaShape<CIN, COUT, TH, TMA, TW>;  // the halo: H::CH planes of H::PLANE bytes
   static constexpr int N = 9 * COUT, NB = N / 8, MT = H::HALO / 64, ROW = N + 8;
   static constexpr int W_BYTES = 9 * CIN * COUT * 2, P_BYTES = H::HALO * ROW * 2;
   static constexpr int SMEM = W_BYTES + H::HALO_BYTES + P_BYTES;
@@ -1400,13 +1400,14 @@ struct TapsShape {
   static_assert(SMEM <= 227 * 1024, "the weights, a halo and the partials fit an SM");
 };
 
-template <int CIN, int COUT, int TH, int TW, int WG>
+template <int CIN, int COUT, int TH, int TW, int WG, bool TMA>
 __global__ void __launch_bounds__(128 * WG, 1)
 conv3x3_wgmma_taps_kernel(half* __restrict__ out, const half* __restrict__ x,
                           const half* __restrict__ w, const float* __restrict__ bias, int B,
-                          int H, int W, int relu, int pipelined) {
+                          int H, int W, int relu, int pipelined,
+                          const __grid_constant__ CUtensorMap map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = TapsShape<CIN, COUT, TH, TW>;
+  using S = TapsShape<CIN, COUT, TH, TW, TMA>;
   using HS = typename S::H;
   static_assert(S::MT % WG == 0, "every warpgroup takes MT / WG M tiles");
   constexpr int MW = S::MT / WG;  // M tiles a warpgroup
@@ -1421,7 +1422,14 @@ conv3x3_wgmma_taps_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, t, tiles_w, tiles_img, H, W);
+  __shared__ __align__(8) uint64_t bar;  // the TMA halo's barrier (one buffer: a phase a tile)
+  if constexpr (TMA) {
+    if (tid == 0) mbar_init(&bar, 1);
+    __syncthreads();
+    issue_halo_tma<CIN, COUT, TH, TW>(halo, &map, &bar, t, tiles_w, tiles_img);
+  } else {
+    issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, t, tiles_w, tiles_img, H, W);
+  }
   // weights: row tap * CIN + c, column n -> [c / 8][tap * COUT + n][c % 8]: B's K-major core
   // matrices (8 columns x 8 channels), the nine taps side by side as N
   for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
@@ -1443,9 +1451,12 @@ conv3x3_wgmma_taps_kernel(half* __restrict__ out, const half* __restrict__ x,
   const uint32_t a0 = (uint32_t)wgmma_descriptor(halo, HS::PLANE, 128);
   constexpr uint64_t STRIDE_128 = (uint64_t)(128 >> 4) << 32;
 
-  while (t < ntiles) {
+  for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    if constexpr (TMA)
+      mbar_wait(&bar, it & 1);  // the halo's it-th fill
+    else
+      asm volatile("cp.async.wait_group 0;\n" ::);
     fence_async_shared();  // this thread's copies (and, first time, weight stores) for wgmma
     __syncthreads();
     float d[MW][S::NB][4];
@@ -1479,8 +1490,12 @@ conv3x3_wgmma_taps_kernel(half* __restrict__ out, const half* __restrict__ x,
     wgmma_fence_operands(d[1]);
     store(1, d[1]);
     __syncthreads();  // every partial stored; no wgmma reads the halo any more
-    if (next < ntiles)  // the next tile's halo, copied while this one's partials are summed
-      issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, next, tiles_w, tiles_img, H, W);
+    if (next < ntiles) {  // the next tile's halo, copied while this one's partials are summed
+      if constexpr (TMA)
+        issue_halo_tma<CIN, COUT, TH, TW>(halo, &map, &bar, next, tiles_w, tiles_img);
+      else
+        issue_halo_planes<CIN, COUT, TH, T, TW>(halo, x, next, tiles_w, tiles_img, H, W);
+    }
     const int b = t / tiles_img, rem = t % tiles_img;
     const int h0 = (rem / tiles_w) * TH, w0 = (rem % tiles_w) * TW;
     for (int i = tid; i < ITEMS; i += T) {
@@ -1651,16 +1666,21 @@ cudaError_t launch_wgmma_n128(half* out, const half* x, const half* w, const flo
 }
 
 // The tap-partials kernel: one halo buffer, the same shared memory in either schedule.
-template <int CIN, int COUT, int TH, int TW, int WG>
+template <int CIN, int COUT, int TH, int TW, int WG, bool TMA>
 cudaError_t launch_wgmma_taps(half* out, const half* x, const half* w, const float* bias,
                               int B, int H, int W, int relu, int has_sum, int pipelined,
                               int max_blocks, cudaStream_t stream) {
-  using S = TapsShape<CIN, COUT, TH, TW>;
+  using S = TapsShape<CIN, COUT, TH, TW, TMA>;
   static int resident[64] = {};
   if (has_sum) return cudaErrorInvalidValue;  // no SE sums (the Python side refuses them)
-  return launch_tiles<TH, TW>(conv3x3_wgmma_taps_kernel<CIN, COUT, TH, TW, WG>, 128 * WG,
+  CUtensorMap map = {};  // (unused without TMA)
+  if constexpr (TMA) {
+    const cudaError_t err = halo_map<CIN, TH, TW>(&map, x, B, H, W);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_tiles<TH, TW>(conv3x3_wgmma_taps_kernel<CIN, COUT, TH, TW, WG, TMA>, 128 * WG,
                               S::SMEM, S::SMEM, resident, B, H, W, pipelined, max_blocks,
-                              stream, out, x, w, bias, B, H, W, relu, pipelined);
+                              stream, out, x, w, bias, B, H, W, relu, pipelined, map);
 }
 
 // The input's kernel: one halo buffer in either schedule.
@@ -1724,10 +1744,16 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
     return (int)ttball_direct::launch_wgmma_rs<CIN, COUT, TH, WG>(                          \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, max_blocks, stream);
-// the tap-partials kernel (variant 3; TH x TW outputs, WG warpgroups; 128 -> 16)
+// the tap-partials kernel (variant 3; TH x TW outputs, WG warpgroups; 128 -> 16), and with its
+// halo copied by TMA (variant 4)
 #define TTBALL_WGMMA_TAPS_TILE(CIN, COUT, TH, TW, WG)                                      \
   if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == WG && variant == 3)       \
-    return (int)ttball_direct::launch_wgmma_taps<CIN, COUT, TH, TW, WG>(                    \
+    return (int)ttball_direct::launch_wgmma_taps<CIN, COUT, TH, TW, WG, false>(             \
+        (half*)out, (const half*)x, (const half*)w, bias, B, H, W, relu, has_sum,           \
+        pipelined, max_blocks, stream);
+#define TTBALL_WGMMA_TAPS_TMA_TILE(CIN, COUT, TH, TW, WG)                                  \
+  if (cin == CIN && cout == COUT && th == TH && tw == TW && wg == WG && variant == 4)       \
+    return (int)ttball_direct::launch_wgmma_taps<CIN, COUT, TH, TW, WG, true>(              \
         (half*)out, (const half*)x, (const half*)w, bias, B, H, W, relu, has_sum,           \
         pipelined, max_blocks, stream);
 #define TTBALL_WGMMA(CIN, COUT)                                                            \
@@ -1737,7 +1763,8 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 
 // 0 on success, a cudaError_t otherwise, -1 for a shape or tile not compiled in. wg: the
 // wgmma kernels' warpgroups a block (1 for the other tiles); variant: 0 as tiled, 1 the wgmma
-// kernel's halo copied by TMA, 2 its A from registers, 3 the tap-partials kernel.
+// kernel's halo copied by TMA, 2 its A from registers, 3 the tap-partials kernel, 4 that with
+// its halo copied by TMA.
 extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, const float* bias,
                                      float* se_sum, int B, int H, int W, int cin, int cout,
                                      int th, int tw, int wg, int variant, int relu, int has_sum,
@@ -1765,7 +1792,7 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_WGMMA_RS_TILE(32, 32, 8, 1) TTBALL_WGMMA_RS_TILE(32, 32, 8, 2)
   TTBALL_WGMMA_RS_TILE(32, 32, 4, 2)
   // the nine taps as one wgmma's N, their partials summed from shared memory (transition1)
-  TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 30, 2)
+  TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 30, 2) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 6, 30, 2)
   return -1;
 }
 

@@ -178,6 +178,12 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # $TTBALL_WGMMA_TAPS=0 leaves it out (:func:`taps_offered`).
 WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {(128, 16): ((6, 30, 2),)}
 TAPS_ENV = "TTBALL_WGMMA_TAPS"
+# The same with the halo copied by TMA (``Config.taps`` and ``tma``): in the cp.async version
+# the halo's copy loop is 27 instructions a 16-byte chunk, 16 chunks a thread a tile, about a
+# third of the instructions a thread issues a tile (SASS; the kernel is issue-bound, 38 % of
+# issue slots with 8 warps an SM under Nsight Compute).
+WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
+    (128, 16): ((6, 30, 2),)}
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
 WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
@@ -384,17 +390,17 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     the wgmma kernel's tiles, :data:`WGMMA`). ``warpgroups``: the wgmma kernel's warpgroups a
     block (1 to 3; 1 for the other tiles); ``tma``: its halo copied by TMA (the tiles of
     :data:`WGMMA_TMA`); ``rs``: its A operand from registers (the tiles of :data:`WGMMA_RS`);
-    ``taps``: the tap-partials kernel (the tiles of :data:`WGMMA_TAPS`, no ``se_sum``)."""
+    ``taps``: the tap-partials kernel (the tiles of :data:`WGMMA_TAPS`, no ``se_sum``; with
+    ``tma`` its halo copied by TMA, the tiles of :data:`WGMMA_TAPS_TMA`)."""
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
-    if tma and tile[1] != 64:
-        raise ValueError("tma: only for the wgmma kernel's tiles (64 columns)")
+    if tma and tile[1] != 64 and not taps:
+        raise ValueError("tma: only for the wgmma kernels' tiles (64 columns, or taps)")
     if rs and (tma or tile[1] != 64):
         raise ValueError("rs: only for the wgmma kernel's tiles (64 columns), without tma")
-    if taps and (tma or rs or se_sum is not None
-                 or (x.shape[3], out.shape[3]) not in WGMMA_TAPS):
-        raise ValueError("taps: only for the shapes of WGMMA_TAPS, without tma, rs or se_sum")
+    if taps and (rs or se_sum is not None or (x.shape[3], out.shape[3]) not in WGMMA_TAPS):
+        raise ValueError("taps: only for the shapes of WGMMA_TAPS, without rs or se_sum")
     if skip_mma and (tile[1] in WGMMA_COLUMNS or taps):
         raise ValueError("skip_mma: not for the wgmma kernels' tiles")
     if warpgroups not in (1, 2, 3) or (warpgroups > 1 and tile[1] not in WGMMA_COLUMNS):
@@ -410,7 +416,7 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, warpgroups, 1 if tma else 2 if rs else 3 if taps else 0, relu,
+        rows, cols, warpgroups, (4 if tma else 3) if taps else 1 if tma else 2 if rs else 0, relu,
         se_sum is not None,
         pipelined, skip_mma, max_blocks,
         stream)
