@@ -161,17 +161,20 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
 
 def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
         model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only."""
+    """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only; with its TMA halo only with
+    $TTBALL_WGMMA_TAPS_TMA=1 (its GPU tests not run yet)."""
     from ttball.kernels.configs import direct_configs
 
     big = 64 * 288 * 512
     steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
-    for value, offered in (("", True), ("0", False), ("1", True)):
+    for value, tma, offered in (("", "", "cp.async"), ("0", "", ""), ("1", "", "cp.async"),
+                                ("", "1", "both"), ("0", "1", "")):
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
+        monkeypatch.setenv("TTBALL_WGMMA_TAPS_TMA", tma)
         taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
-        assert sorted((out, c.short()) for out, c in taps) == (
-            [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s1TMATAPSd6"), ("x6", "m30w8s2TAPSd6"),
-             ("x6", "m30w8s2TMATAPSd6")] if offered else [])
+        want = [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s2TAPSd6")] if offered else []
+        want += [("x6", "m30w8s1TMATAPSd6"), ("x6", "m30w8s2TMATAPSd6")] if offered == "both" else []
+        assert sorted((out, c.short()) for out, c in taps) == sorted(want)
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(
@@ -183,6 +186,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
 
     monkeypatch.setenv("TTBALL_WGMMA_TAPS", "1")
+    monkeypatch.setenv("TTBALL_WGMMA_TAPS_TMA", "1")
 
     big, small = 64 * 288 * 512, 72 * 128
     assert small < WGMMA_MIN_PIXELS <= big

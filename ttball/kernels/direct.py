@@ -181,9 +181,13 @@ TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # The same with the halo copied by TMA (``Config.taps`` and ``tma``): in the cp.async version
 # the halo's copy loop is 27 instructions a 16-byte chunk, 16 chunks a thread a tile, about a
 # third of the instructions a thread issues a tile (SASS; the kernel is issue-bound, 38 % of
-# issue slots with 8 warps an SM under Nsight Compute).
+# issue slots with 8 warps an SM under Nsight Compute). Built in the forty-second session after
+# the last device call it could have: its GPU tests have not run, and the tuner checks speed,
+# not results, so it is offered only with $TTBALL_WGMMA_TAPS_TMA=1 (:func:`taps_tma_offered`;
+# docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs its tests and A/B with it).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2),)}
+TAPS_TMA_ENV = "TTBALL_WGMMA_TAPS_TMA"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
 WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
@@ -205,6 +209,13 @@ def taps_offered() -> bool:
     """Whether the tuner offers the tap-partials kernel (:data:`WGMMA_TAPS`): unless
     ``$TTBALL_WGMMA_TAPS`` is ``0``."""
     return os.environ.get(TAPS_ENV, "").strip() != "0"
+
+
+def taps_tma_offered() -> bool:
+    """Whether the tuner also offers the tap-partials kernel with its halo copied by TMA
+    (:data:`WGMMA_TAPS_TMA`): ``$TTBALL_WGMMA_TAPS_TMA`` is ``1`` (and the kernel is offered,
+    :func:`taps_offered`)."""
+    return taps_offered() and os.environ.get(TAPS_TMA_ENV, "").strip() == "1"
 
 
 def direct_applies(step: Conv) -> bool:

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Forty-second session, a short last call (~250 s of device time left): the tap-partials
-# kernel with its halo copied by TMA (variant 4, Config.taps + tma) beside the cp.async one.
+# Prepared in the forty-second session (its device time ran out before it; not run): the
+# tap-partials kernel with its halo copied by TMA (variant 4, Config.taps + tma) beside the
+# cp.async one, offered to the tuner here with TTBALL_WGMMA_TAPS_TMA=1.
 #   1. the tap-partials kernels' GPU tests (both halos; the library built by the first);
 #   2. scripts/gpu_branches_ab.py at batch 64 and 1, triton-fp16-direct as tuned: the network,
 #      and step 5's six best candidates timed by the tuner.
 # Usage (GPU machine, repo root): OUT=/some/dir bash docs/benchmarks/h200-2026-12-05/taps-tma/run.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tma-tcache \
-  TTBALL_CACHE_DIR=/tmp/tma-ttball
+  TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_WGMMA_TAPS_TMA=1  # offered to the tuner
 timeout -k 5 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/kernels/test_direct.py -k taps > "$OUT/tests.log" 2>&1
 rc=$?
