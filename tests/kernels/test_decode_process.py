@@ -435,3 +435,32 @@ def test_a_child_that_dies_under_a_then_is_started_again_by_the_call_after():
         assert d.restarts == 1 and d.ahead_misses == 1
     finally:
         d.close()
+
+
+def test_children_started_without_waiting_are_waited_for_once(monkeypatch):
+    """wait=False: launched, not waited for, until wait_ready (a second call waits for
+    nothing); then their slowest start, split, on the host's clock."""
+    from ttball.kernels import decode_process
+
+    waits: list[int] = []
+    wait = decode_process._Child.wait_ready
+    monkeypatch.setattr(decode_process._Child, "wait_ready",
+                        lambda child: (waits.append(1), wait(child))[1])
+    d = DecoderProcess("cpu", library="cv2", processes=2, wait=False)
+    try:
+        assert waits == [] and d.kind == "" and d.start_seconds() == {}
+        d.wait_ready()
+        d.wait_ready()
+        assert len(waits) == 2 and d.kind == "cv2"
+        start = d.start_seconds()
+        assert set(start) == {"spawn", "decoder", "ready"}
+        assert 0 <= start["spawn"] <= start["ready"] and 0 <= start["decoder"] <= start["ready"]
+        assert_frames_equal(d(blobs(3)), blobs(3))
+    finally:
+        d.close()
+
+
+def test_a_child_that_cannot_start_is_reported_when_waited_for():
+    d = DecoderProcess("cpu", library="gif", wait=False)  # started: no error yet
+    with pytest.raises(RuntimeError, match="the decode process could not start"):
+        d.wait_ready()

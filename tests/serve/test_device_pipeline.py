@@ -215,6 +215,8 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
     assert ready["decoder_processes"] == (2 if mode == "lanes-decode-processes" else 0)
+    assert (set(ready["decoder_start"] or ()) == {"spawn", "decoder", "ready"}) is (
+        mode == "lanes-decode-processes")
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["decode_early"] is (mode == "lanes-decode-processes")
     assert ready["carry_windows"] is (mode == "lanes-decode-processes")
@@ -354,10 +356,12 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     assert client.readiness()["device_pipeline"]["fused_windows"] == 0  # no Triton path on a CPU
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
-    # the pipeline's set-up (its decoder) is a start-up phase of its own
+    # the pipeline's set-up (its decoder) and its warm-up are start-up phases of their own,
+    # after the network's warm-up
     assert client.readiness()["startup_seconds"]["pipeline"] >= 0
     seconds = client.readiness()["startup_seconds"]
-    assert 0 < seconds["pipeline_warmup"] <= seconds["warmup"]
+    assert seconds["pipeline_warmup"] > 0 and seconds["warmup"] > 0
+    assert client.readiness()["device_pipeline"]["decoder_start"] is None  # no children
     assert "pipeline" not in servers["host"].readiness()["startup_seconds"]
     session = client.open_session()
     for data in jpegs[:4]:

@@ -118,3 +118,70 @@ def test_the_switch_interval_is_set_for_the_process_and_shown_in_readyz() -> Non
     for bad in (0.0, -1.0, 250.0):
         with pytest.raises(UserError, match="--switch-interval-ms must be between"):
             ServeSettings(switch_interval_ms=bad).validate()
+
+
+def _pipeline_worker(small_weights) -> Worker:
+    return Worker(ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                                torch_threads=1, device_pipeline=True,
+                                pipeline_decode_processes=1), Metrics())
+
+
+def _shut(worker: Worker) -> None:
+    if worker.device is not None:
+        worker.device.paths[0].pipeline.decoder.close()
+    worker.pool.shutdown()
+    worker.backend_thread.shutdown()
+
+
+def test_decode_children_start_before_the_warm_up_and_are_waited_for_after_it(
+        small_weights, monkeypatch) -> None:
+    """--decode-processes: lane 0's children start right after the build and are waited for
+    in the pipeline phase, after the network's warm-up (their start and the warm-up run side by
+    side); /readyz shows their slowest start, split."""
+    from ttball.kernels import decode_process
+
+    events: list[str] = []
+    launch, wait = decode_process._Child._launch, decode_process._Child.wait_ready
+    warm = Worker._warm
+    monkeypatch.setattr(decode_process._Child, "_launch",
+                        lambda child: (events.append("launch"), launch(child))[1])
+    monkeypatch.setattr(decode_process._Child, "wait_ready",
+                        lambda child: (events.append("wait"), wait(child))[1])
+    monkeypatch.setattr(Worker, "_warm", lambda self: (events.append("warm"), warm(self))[1])
+    worker = _pipeline_worker(small_weights)
+    try:
+        worker._load_and_warm()
+        assert events == ["launch", "warm", "wait"]
+        assert {"warmup", "pipeline", "pipeline_warmup"} <= set(worker.seconds)
+        start = worker.device.paths[0].describe()["decoder_start"]
+        assert set(start) == {"spawn", "decoder", "ready"}
+        assert 0 <= start["spawn"] <= start["ready"] and 0 <= start["decoder"] <= start["ready"]
+    finally:
+        _shut(worker)
+
+
+def test_a_failed_warm_up_stops_the_decode_children_it_started(small_weights, monkeypatch) -> None:
+    from ttball.kernels.decode_process import DecoderProcess
+
+    started: list[DecoderProcess] = []
+    init = DecoderProcess.__init__
+
+    def remember(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        started.append(self)
+
+    def broken(self) -> None:
+        raise RuntimeError("warm-up broke")
+
+    monkeypatch.setattr(DecoderProcess, "__init__", remember)
+    monkeypatch.setattr(Worker, "_warm", broken)
+    worker = _pipeline_worker(small_weights)
+    try:
+        with pytest.raises(RuntimeError, match="warm-up broke"):
+            worker._load_and_warm()
+        assert len(started) == 1 and started[0].kind == ""  # never waited for
+        for child in started[0]._children:
+            child.proc.join(timeout=10)
+            assert not child.proc.is_alive()
+    finally:
+        _shut(worker)

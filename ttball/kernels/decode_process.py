@@ -68,11 +68,13 @@ class DecoderProcess:
     the same way (a list of JPEG byte strings → ``(3, H, W) uint8`` tensors on ``device``).
     With several, a call splits its frames into that many runs in order, decoded at once.
     ``kind`` and ``gpu_reason`` are the children's decoder's; ``restarts`` counts children
-    started again; ``last_seconds`` is the slowest child's split of the last call."""
+    started again; ``last_seconds`` is the slowest child's split of the last call.
+    ``wait=False``: the children are started and not waited for; :meth:`wait_ready` waits
+    (before the first call; meanwhile the caller does other start-up work)."""
 
     def __init__(self, device: torch.device | str, library: str = "nvjpeg", processes: int = 1,
                  slot_bytes: int = SLOT_BYTES, slots: int = 2,
-                 inbox_bytes: int = INBOX_BYTES) -> None:
+                 inbox_bytes: int = INBOX_BYTES, wait: bool = True) -> None:
         if slot_bytes < 1 or slots < 1 or processes < 1 or inbox_bytes < 0:
             raise ValueError("processes, slot_bytes and slots must be >= 1 and inbox_bytes "
                              f">= 0, got {processes}, {slot_bytes}, {slots}, {inbox_bytes}")
@@ -84,18 +86,40 @@ class DecoderProcess:
         self._ahead: _Request | None = None  # a prefetch not taken yet
         self.ahead_hits = self.ahead_misses = 0
         self._children: list[_Child] = []
+        self.kind, self.gpu_reason = "", None
         try:  # all started, then each waited for: a child's start (spawn, import torch, open
             # CUDA and its decoder) takes seconds, more beside other replicas' children, and
             # one after another they added up in the worker's start-up
             for _ in range(processes):
                 self._children.append(_Child(self.device, library, slot_bytes, slots,
                                              inbox_bytes, wait=False))
+        except BaseException:
+            self.close()
+            raise
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until every child has started (once; a child that could not start closes them
+        all and raises)."""
+        if self.kind:
+            return
+        try:
             for child in self._children:
-                child.wait_ready()
+                if not child.kind:
+                    child.wait_ready()
         except BaseException:
             self.close()
             raise
         self.kind, self.gpu_reason = self._children[0].kind, self._children[0].gpu_reason
+
+    def start_seconds(self) -> dict[str, float]:
+        """The slowest child's start, on the host's monotonic clock from its launch: ``spawn``
+        until its code ran (the interpreter, ``import torch``, the CUDA buffers it shares),
+        ``decoder`` its decoder's set-up, ``ready`` until its answer was read (later if the
+        caller waited late). Empty before :meth:`wait_ready`."""
+        starts = [child.start_s for child in self._children if child.start_s]
+        return {key: round(max(s[key] for s in starts), 3) for key in starts[0]} if starts else {}
 
     @property
     def processes(self) -> int:
@@ -255,6 +279,7 @@ class _Child:
         self._sent = 0.0  # when the request in hand (or its last "next") was sent
         self.restarts = 0
         self.kind, self.gpu_reason = "", None
+        self.start_s: dict[str, float] = {}  # its last start (DecoderProcess.start_seconds)
         self._launch()
         if wait:
             self.wait_ready()
@@ -269,6 +294,7 @@ class _Child:
         proc = ctx.Process(target=serve, args=(child, str(self.device), self.library, self.ring,
                                                self.inboxes),
                            daemon=True, name="ttball-decoder")
+        self._launched = time.monotonic()
         proc.start()
         child.close()
         self.proc, self.conn = proc, parent
@@ -282,6 +308,9 @@ class _Child:
             self._finalizer()
             raise RuntimeError(f"the decode process could not start: {reply[1]}")
         self.kind, self.gpu_reason = reply[1], reply[2]
+        entered, decoder_s = reply[3]
+        self.start_s = {"spawn": entered - self._launched, "decoder": decoder_s,
+                        "ready": time.monotonic() - self._launched}
 
     def _receive(self) -> tuple[Any, ...]:
         """The child's next reply; a child that dies or stops answering is an error."""
@@ -403,12 +432,15 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor],
     inbox) or ``(slot, "pipe", blobs)``; the next may come before this one is answered (it
     waits its turn, also while a round waits for its ``"next"``).
 
-    Replies: ``("ready", kind, gpu_reason)`` or ``("error", why)`` once; then per request
+    Replies: ``("ready", kind, gpu_reason, (entered, decoder_s))`` (when this function began on
+    the host's monotonic clock, and the decoder's set-up in seconds) or ``("error", why)``
+    once; then per request
     ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
     and ``("done", shapes, seconds)``, or ``("decode", index, reason)`` / ``("error", why)``;
     ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot, "got": when
     the request (or its ``"next"``) was in hand, "answered": when this answer left}``, the
     last two on the host's monotonic clock."""
+    entered = time.monotonic()  # (the arguments, CUDA buffers among them, are in hand)
     name_os_thread("tt-decoder")  # its CPU time told apart (scripts/proc_cpu.py)
     try:
         device = torch.device(device_name)
@@ -418,7 +450,8 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor],
     except Exception as exc:  # noqa: BLE001  (the parent raises it)
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", decoder.kind, decoder.gpu_reason))
+    conn.send(("ready", decoder.kind, decoder.gpu_reason,
+               (entered, time.monotonic() - entered)))
     held = [inbox.numpy() for inbox in inboxes]
     pipe = _Pipe(conn)
     while True:

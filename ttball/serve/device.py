@@ -83,14 +83,16 @@ class DevicePath:
     is the batcher's runner of uploads."""
 
     def __init__(self, backend: Backend, config: WeightsConfig, settings: ServeSettings,
-                 metrics: Metrics, executor: Executor) -> None:
-        """``executor``: the backend thread (closing a session waits for a push in flight)."""
+                 metrics: Metrics, executor: Executor,
+                 decoder: JpegDecoder | DecoderProcess | None = None) -> None:
+        """``executor``: the backend thread (closing a session waits for a push in flight);
+        ``decoder``: the settings' decoder, made already (default: made here)."""
         self.metrics, self._executor = metrics, executor
-        decoder: JpegDecoder | DecoderProcess = (
-            DecoderProcess(backend.device, library=settings.pipeline_decoder,
-                           processes=settings.pipeline_decode_processes)
-            if settings.pipeline_decode_processes
-            else JpegDecoder(backend.device, library=settings.pipeline_decoder))
+        if decoder is None:
+            decoder = (DecoderProcess(backend.device, library=settings.pipeline_decoder,
+                                      processes=settings.pipeline_decode_processes)
+                       if settings.pipeline_decode_processes
+                       else JpegDecoder(backend.device, library=settings.pipeline_decoder))
         self.pipeline = GpuPipeline(backend, config, decoder=decoder,
                                     batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,
@@ -119,6 +121,8 @@ class DevicePath:
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
                 "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
                                       else 0),
+                "decoder_start": (decoder.start_seconds() if isinstance(decoder, DecoderProcess)
+                                  else None),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "carry_windows": self.pipeline.carry,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,

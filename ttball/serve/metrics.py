@@ -103,8 +103,9 @@ class Metrics:
         self.ready = Gauge("ttball_ready", "1 once warm-up (and verification) succeeded",
                            registry=r)
         self.startup_seconds = Gauge(
-            "ttball_startup_seconds", "Start-up time per phase: load, choose, build, pipeline, "
-            "warmup (pipeline_warmup: its device pipeline part), verify, total",
+            "ttball_startup_seconds", "Start-up time per phase: load, choose, build, warmup (the "
+            "network's), pipeline (the device pipeline's decoder waited for, its set-up), "
+            "pipeline_warmup, verify, total",
             ["phase"], registry=r)
         self.warmup_seconds = Gauge("ttball_warmup_seconds",
                                     "Warm-up (compile) time per batch size", ["batch"], registry=r)

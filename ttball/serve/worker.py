@@ -69,6 +69,14 @@ def gpu_share(device: object, sched_note: str | None = None) -> dict[str, Any] |
             "sched": sched, "sched_note": sched_note}
 
 
+def _ready(decoder: Any) -> Any:
+    """``decoder`` (a started :class:`~ttball.kernels.decode_process.DecoderProcess`, or
+    ``None``) once its children have answered."""
+    if decoder is not None:
+        decoder.wait_ready()
+    return decoder
+
+
 class Worker:
     """Start-up progress and, once ready, the parts the routes use."""
 
@@ -184,13 +192,26 @@ class Worker:
         if s.pipeline_lanes > 1:  # lane 0 (this thread) on a CUDA stream of its own too
             _own_stream(resolve_device(s.device))
         self.backend = self._timed("build", self._build_backend)
-        if s.device_pipeline:
-            from ttball.serve.device import DeviceLanes, DevicePath
+        # --decode-processes: lane 0's decode children start now and are waited for in the
+        # pipeline phase, after the network's warm-up: their start (spawn, import torch, open
+        # CUDA and the decoder) took ~25 s of a replica's ~37 with eight replicas starting on
+        # 16 cores (forty-second session), the warm-up 6-24 s, one after the other
+        decoder = self._start_decoder()
+        try:
+            self._timed("warmup", self._warm)
+            if s.device_pipeline:
+                from ttball.serve.device import DeviceLanes, DevicePath
 
-            # its own phase: the decoder (child processes with --decode-processes) starts here
-            self.device = self._timed("pipeline", lambda: DeviceLanes(DevicePath(
-                self.backend, self.weights_config, s, self.metrics, self.backend_thread)))
-        self._timed("warmup", self._warm)
+                # its own phase: the decoder (waited for here) and the pipeline's set-up
+                self.device = self._timed("pipeline", lambda: DeviceLanes(DevicePath(
+                    self.backend, self.weights_config, s, self.metrics, self.backend_thread,
+                    decoder=_ready(decoder))))
+        except BaseException:
+            if decoder is not None and self.device is None:
+                decoder.close()
+            raise
+        if self.device is not None:
+            self._timed("pipeline_warmup", self._warm_pipeline)
         if s.verify:
             self._timed("verify", self._verify)
         if self.device is not None and s.pipeline_lanes > 1:
@@ -230,19 +251,30 @@ class Worker:
                                 "version": __version__})
         return backend
 
+    def _start_decoder(self) -> Any:
+        """Lane 0's decode children (``--device-pipeline --decode-processes N``), started and
+        not waited for (``None`` without them)."""
+        s = self.settings
+        if not (s.device_pipeline and s.pipeline_decode_processes):
+            return None
+        from ttball.kernels.decode_process import DecoderProcess
+
+        return DecoderProcess(resolve_device(s.device), library=s.pipeline_decoder,
+                              processes=s.pipeline_decode_processes, wait=False)
+
     def _warm(self) -> None:
         """Run every batch size: the first call compiles. On CUDA two more calls follow, as
         torch.compile's CUDA graphs are recorded on the second call and replayed from the third;
-        the reported time is the first call's. With the device pipeline, a push of every size
-        follows (its decoder and post-processing graphs)."""
+        the reported time is the first call's."""
         for size, seconds in self._warm_sizes(self.backend):
             self.warmup_s[size] = seconds
             self.metrics.warmup_seconds.labels(str(size)).set(seconds)
-        if self.device is None:
-            return
-        start = time.perf_counter()  # the part of warmup spent on the pipeline (lane 0's)
+
+    def _warm_pipeline(self) -> None:
+        """The device pipeline: a push of every size (its decoder and post-processing graphs),
+        then the other lanes, each built and warmed on its own thread."""
+        assert self.device is not None
         self.device.paths[0].warm(self.settings.warmup_batches)
-        self._note_seconds("pipeline_warmup", time.perf_counter() - start)
         for lane in range(1, self.settings.pipeline_lanes):
             if self._abort.is_set():
                 raise RuntimeError("shutting down during warm-up")
