@@ -198,6 +198,7 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
              "sched_note": None}] * 2
         assert [r["switch_interval_ms"] for r in replicas] == [1.0] * 2  # set in each replica
         assert all(r["warmup"]["done"] and r["startup_seconds"]["total"] > 0 for r in replicas)
+        assert [r["decoder_start"] for r in replicas] == [None] * 2  # no decode children
         assert client.http.get("/v2/models/blurball/ready").status_code == 200
         with pytest.raises(ServeError) as refused:
             client.open_session(step=2)

@@ -251,6 +251,9 @@ class Ingress:
                 "replicas": [{"replica": r["replica"], "phase": r["readiness"]["phase"],
                               "device": r["readiness"]["device"],
                               **{k: r["readiness"].get(k) for k in REPLICA_KEYS},
+                              # its decode children's start (--decode-processes)
+                              "decoder_start": (r["readiness"].get("device_pipeline")
+                                                or {}).get("decoder_start"),
                               "sessions": len(r["sessions"])} for r in self.replicas]}
 
     def require_ready(self) -> None:

@@ -15,4 +15,5 @@ for path in sys.argv[1:]:
     for rep in r.get("replicas", []):
         w = rep.get("warmup") or {}
         print(" ", rep.get("replica"), "tuning", w.get("tuning"), "warm-up s", w.get("seconds"),
-              "start-up", rep.get("startup_seconds"))
+              "start-up", rep.get("startup_seconds"),
+              *(("decoder start", rep["decoder_start"]) if rep.get("decoder_start") else ()))
