@@ -53,6 +53,8 @@ TAPS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps"
             for cin, cout, (rows, cols, groups) in TAPS_CASES]
 TAPS_TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS_TMA.items()
                   for tile in tiles]
+TAPS_TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps-tma"
+                for cin, cout, (rows, cols, groups) in TAPS_TMA_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -161,20 +163,22 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
 
 def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
         model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only; with its TMA halo only with
-    $TTBALL_WGMMA_TAPS_TMA=1 (its GPU tests not run yet)."""
+    """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only; the candidates whose GPU tests
+    have not run (TAPS_UNTESTED: the TMA halo, the 6 x 14 tile) only with
+    $TTBALL_WGMMA_TAPS_NEXT=1."""
     from ttball.kernels.configs import direct_configs
 
     big = 64 * 288 * 512
     steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
-    for value, tma, offered in (("", "", "cp.async"), ("0", "", ""), ("1", "", "cp.async"),
-                                ("", "1", "both"), ("0", "1", "")):
+    tested = ["m30w8s1TAPSd6", "m30w8s2TAPSd6"]
+    untested = ["m14w4s1TAPSd6", "m14w4s2TAPSd6", "m30w8s1TMATAPSd6", "m30w8s2TMATAPSd6",
+                "m14w4s1TMATAPSd6", "m14w4s2TMATAPSd6"]
+    for value, nxt, want in (("", "", tested), ("0", "", []), ("1", "", tested),
+                             ("", "1", tested + untested), ("0", "1", [])):
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
-        monkeypatch.setenv("TTBALL_WGMMA_TAPS_TMA", tma)
+        monkeypatch.setenv("TTBALL_WGMMA_TAPS_NEXT", nxt)
         taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
-        want = [("x6", "m30w8s1TAPSd6"), ("x6", "m30w8s2TAPSd6")] if offered else []
-        want += [("x6", "m30w8s1TMATAPSd6"), ("x6", "m30w8s2TMATAPSd6")] if offered == "both" else []
-        assert sorted((out, c.short()) for out, c in taps) == sorted(want)
+        assert sorted((out, c.short()) for out, c in taps) == sorted(("x6", w) for w in want)
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(
@@ -186,7 +190,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
 
     monkeypatch.setenv("TTBALL_WGMMA_TAPS", "1")
-    monkeypatch.setenv("TTBALL_WGMMA_TAPS_TMA", "1")
+    monkeypatch.setenv("TTBALL_WGMMA_TAPS_NEXT", "1")
 
     big, small = 64 * 288 * 512, 72 * 128
     assert small < WGMMA_MIN_PIXELS <= big
@@ -523,7 +527,7 @@ def test_wgmma_conv_with_a_from_registers_equals_the_convolution(
 @pytest.mark.parametrize("cin,cout,tile,tma",
                          [(*case, False) for case in TAPS_CASES]
                          + [(*case, True) for case in TAPS_TMA_CASES],
-                         ids=TAPS_IDS + [f"{i}-tma" for i in TAPS_IDS[:len(TAPS_TMA_CASES)]])
+                         ids=TAPS_IDS + TAPS_TMA_IDS)
 def test_wgmma_taps_conv_equals_the_convolution(cin: int, cout: int,
                                                 tile: tuple[int, int, int], tma: bool) -> None:
     """The tap-partials kernel: 19 x 97 pixels (partial tiles at the right and bottom edges,
@@ -665,15 +669,15 @@ def test_wgmma_kernel_with_a_from_registers_in_the_backend_replays_the_same_logi
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_wgmma_taps_kernel_in_the_backend_replays_the_same_logits(model: BlurBall) -> None:
-    """triton-fp16-direct with transition1's 128 -> 16 forced onto the tap-partials kernel
-    (one block a tile, then persistent), through graph capture and replay, against
-    triton-fp16."""
+    """triton-fp16-direct with transition1's 128 -> 16 forced onto each of the tap-partials
+    kernel's tiles, cp.async and TMA halo (one block a tile, then persistent), through graph
+    capture and replay, against triton-fp16."""
     require_triton()
     require_wgmma()
-    _replay_with_tiles_forced(model, 5, WGMMA_TAPS, ((0, 1), (0, 2)), rs=False, steps=1,
-                              taps=True)
-    _replay_with_tiles_forced(model, 5, WGMMA_TAPS_TMA, ((0, 1), (0, 2)), rs=False, steps=1,
-                              taps=True, tma=True)
+    every = ((0, 1), (0, 2), (1, 1), (1, 2))  # 6 x 30 and 6 x 14, each in both schedules
+    _replay_with_tiles_forced(model, 5, WGMMA_TAPS, every, rs=False, steps=1, taps=True)
+    _replay_with_tiles_forced(model, 5, WGMMA_TAPS_TMA, every, rs=False, steps=1, taps=True,
+                              tma=True)
 
 
 def _replay_with_tiles_forced(model: BlurBall, seed: int,

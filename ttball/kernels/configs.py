@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ttball.kernels.conv import padded
 from ttball.kernels.direct import (
     PAIRS,
+    TAPS_UNTESTED,
     WGMMA,
     WGMMA_MIN_PIXELS,
     WGMMA_MIN_PIXELS_OF,
@@ -22,8 +23,8 @@ from ttball.kernels.direct import (
     WGMMA_TMA,
     direct_applies,
     direct_tiles,
+    taps_next_offered,
     taps_offered,
-    taps_tma_offered,
 )
 from ttball.kernels.plan import INPUT, Conv, SqueezeTail
 from ttball.kernels.pointwise import pointwise_applies
@@ -192,8 +193,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
     those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` (and of
     :data:`~ttball.kernels.direct.WGMMA_TAPS_TMA` with ``taps`` and ``tma``) for steps without
-    SE sums (with :func:`~ttball.kernels.direct.taps_offered` and
-    :func:`~ttball.kernels.direct.taps_tma_offered`)."""
+    SE sums (with :func:`~ttball.kernels.direct.taps_offered`; those of
+    :data:`~ttball.kernels.direct.TAPS_UNTESTED` only with
+    :func:`~ttball.kernels.direct.taps_next_offered`)."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -211,13 +213,12 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
         configs += [Config(cols, 4 * groups, stages, direct=rows, rs=True)
                     for rows, cols, groups in WGMMA_RS.get(shape, ()) for stages in (2, 1)]
         if step.se_sum is None and taps_offered():  # and the nine taps as one wgmma's N
-            configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True)
-                        for rows, cols, groups in WGMMA_TAPS.get(shape, ())
+            untested = taps_next_offered()
+            configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True, tma=tma)
+                        for table, tma in ((WGMMA_TAPS, False), (WGMMA_TAPS_TMA, True))
+                        for rows, cols, groups in table.get(shape, ())
+                        if untested or (rows, cols, groups, tma) not in TAPS_UNTESTED
                         for stages in (2, 1)]
-            if taps_tma_offered():  # (its GPU tests not run yet)
-                configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True, tma=True)
-                            for rows, cols, groups in WGMMA_TAPS_TMA.get(shape, ())
-                            for stages in (2, 1)]
     return configs
 
 

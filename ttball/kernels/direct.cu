@@ -1793,6 +1793,8 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_WGMMA_RS_TILE(32, 32, 4, 2)
   // the nine taps as one wgmma's N, their partials summed from shared memory (transition1)
   TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 30, 2) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 6, 30, 2)
+  // and 6 x 14 with one warpgroup: 106 KB, two blocks an SM
+  TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 14, 1) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 6, 14, 1)
   return -1;
 }
 

@@ -175,19 +175,26 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # H200 (GPU tests passed, verify PASS): step 5 1.45-1.48 ms at batch 64 against the direct
 # kernel's 1.63-1.65, 29.7-30.4 us at batch 1 against 33.9-35.6; the network 0.6-0.9 % faster
 # at 64, 0.5-2 % at 1 (docs/benchmarks/triton-h200.md, "Forty-second session").
-# $TTBALL_WGMMA_TAPS=0 leaves it out (:func:`taps_offered`).
-WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {(128, 16): ((6, 30, 2),)}
+# $TTBALL_WGMMA_TAPS=0 leaves it out (:func:`taps_offered`). Also 6 x 14 outputs over an 8 x 16
+# halo with one warpgroup (106 KB): two blocks an SM, so one block's wgmma run while the
+# other stores or sums its partials (the one block of 6 x 30 runs its phases one after the
+# other, the tensor pipe 37 % busy); the same MMA rows an output (1.52x against 1.42x, the
+# 512-pixel rows' last tile 6 % wider).
+WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
+    (128, 16): ((6, 30, 2), (6, 14, 1))}
 TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # The same with the halo copied by TMA (``Config.taps`` and ``tma``): in the cp.async version
 # the halo's copy loop is 27 instructions a 16-byte chunk, 16 chunks a thread a tile, about a
 # third of the instructions a thread issues a tile (SASS; the kernel is issue-bound, 38 % of
-# issue slots with 8 warps an SM under Nsight Compute). Built in the forty-second session after
-# the last device call it could have: its GPU tests have not run, and the tuner checks speed,
-# not results, so it is offered only with $TTBALL_WGMMA_TAPS_TMA=1 (:func:`taps_tma_offered`;
-# docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs its tests and A/B with it).
+# issue slots with 8 warps an SM under Nsight Compute).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
-    (128, 16): ((6, 30, 2),)}
-TAPS_TMA_ENV = "TTBALL_WGMMA_TAPS_TMA"
+    (128, 16): ((6, 30, 2), (6, 14, 1))}
+# The tap-partials candidates built after the forty-second session's last device call, as
+# (rows, columns, warpgroups, tma): their GPU tests have not run, and the tuner checks speed,
+# not results, so it offers them only with $TTBALL_WGMMA_TAPS_NEXT=1 (:func:`taps_next_offered`;
+# docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs their tests and A/B with it).
+TAPS_UNTESTED = frozenset({(6, 14, 1, False), (6, 30, 2, True), (6, 14, 1, True)})
+TAPS_NEXT_ENV = "TTBALL_WGMMA_TAPS_NEXT"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
 WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
@@ -211,11 +218,10 @@ def taps_offered() -> bool:
     return os.environ.get(TAPS_ENV, "").strip() != "0"
 
 
-def taps_tma_offered() -> bool:
-    """Whether the tuner also offers the tap-partials kernel with its halo copied by TMA
-    (:data:`WGMMA_TAPS_TMA`): ``$TTBALL_WGMMA_TAPS_TMA`` is ``1`` (and the kernel is offered,
-    :func:`taps_offered`)."""
-    return taps_offered() and os.environ.get(TAPS_TMA_ENV, "").strip() == "1"
+def taps_next_offered() -> bool:
+    """Whether the tuner also offers the tap-partials candidates of :data:`TAPS_UNTESTED`:
+    ``$TTBALL_WGMMA_TAPS_NEXT`` is ``1`` (and the kernel is offered, :func:`taps_offered`)."""
+    return taps_offered() and os.environ.get(TAPS_NEXT_ENV, "").strip() == "1"
 
 
 def direct_applies(step: Conv) -> bool:

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Prepared in the forty-second session (its device time ran out before it; not run): the
-# tap-partials kernel with its halo copied by TMA (variant 4, Config.taps + tma) beside the
-# cp.async one, offered to the tuner here with TTBALL_WGMMA_TAPS_TMA=1.
-#   1. the tap-partials kernels' GPU tests (both halos; the library built by the first);
+# tap-partials candidates whose GPU tests have not run (ttball.kernels.direct.TAPS_UNTESTED: the
+# halo copied by TMA, variant 4, and the 6 x 14 tile of one warpgroup, two blocks an SM) beside
+# the measured 6 x 30 one, offered to the tuner here with TTBALL_WGMMA_TAPS_NEXT=1.
+#   1. the tap-partials kernels' GPU tests (both halos, both tiles; the library built first);
 #   2. scripts/gpu_branches_ab.py at batch 64 and 1, triton-fp16-direct as tuned: the network,
 #      and step 5's six best candidates timed by the tuner.
 # Usage (GPU machine, repo root): OUT=/some/dir bash docs/benchmarks/h200-2026-12-05/taps-tma/run.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tma-tcache \
-  TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_WGMMA_TAPS_TMA=1  # offered to the tuner
+  TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_WGMMA_TAPS_NEXT=1  # offered to the tuner
 timeout -k 5 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/kernels/test_direct.py -k taps > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 8 "$OUT/tests.log"
 [ "$rc" -eq 0 ] || exit 1
 timeout -k 5 "${AB_S:-110}" python3 scripts/gpu_branches_ab.py --batches 64,1 \
-  --variants branches+direct --show-steps 5 --show-top 6 --out "$OUT/tma-ab.json" \
+  --variants branches+direct --show-steps 5 --show-top 8 --out "$OUT/tma-ab.json" \
   > "$OUT/tma-ab.log" 2>&1
 echo "A/B rc=$?"
 grep -E "step 5|ms  \(rel" "$OUT/tma-ab.log"
