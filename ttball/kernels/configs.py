@@ -75,8 +75,9 @@ class Config:
 
     def short(self) -> str:
         """``m128w4s3`` (+ ``t16`` tile width, ``k64`` taps per K chunk, ``L1``, ``TMA``, ``RS``
-        A from registers, ``TAPS`` the tap-partials kernel, ``RES`` resident weights, ``r16`` rows per program, ``d8`` direct-kernel rows, ``p32``
-        programs, ``+next`` the pair kernel, ``=prev`` computed by it)."""
+        A from registers, ``TAPS`` the tap-partials kernel, ``RES`` resident weights, ``r16``
+        rows per program, ``d8`` direct-kernel rows, ``p32`` programs, ``+next`` the pair
+        kernel, ``=prev`` computed by it)."""
         text = f"m{self.block_m}w{self.num_warps}s{self.num_stages}"
         text += f"t{self.tile_w}" if self.tile_w else ""
         text += f"k{self.k_chunk}" if self.k_chunk else ""

@@ -175,11 +175,11 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # H200 (GPU tests passed, verify PASS): step 5 1.45-1.48 ms at batch 64 against the direct
 # kernel's 1.63-1.65, 29.7-30.4 us at batch 1 against 33.9-35.6; the network 0.6-0.9 % faster
 # at 64, 0.5-2 % at 1 (docs/benchmarks/triton-h200.md, "Forty-second session").
-# $TTBALL_WGMMA_TAPS=0 leaves it out (:func:`taps_offered`). Also 6 x 14 outputs over an 8 x 16
-# halo with one warpgroup (106 KB): two blocks an SM, so one block's wgmma run while the
-# other stores or sums its partials (the one block of 6 x 30 runs its phases one after the
-# other, the tensor pipe 37 % busy); the same MMA rows an output (1.52x against 1.42x, the
-# 512-pixel rows' last tile 6 % wider).
+# $TTBALL_WGMMA_TAPS=0 leaves it out (:func:`taps_offered`).
+# Its second tile (not measured yet): 6 x 14 outputs over an 8 x 16 halo with one warpgroup
+# (106 KB), two blocks an SM, so one block's wgmma run while the other stores or sums its
+# partials (the 6 x 30 tile's one block runs its phases one after the other, the tensor pipe
+# 37 % busy); about the same MMA rows an output (1.52x against 1.42x).
 WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1))}
 TAPS_ENV = "TTBALL_WGMMA_TAPS"
@@ -429,14 +429,15 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     if se_sum is not None:
         _check("se_sum", se_sum, torch.float32, x.device)
     (rows, cols), (batch, height, width, cin), cout = tile, x.shape, out.shape[3]
+    # the C entry's variant: 0 as tiled, 1 the TMA halo, 2 A from registers, 3 the tap
+    # partials, 4 those with the TMA halo
+    variant = (4 if tma else 3) if taps else 1 if tma else 2 if rs else 0
     stream = torch.cuda.current_stream(x.device).cuda_stream  # the capture stream in a capture
     rc = direct_library(x.device).ttball_conv3x3_direct(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(),
         se_sum.data_ptr() if se_sum is not None else None, batch, height, width, cin, cout,
-        rows, cols, warpgroups, (4 if tma else 3) if taps else 1 if tma else 2 if rs else 0, relu,
-        se_sum is not None,
-        pipelined, skip_mma, max_blocks,
-        stream)
+        rows, cols, warpgroups, variant, relu, se_sum is not None, pipelined, skip_mma,
+        max_blocks, stream)
     _result(rc, f"conv3x3_direct for {cin} -> {cout} channels, tile {rows}x{cols}"
             + (f", {warpgroups} warpgroups" if warpgroups > 1 else "") + (", TMA" if tma else "")
             + (", A from registers" if rs else "") + (", tap partials" if taps else ""))
