@@ -20,9 +20,9 @@ PARTS: dict[str, tuple[str, str]] = {
     "tuning": ("tuning", "the Triton backends' tuning records, one per input shape"),
     "kernels": ("kernels", "the CUDA kernels' library built with nvcc (triton-fp16-direct)"),
     "onnx": ("onnx", "exported ONNX files, OpenVINO's and TensorRT's compiled models"),
-    "inductor": ("inductor", "torch.compile's cache (serve --compile-cache)"),
-    "triton": ("triton", "Triton's compiled kernels (serve --compile-cache)"),
-    "megacache": ("megacache.bin", "torch.compile's artifacts in one file (serve --compile-cache)"),
+    "inductor": ("inductor", "torch.compile's cache (serve/track --compile-cache)"),
+    "triton": ("triton", "Triton's compiled kernels (serve/track --compile-cache)"),
+    "megacache": ("megacache.bin", "torch.compile's artifacts in one file (--compile-cache)"),
 }
 RECORD_SUFFIX = ".json"  # a tuning record; its ``.lock`` beside it is not one
 
@@ -37,6 +37,16 @@ def part_path(name: str, root: str | os.PathLike[str] | None = None) -> Path:
     the one place that names each part's file or folder, for the modules that write them and
     for ``ttball cache``."""
     return (Path(root) if root is not None else cache_dir()) / PARTS[name][0]
+
+
+def use_compile_cache(root: str | os.PathLike[str]) -> Path:
+    """``--compile-cache DIR`` (``serve``, ``track``): torch.compile's inductor and Triton
+    caches of this process under ``root`` (unless the environment names them already, which
+    then wins); returns ``root`` as an absolute path, for the backends' ``cache_dir``."""
+    folder = Path(root).expanduser().resolve()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(part_path("inductor", folder)))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(part_path("triton", folder)))
+    return folder
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ttball.backends import Backend, create, resolve_device
+from ttball.backends.base import cache_options
 from ttball.errors import UserError, VideoError
 from ttball.frames import FrameSource, SourceInfo, normalize
 from ttball.model import BlurBall, load_model
@@ -72,14 +73,14 @@ class TrackResult:
 
 def _resolve_backend(
     backend: str | Backend, weights: str | os.PathLike[str] | None, device: str,
-    model: BlurBall | None,
+    model: BlurBall | None, cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Backend, WeightsConfig]:
     if not isinstance(backend, str):
         config = getattr(model, "config", None) or WeightsConfig()
         return backend, config
     dev = resolve_device(device)
     net = model if model is not None else load_model(weights, device="cpu")
-    return create(backend, net, dev), net.config
+    return create(backend, net, dev, **cache_options(backend, cache_dir)), net.config
 
 
 def track(
@@ -94,12 +95,14 @@ def track(
     batch: int = 1,
     dedup_ssim: float | None = None,
     on_frames: Callable[[int], None] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> TrackResult:
     """Track the ball in a video file or a folder of images; one :class:`FrameResult` per frame.
 
     ``backend`` is a registry name (built around ``model`` or the weights at ``weights``, or
     the default weights) or a ready :class:`Backend`. ``on_frames(n)`` is called as frames
-    finish (for progress bars).
+    finish (for progress bars). ``cache_dir``: where a backend by name that keeps compiled
+    kernels or tuning records on disk keeps them (``track --compile-cache``).
     """
     if batch < 1:
         raise UserError(f"batch must be at least 1, got {batch}")
@@ -108,7 +111,7 @@ def track(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     source = FrameSource(video)
-    runner, config = _resolve_backend(backend, weights, device, model)
+    runner, config = _resolve_backend(backend, weights, device, model, cache_dir)
     stream = FrameStream(config, options, stream_id=str(video))
     rows: list[FrameResult] = []
     pending: list[Window] = []

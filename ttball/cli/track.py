@@ -17,6 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backend name (ttball bench --list shows them); auto: the fastest that "
                         "passed verification on this machine, chosen once and cached")
     p.add_argument("--reselect", action="store_true", help="with --backend auto: choose again")
+    p.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help="keep compiled kernels, tuning records and --backend auto's trials' "
+                        "caches in DIR (as serve --compile-cache; ttball cache --dir DIR lists "
+                        "it); default: $TTBALL_CACHE_DIR and torch's own caches")
     p.add_argument("--step", type=int, choices=(1, 3), default=3,
                    help="3: non-overlapping windows (fast); 1: sliding window")
     p.add_argument("--threshold", type=float, help="score threshold (default: the weights' own, 0.5)")
@@ -57,18 +61,24 @@ def run(args: argparse.Namespace) -> int:
     if model.config.name == "random-init":
         print("warning: no trained weights found; running freshly initialised weights, "
               "so the detections are meaningless", file=sys.stderr)
+    cache = None
+    if args.compile_cache:  # before choosing too: the trials then fill the same caches
+        from ttball.cachedir import use_compile_cache
+
+        cache = use_compile_cache(args.compile_cache)
     backend = args.backend
     if backend == "auto":
         from ttball.backends.auto import choose_backend
 
         log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-        backend = choose_backend(model, args.device, reselect=args.reselect, log=log).backend
+        backend = choose_backend(model, args.device, reselect=args.reselect, log=log,
+                                 cache_dir=cache).backend
     bar = tqdm(total=info.frame_count or None, unit="frame", disable=args.quiet,
                desc="tracking", dynamic_ncols=True)
     try:
         result = track(args.video, model=model, backend=backend, device=args.device,
                        step=args.step, threshold=args.threshold, batch=args.batch,
-                       dedup_ssim=args.dedup_ssim, on_frames=bar.update)
+                       dedup_ssim=args.dedup_ssim, on_frames=bar.update, cache_dir=cache)
     finally:
         bar.close()
     writer = write_blurball_csv if args.csv_format == "blurball" else write_track_csv

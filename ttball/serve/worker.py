@@ -26,7 +26,7 @@ import torch
 
 from ttball import __version__
 from ttball.backends import resolve_device
-from ttball.cachedir import part_path
+from ttball.cachedir import use_compile_cache
 from ttball.kernels.records import RECORD
 from ttball.model.config import WeightsConfig
 from ttball.serve.batcher import Batcher
@@ -185,8 +185,7 @@ class Worker:
         self.config = self.model.config
         cache = self._compile_cache()
         if cache is not None:  # before choosing too: the trials then fill the same caches
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(part_path("inductor", cache)))
-            os.environ.setdefault("TRITON_CACHE_DIR", str(part_path("triton", cache)))
+            use_compile_cache(cache)
         if s.backend == AUTO and s.backend_factory is None:
             self.choice = self._timed("choose", self._choose_backend)
         if s.pipeline_lanes > 1:  # lane 0 (this thread) on a CUDA stream of its own too
