@@ -434,8 +434,8 @@ def serve(conn: Any, device_name: str, library: str, ring: list[Tensor],
 
     Replies: ``("ready", kind, gpu_reason, (entered, decoder_s))`` (when this function began on
     the host's monotonic clock, and the decoder's set-up in seconds) or ``("error", why)``
-    once; then per request
-    ``("part", shapes, seconds)`` (the slot is full: send ``"next"`` once it is copied out) …
+    once; then per request ``("part", shapes, seconds)`` (the slot is full: send ``"next"``
+    once it is copied out) …
     and ``("done", shapes, seconds)``, or ``("decode", index, reason)`` / ``("error", why)``;
     ``seconds``: the round's ``{"child": decoding, "fill": copying into the slot, "got": when
     the request (or its ``"next"``) was in hand, "answered": when this answer left}``, the
