@@ -4,7 +4,9 @@ Eight ``serve --ray`` replicas started together on one GPU each built the CUDA k
 with nvcc and each tuned every batch size, on 16 cores and one GPU: a cold start outlasted
 ~240 s, while priming the caches in one process first took 86 s and the replicas were then
 ready in 70-79 s (``docs/benchmarks/h200-2026-12-04f/``). With :func:`exclusive` around such
-work the first process does it and the others wait, then find its result on disk.
+work the first process does it and the others wait, then find its result on disk;
+:func:`first_alone` does the same for work each process must still run itself (a warm-up
+that compiles into shared caches), the first one alone.
 
 An ``flock`` on a file beside the result: the kernel drops it when its holder exits, so a
 process that dies mid-way leaves no stale lock; two threads of one process that open the file
@@ -52,3 +54,24 @@ def _acquire(fd: int, timeout_s: float) -> float | None:
             if time.monotonic() - start >= timeout_s:
                 return None
             time.sleep(POLL_S)
+
+
+@contextmanager
+def first_alone(marker: str | os.PathLike[str], timeout_s: float = 300.0) -> Iterator[bool]:
+    """Run the block alone if no process has run it to the end before (``marker`` missing),
+    else beside the others: of processes that start the same compiles together, the first
+    compiles into the shared caches while the others wait, then each runs the block with
+    those caches warm. Yields whether this one ran alone (the marker is written when it
+    finishes). The lock is ``marker`` + ``.lock``; a holder kept past ``timeout_s``, or a
+    folder that cannot be written, lets the block run unlocked (what it does must be correct
+    either way, only slower)."""
+    marker = Path(marker)
+    with exclusive(marker.with_name(marker.name + ".lock"), timeout_s) as waited:
+        if waited is not None and not marker.exists():
+            yield True
+            try:
+                marker.touch()
+            except OSError:
+                pass
+            return
+    yield False

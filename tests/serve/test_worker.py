@@ -185,3 +185,38 @@ def test_a_failed_warm_up_stops_the_decode_children_it_started(small_weights, mo
             assert not child.proc.is_alive()
     finally:
         _shut(worker)
+
+
+def test_the_first_cuda_pipeline_warm_up_on_a_machine_runs_alone(tmp_path, monkeypatch) -> None:
+    """On CUDA the first worker to warm its pipeline (compiling into the machine's shared
+    caches) runs alone, later ones beside each other; the marker sits beside inductor's cache
+    and is keyed by what the compiles depend on (another set of warm-up sizes is first again).
+    Nothing of the kind on a CPU backend."""
+    from types import SimpleNamespace
+
+    from ttball.model.config import WeightsConfig
+    from ttball.serve import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_inductor_cache", lambda: tmp_path)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+
+    def firsts(sizes: tuple[int, ...], device: str) -> list[bool]:
+        worker = Worker(ServeSettings(device="cpu", warmup_batches=sizes), Metrics())
+        try:
+            worker.backend = SimpleNamespace(device=torch.device(device))
+            worker.config = WeightsConfig()
+            out = []
+            for _ in range(2):
+                with worker._compiling_alone() as first:
+                    out.append(first)
+            return out
+        finally:
+            worker.pool.shutdown()
+            worker.backend_thread.shutdown()
+
+    assert firsts((1, 2), "cuda:0") == [True, False]
+    assert firsts((1, 2), "cuda:0") == [False, False]  # a restart: the caches are warm
+    assert firsts((1, 2, 4), "cuda:0") == [True, False]
+    assert len(list((tmp_path / "ttball").glob("pipeline-warm-*.lock"))) == 2
+    before = sorted(tmp_path.rglob("*"))
+    assert firsts((1, 2), "cpu") == [False, False] and sorted(tmp_path.rglob("*")) == before
