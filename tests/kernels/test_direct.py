@@ -172,7 +172,8 @@ def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
     steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
     tested = ["m30w8s1TAPSd6", "m30w8s2TAPSd6"]
     untested = ["m14w4s1TAPSd6", "m14w4s2TAPSd6", "m30w8s1TMATAPSd6", "m30w8s2TMATAPSd6",
-                "m14w4s1TMATAPSd6", "m14w4s2TMATAPSd6"]
+                "m14w4s1TMATAPSd6", "m14w4s2TMATAPSd6", "m14w8s1TAPSd14", "m14w8s2TAPSd14",
+                "m14w8s1TMATAPSd14", "m14w8s2TMATAPSd14"]
     for value, nxt, want in (("", "", tested), ("0", "", []), ("1", "", tested),
                              ("", "1", tested + untested), ("0", "1", [])):
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
@@ -674,7 +675,7 @@ def test_wgmma_taps_kernel_in_the_backend_replays_the_same_logits(model: BlurBal
     capture and replay, against triton-fp16."""
     require_triton()
     require_wgmma()
-    every = ((0, 1), (0, 2), (1, 1), (1, 2))  # 6 x 30 and 6 x 14, each in both schedules
+    every = ((0, 1), (0, 2), (1, 1), (1, 2), (2, 2))  # each tile; 6 x 30 and 6 x 14 both ways
     _replay_with_tiles_forced(model, 5, WGMMA_TAPS, every, rs=False, steps=1, taps=True)
     _replay_with_tiles_forced(model, 5, WGMMA_TAPS_TMA, every, rs=False, steps=1, taps=True,
                               tma=True)

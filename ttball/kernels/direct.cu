@@ -1797,8 +1797,10 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   TTBALL_WGMMA_RS_TILE(32, 32, 4, 2)
   // the nine taps as one wgmma's N, their partials summed from shared memory (transition1)
   TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 30, 2) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 6, 30, 2)
-  // and 6 x 14 with one warpgroup: 106 KB, two blocks an SM
+  // and 6 x 14 with one warpgroup: 106 KB, two blocks an SM; 14 x 14 (a 16 x 16 halo, 1.31x
+  // the outputs in MMA rows against 6 x 30's 1.42x), one block an SM as 6 x 30
   TTBALL_WGMMA_TAPS_TILE(128, 16, 6, 14, 1) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 6, 14, 1)
+  TTBALL_WGMMA_TAPS_TILE(128, 16, 14, 14, 2) TTBALL_WGMMA_TAPS_TMA_TILE(128, 16, 14, 14, 2)
   return -1;
 }
 

@@ -179,21 +179,23 @@ WGMMA_RS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
 # Its second tile (not measured yet): 6 x 14 outputs over an 8 x 16 halo with one warpgroup
 # (106 KB), two blocks an SM, so one block's wgmma run while the other stores or sums its
 # partials (the 6 x 30 tile's one block runs its phases one after the other, the tensor pipe
-# 37 % busy); about the same MMA rows an output (1.52x against 1.42x).
+# 37 % busy); about the same MMA rows an output (1.52x against 1.42x). And 14 x 14 outputs
+# over a 16 x 16 halo (two warpgroups, 176 KB, one block an SM as 6 x 30): 1.31x.
 WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
-    (128, 16): ((6, 30, 2), (6, 14, 1))}
+    (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
 TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # The same with the halo copied by TMA (``Config.taps`` and ``tma``): in the cp.async version
 # the halo's copy loop is 27 instructions a 16-byte chunk, 16 chunks a thread a tile, about a
 # third of the instructions a thread issues a tile (SASS; the kernel is issue-bound, 38 % of
 # issue slots with 8 warps an SM under Nsight Compute).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
-    (128, 16): ((6, 30, 2), (6, 14, 1))}
+    (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
 # The tap-partials candidates built after the forty-second session's last device call, as
 # (rows, columns, warpgroups, tma): their GPU tests have not run, and the tuner checks speed,
 # not results, so it offers them only with $TTBALL_WGMMA_TAPS_NEXT=1 (:func:`taps_next_offered`;
 # docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs their tests and A/B with it).
-TAPS_UNTESTED = frozenset({(6, 14, 1, False), (6, 30, 2, True), (6, 14, 1, True)})
+TAPS_UNTESTED = frozenset({(6, 14, 1, False), (6, 30, 2, True), (6, 14, 1, True),
+                           (14, 14, 2, False), (14, 14, 2, True)})
 TAPS_NEXT_ENV = "TTBALL_WGMMA_TAPS_NEXT"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
