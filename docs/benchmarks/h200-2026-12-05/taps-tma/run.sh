@@ -10,7 +10,7 @@
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tma-tcache \
   TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_WGMMA_TAPS_NEXT=1  # offered to the tuner
-timeout -k 5 70 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+timeout -k 5 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/kernels/test_direct.py -k taps > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 8 "$OUT/tests.log"
