@@ -185,9 +185,9 @@ WGMMA_TAPS: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
 TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # The same with the halo copied by TMA (``Config.taps`` and ``tma``): in the cp.async version
-# the halo's copy loop is 27 instructions a 16-byte chunk, 16 chunks a thread a tile, about a
-# third of the instructions a thread issues a tile (SASS; the kernel is issue-bound, 38 % of
-# issue slots with 8 warps an SM under Nsight Compute).
+# the halo's copy loop is 28 instructions a 16-byte chunk, 16 chunks a thread a tile, ~450 of
+# the ~1,190 instructions a thread issues a tile (scripts/sass_loops.py; the kernel is
+# issue-bound, 38 % of issue slots with 8 warps an SM under Nsight Compute).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
 # The tap-partials candidates built after the forty-second session's last device call, as

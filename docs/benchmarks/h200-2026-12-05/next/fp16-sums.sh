@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepared in the forty-second session (not run yet): the tap-partials kernel with its nine
 # partials summed in FP16 pairs (HADD2) before the bias, fp16-sums.patch beside this file,
-# applied to a copy of the tree. The SASS of the sm_90a build: the sums' loop 183 -> 91
-# instructions an item, ~130 fewer a thread a tile of the ~1,190 (the kernel is issue-bound).
+# applied to a copy of the tree. The SASS of the sm_90a build (scripts/sass_loops.py --patch):
+# the sums' loop 211 -> 119 instructions an item, ~130 fewer a thread a tile of the ~1,190 (the
+# kernel is issue-bound).
 # A numerics change: its GPU tests (the float32 convolution, atol 2e-2), ttball verify on the
 # real rally, and step 5's candidates timed by the tuner in both trees (all tap candidates
 # offered, TTBALL_WGMMA_TAPS_NEXT=1). ~4 min; carry `.gpu`:
