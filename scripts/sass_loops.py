@@ -3,8 +3,9 @@ copy with a patch applied) for sm_90a, disassemble it with ``cuobjdump -sass`` (
 toolkit's, else the one Triton ships) and print, per kernel whose name matches, its
 instruction count and each loop (a backward branch) with its length and notable
 instructions. The forty-second session found this way that the tap-partials kernel's halo copy
-is a loop of 27 instructions a 16-byte chunk (16 chunks a thread a tile: ~430 of the ~1,190
-instructions a thread issues a tile, Nsight Compute's count) and its sums 183 a window item.
+is a loop of 28 instructions a 16-byte chunk (16 chunks a thread a tile: ~450 of the ~1,190
+instructions a thread issues a tile, Nsight Compute's count) and its sums 211 an item (the
+tile loop's 675 once, plus 15 more chunks and 0.44 more items a thread: 1,188).
 
     PYTHONPATH=. python scripts/sass_loops.py --kernel taps_kernel [--patch FILE]
 """
