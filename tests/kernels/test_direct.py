@@ -134,9 +134,12 @@ def _compiled_rs() -> set[tuple[int, int, int, int, int]]:
 
 
 def _compiled_tma() -> set[tuple[int, int, int, int, int]]:
-    """(Cin, Cout, TH, 64, WG) of the wgmma kernels instantiated with the TMA halo."""
+    """(Cin, Cout, TH, TW, WG) of the wgmma kernels instantiated with the TMA halo (TW 64; 128
+    for the 64 -> 64 kernel with the pixels as N)."""
     found = re.findall(r"TTBALL_WGMMA_TMA_TILE\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
-    return {(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
+    n128 = re.findall(r"TTBALL_WGMMA_N128_TMA_TILE\((\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    return ({(int(c), int(o), int(h), 64, int(g)) for c, o, h, g in found}
+            | {(int(c), 64, int(h), 128, int(g)) for c, h, g in n128})
 
 
 def _compiled_taps(tma: bool = False) -> set[tuple[int, int, int, int, int]]:
@@ -164,8 +167,8 @@ def test_the_tuner_offers_only_compiled_tiles() -> None:
 def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
         model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unless $TTBALL_WGMMA_TAPS=0, and for transition1 only; the candidates whose GPU tests
-    have not run (TAPS_UNTESTED: the TMA halo, the 6 x 14 tile) only with
-    $TTBALL_WGMMA_TAPS_NEXT=1."""
+    have not run (UNTESTED: the TMA halo, the 6 x 14 and 14 x 14 tiles) only with
+    $TTBALL_DIRECT_NEXT=1."""
     from ttball.kernels.configs import direct_configs
 
     big = 64 * 288 * 512
@@ -177,9 +180,34 @@ def test_the_tuner_offers_the_tap_partials_kernel_unless_told_not_to(
     for value, nxt, want in (("", "", tested), ("0", "", []), ("1", "", tested),
                              ("", "1", tested + untested), ("0", "1", [])):
         monkeypatch.setenv("TTBALL_WGMMA_TAPS", value)
-        monkeypatch.setenv("TTBALL_WGMMA_TAPS_NEXT", nxt)
+        monkeypatch.setenv("TTBALL_DIRECT_NEXT", nxt)
         taps = [(s.out, c) for s in steps for c in direct_configs(s, big, wgmma=True) if c.taps]
         assert sorted((out, c.short()) for out, c in taps) == sorted(("x6", w) for w in want)
+
+
+def test_candidates_whose_gpu_tests_have_not_run_are_withheld_unless_asked(
+        model: BlurBall, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tile of UNTESTED is compiled and only offered with $TTBALL_DIRECT_NEXT=1: the
+    64 -> 64 TMA halos as the tap-partials ones (the tuner checks speed, not results)."""
+    from ttball.kernels.configs import direct_configs
+    from ttball.kernels.direct import UNTESTED
+
+    big = 64 * 288 * 512
+    steps = [s for s in build_plan(model).steps
+             if isinstance(s, Conv) and direct_applies(s) and s.terms[0].src != INPUT]
+
+    def offered_keys() -> set[tuple]:
+        return {(s.terms[0].cin, s.cout, c.direct, c.block_m, c.num_warps // 4, c.tma, c.taps)
+                for s in steps for c in direct_configs(s, big, wgmma=True)}
+
+    compiled_tma = _compiled_tma()
+    for cin, cout, rows, cols, groups, tma, taps in UNTESTED:  # each one is compiled
+        assert (cin, cout, rows, cols, groups) in (
+            _compiled_taps(tma) if taps else compiled_tma if tma else _compiled_wgmma())
+    monkeypatch.delenv("TTBALL_DIRECT_NEXT", raising=False)
+    assert not offered_keys() & UNTESTED
+    monkeypatch.setenv("TTBALL_DIRECT_NEXT", "1")
+    assert UNTESTED <= offered_keys()
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(
@@ -191,7 +219,7 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
     from ttball.kernels.direct import WGMMA_MIN_PIXELS
 
     monkeypatch.setenv("TTBALL_WGMMA_TAPS", "1")
-    monkeypatch.setenv("TTBALL_WGMMA_TAPS_NEXT", "1")
+    monkeypatch.setenv("TTBALL_DIRECT_NEXT", "1")
 
     big, small = 64 * 288 * 512, 72 * 128
     assert small < WGMMA_MIN_PIXELS <= big

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from ttball.kernels.conv import padded
 from ttball.kernels.direct import (
     PAIRS,
-    TAPS_UNTESTED,
     WGMMA,
     WGMMA_MIN_PIXELS,
     WGMMA_MIN_PIXELS_OF,
@@ -23,7 +22,7 @@ from ttball.kernels.direct import (
     WGMMA_TMA,
     direct_applies,
     direct_tiles,
-    taps_next_offered,
+    offered,
     taps_offered,
 )
 from ttball.kernels.plan import INPUT, Conv, SqueezeTail
@@ -194,9 +193,9 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
     those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` (and of
     :data:`~ttball.kernels.direct.WGMMA_TAPS_TMA` with ``taps`` and ``tma``) for steps without
-    SE sums (with :func:`~ttball.kernels.direct.taps_offered`; those of
-    :data:`~ttball.kernels.direct.TAPS_UNTESTED` only with
-    :func:`~ttball.kernels.direct.taps_next_offered`)."""
+    SE sums (with :func:`~ttball.kernels.direct.taps_offered`); those of
+    :data:`~ttball.kernels.direct.UNTESTED` only with
+    :func:`~ttball.kernels.direct.next_offered`."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
@@ -209,16 +208,16 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
                for rows, cols, warps in tiles for stages in (2, 1)]
     if wgmma:  # and the same tiles with the halo copied by TMA, where compiled
         configs += [Config(cols, 4 * groups, stages, direct=rows, tma=True)
-                    for rows, cols, groups in WGMMA_TMA.get(shape, ()) for stages in (2, 1)]
+                    for rows, cols, groups in WGMMA_TMA.get(shape, ())
+                    if offered(shape, rows, cols, groups, tma=True) for stages in (2, 1)]
         # and the kernel with A from registers
         configs += [Config(cols, 4 * groups, stages, direct=rows, rs=True)
                     for rows, cols, groups in WGMMA_RS.get(shape, ()) for stages in (2, 1)]
         if step.se_sum is None and taps_offered():  # and the nine taps as one wgmma's N
-            untested = taps_next_offered()
             configs += [Config(cols, 4 * groups, stages, direct=rows, taps=True, tma=tma)
                         for table, tma in ((WGMMA_TAPS, False), (WGMMA_TAPS_TMA, True))
                         for rows, cols, groups in table.get(shape, ())
-                        if untested or (rows, cols, groups, tma) not in TAPS_UNTESTED
+                        if offered(shape, rows, cols, groups, tma, taps=True)
                         for stages in (2, 1)]
     return configs
 

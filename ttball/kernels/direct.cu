@@ -1126,15 +1126,19 @@ struct WgmmaN128Shape {
   static_assert(SMEM2 <= 227 * 1024, "two halos, the weights and the staging fit one block");
 };
 
-template <int CIN, int TH, int WG>
+// TMA (forty-second session, not measured yet): the halo copied by TMA as conv3x3_wgmma_kernel's
+// (a box a channel plane, an mbarrier a buffer) instead of cp.async, whose loop is 26
+// instructions a 16-byte chunk, ~16 chunks a thread a tile (scripts/sass_loops.py).
+template <int CIN, int TH, int WG, bool TMA = false>
 __global__ void __launch_bounds__(128 * WG)
 conv3x3_wgmma_n128_kernel(half* __restrict__ out, const half* __restrict__ x,
                           const half* __restrict__ w, const float* __restrict__ bias,
                           float* __restrict__ se_sum, int B, int H, int W, int relu, int has_sum,
-                          int pipelined) {
+                          int pipelined, const __grid_constant__ CUtensorMap map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int COUT = 64, TW = 128;
-  using S = WgmmaShape<CIN, COUT, TH, false, TW>;
+  using S = WgmmaShape<CIN, COUT, TH, TMA, TW>;
+  __shared__ __align__(8) uint64_t bars[TMA ? 2 : 1];  // the TMA halos' barriers
   static_assert(TH % WG == 0, "every warpgroup takes TH / WG rows");
   constexpr int ROWS = TH / WG;
   constexpr int STAGE_BYTES = WgmmaN128Shape<CIN, TH, WG>::STAGE_BYTES;
@@ -1149,7 +1153,16 @@ conv3x3_wgmma_n128_kernel(half* __restrict__ out, const half* __restrict__ x,
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  issue_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos, x, t, tiles_w, tiles_img, H, W);
+  if constexpr (TMA) {
+    if (tid == 0) {
+      mbar_init(&bars[0], 1);
+      mbar_init(&bars[1], 1);
+    }
+    __syncthreads();
+    issue_halo_tma<CIN, COUT, TH, TW>(halos, &map, &bars[0], t, tiles_w, tiles_img);
+  } else {
+    issue_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos, x, t, tiles_w, tiles_img, H, W);
+  }
   // the weights as conv3x3_wgmma_kernel lays them out: [tap][c / 8][n][c % 8]
   for (int i = tid; i < 9 * CIN * COUT / 8; i += blockDim.x) {
     const int row = i / (COUT / 8), n0 = i % (COUT / 8) * 8, tap = row / CIN, c = row % CIN;
@@ -1169,8 +1182,16 @@ conv3x3_wgmma_n128_kernel(half* __restrict__ out, const half* __restrict__ x,
   for (int it = 0; t < ntiles; ++it) {
     const int next = pipelined ? t + gridDim.x : ntiles;
     unsigned char* halo = halos + (it & 1) * S::HALO_BYTES;
-    next_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, x,
-                                                  next, ntiles, tiles_w, tiles_img, H, W);
+    if constexpr (TMA) {
+      // the other buffer was last read in the previous tile, before its closing barrier
+      if (next < ntiles)
+        issue_halo_tma<CIN, COUT, TH, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, &map,
+                                          &bars[(it + 1) & 1], next, tiles_w, tiles_img);
+      mbar_wait(&bars[it & 1], (it >> 1) & 1);  // this buffer's (it / 2)-th fill
+    } else {
+      next_halo_planes<CIN, COUT, TH, 128 * WG, TW>(halos + ((it + 1) & 1) * S::HALO_BYTES, x,
+                                                    next, ntiles, tiles_w, tiles_img, H, W);
+    }
     fence_async_shared();
     __syncthreads();
     const int b = t / tiles_img, rem = t % tiles_img;
@@ -1657,16 +1678,21 @@ cudaError_t launch_wgmma_rs(half* out, const half* x, const half* w, const float
                                  has_sum, pipelined);
 }
 
-template <int CIN, int TH, int WG>
+template <int CIN, int TH, int WG, bool TMA>
 cudaError_t launch_wgmma_n128(half* out, const half* x, const half* w, const float* bias,
                               float* se_sum, int B, int H, int W, int relu, int has_sum,
                               int pipelined, int max_blocks, cudaStream_t stream) {
-  using S = WgmmaN128Shape<CIN, TH, WG>;
+  using S = WgmmaN128Shape<CIN, TH, WG>;  // (the cp.async halo's sizes: no smaller with TMA)
   static int resident[64] = {};
-  return launch_tiles<TH, 128>(conv3x3_wgmma_n128_kernel<CIN, TH, WG>, 128 * WG, S::SMEM2,
+  CUtensorMap map = {};  // (unused without TMA)
+  if constexpr (TMA) {
+    const cudaError_t err = halo_map<CIN, TH, 128>(&map, x, B, H, W);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_tiles<TH, 128>(conv3x3_wgmma_n128_kernel<CIN, TH, WG, TMA>, 128 * WG, S::SMEM2,
                                pipelined ? S::SMEM2 : S::SMEM1, resident, B, H, W, pipelined,
                                max_blocks, stream, out, x, w, bias, se_sum, B, H, W, relu,
-                               has_sum, pipelined);
+                               has_sum, pipelined, map);
 }
 
 // The tap-partials kernel: one halo buffer, the same shared memory in either schedule.
@@ -1734,7 +1760,13 @@ cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* b
 // the wgmma kernel with the pixels as N (TH rows x 128 pixels, WG warpgroups; 64 -> 64 only)
 #define TTBALL_WGMMA_N128_TILE(CIN, TH, WG)                                                \
   if (cin == CIN && cout == 64 && th == TH && tw == 128 && wg == WG && variant == 0)                \
-    return (int)ttball_direct::launch_wgmma_n128<CIN, TH, WG>(                              \
+    return (int)ttball_direct::launch_wgmma_n128<CIN, TH, WG, false>(                       \
+        (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
+        pipelined, max_blocks, stream);
+// and with its halo copied by TMA (variant 1)
+#define TTBALL_WGMMA_N128_TMA_TILE(CIN, TH, WG)                                            \
+  if (cin == CIN && cout == 64 && th == TH && tw == 128 && wg == WG && variant == 1)        \
+    return (int)ttball_direct::launch_wgmma_n128<CIN, TH, WG, true>(                        \
         (half*)out, (const half*)x, (const half*)w, bias, se_sum, B, H, W, relu, has_sum,   \
         pipelined, max_blocks, stream);
 #define TTBALL_WGMMA_TMA_TILE(CIN, COUT, TH, WG)                                           \
@@ -1786,6 +1818,11 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
   // and with the pixels as N: 2 rows with one warpgroup (rows overlapped) or two, 1 row
   TTBALL_WGMMA_N128_TILE(64, 2, 1) TTBALL_WGMMA_N128_TILE(64, 2, 2)
   TTBALL_WGMMA_N128_TILE(64, 1, 1)
+  // the same with the TMA halo (forty-second session; offered only with TTBALL_DIRECT_NEXT=1
+  // until its GPU tests run), and the TMA halo for the 64 -> 64 tiles with the pixels as M
+  TTBALL_WGMMA_N128_TMA_TILE(64, 2, 1) TTBALL_WGMMA_N128_TMA_TILE(64, 2, 2)
+  TTBALL_WGMMA_N128_TMA_TILE(64, 1, 1)
+  TTBALL_WGMMA_TMA_TILE(64, 64, 4, 2) TTBALL_WGMMA_TMA_TILE(64, 64, 6, 3)
   // the TMA halo for the tiles the tuner chose in the seventeenth session (measured in the
   // eighteenth: taken by three of the network's steps)
   TTBALL_WGMMA_TMA_TILE(16, 16, 16, 2) TTBALL_WGMMA_TMA_TILE(16, 16, 8, 2)

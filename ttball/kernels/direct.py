@@ -154,7 +154,10 @@ WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # ``Config.tma`` beside them (eighteenth session: the tuner takes them for three of the eight
 # steps they are offered to, 6-17 % faster there; alone, only 32 -> 32 8x64x2 gained).
 WGMMA_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
-    (16, 16): ((16, 64, 2), (8, 64, 2)), (32, 32): ((8, 64, 2), (4, 64, 2))}
+    (16, 16): ((16, 64, 2), (8, 64, 2)), (32, 32): ((8, 64, 2), (4, 64, 2)),
+    # and (forty-second session, not measured yet) 64 -> 64's tiles, with the pixels as M and
+    # as N (the 128-column kernel: its cp.async halo loop ~28 % of its instructions)
+    (64, 64): ((4, 64, 2), (6, 64, 3), (2, 128, 1), (2, 128, 2), (1, 128, 1))}
 # The wgmma kernel with A from registers (``conv3x3_wgmma_rs_kernel``, eighteenth session): each
 # warpgroup walks its consecutive rows' halo rows and uses each halo row's A fragments for the
 # up to three output rows that read it, so A's shared-memory reads fall by 3R / (R + 2) for R
@@ -190,13 +193,18 @@ TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # issue-bound, 38 % of issue slots with 8 warps an SM under Nsight Compute).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
-# The tap-partials candidates built after the forty-second session's last device call, as
-# (rows, columns, warpgroups, tma): their GPU tests have not run, and the tuner checks speed,
-# not results, so it offers them only with $TTBALL_WGMMA_TAPS_NEXT=1 (:func:`taps_next_offered`;
+# The candidates built after the forty-second session's last device call, as (Cin, Cout, rows,
+# columns, warpgroups, tma, taps): their GPU tests have not run, and the tuner checks speed, not
+# results, so it offers them only with $TTBALL_DIRECT_NEXT=1 (:func:`offered`;
 # docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs their tests and A/B with it).
-TAPS_UNTESTED = frozenset({(6, 14, 1, False), (6, 30, 2, True), (6, 14, 1, True),
-                           (14, 14, 2, False), (14, 14, 2, True)})
-TAPS_NEXT_ENV = "TTBALL_WGMMA_TAPS_NEXT"
+UNTESTED = frozenset({
+    (128, 16, 6, 14, 1, False, True), (128, 16, 14, 14, 2, False, True),
+    (128, 16, 6, 30, 2, True, True), (128, 16, 6, 14, 1, True, True),
+    (128, 16, 14, 14, 2, True, True),
+    (64, 64, 4, 64, 2, True, False), (64, 64, 6, 64, 3, True, False),
+    (64, 64, 2, 128, 1, True, False), (64, 64, 2, 128, 2, True, False),
+    (64, 64, 1, 128, 1, True, False)})
+NEXT_ENV = "TTBALL_DIRECT_NEXT"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
 WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
@@ -220,10 +228,17 @@ def taps_offered() -> bool:
     return os.environ.get(TAPS_ENV, "").strip() != "0"
 
 
-def taps_next_offered() -> bool:
-    """Whether the tuner also offers the tap-partials candidates of :data:`TAPS_UNTESTED`:
-    ``$TTBALL_WGMMA_TAPS_NEXT`` is ``1`` (and the kernel is offered, :func:`taps_offered`)."""
-    return taps_offered() and os.environ.get(TAPS_NEXT_ENV, "").strip() == "1"
+def next_offered() -> bool:
+    """Whether the tuner also offers the candidates of :data:`UNTESTED`: ``$TTBALL_DIRECT_NEXT``
+    is ``1``."""
+    return os.environ.get(NEXT_ENV, "").strip() == "1"
+
+
+def offered(shape: tuple[int, int], rows: int, cols: int, groups: int, tma: bool = False,
+            taps: bool = False) -> bool:
+    """Whether the tuner may offer this compiled tile: not one of :data:`UNTESTED`, or
+    :func:`next_offered`."""
+    return (*shape, rows, cols, groups, tma, taps) not in UNTESTED or next_offered()
 
 
 def direct_applies(step: Conv) -> bool:
@@ -414,8 +429,8 @@ def conv3x3_direct(out: Tensor, x: Tensor, w: Tensor, bias: Tensor, se_sum: Tens
     if x.dim() != 4 or out.dim() != 4 or out.shape[:3] != x.shape[:3]:
         raise ValueError(f"x {tuple(x.shape)} and out {tuple(out.shape)}: NHWC with the same "
                          "batch, height and width expected")
-    if tma and tile[1] != 64 and not taps:
-        raise ValueError("tma: only for the wgmma kernels' tiles (64 columns, or taps)")
+    if tma and tile[1] not in (64, 128) and not taps:
+        raise ValueError("tma: only for the wgmma kernels' tiles (64 or 128 columns, or taps)")
     if rs and (tma or tile[1] != 64):
         raise ValueError("rs: only for the wgmma kernel's tiles (64 columns), without tma")
     if taps and (rs or se_sum is not None or (x.shape[3], out.shape[3]) not in WGMMA_TAPS):

@@ -2,7 +2,7 @@
 # Prepared in the forty-second session (not run yet): `ttball bench` of triton-fp16-direct at
 # batch 64 and 1 with the tap-partials kernel left out (TTBALL_WGMMA_TAPS=0), as offered now
 # (the 6 x 30 tile, cp.async halo) and with the untested candidates offered too (the TMA halo,
-# the 6 x 14 tile: TTBALL_WGMMA_TAPS_NEXT=1), alternated
+# the 6 x 14 tile: TTBALL_DIRECT_NEXT=1), alternated
 # twice, each arm with a cache folder of its own (the first run tunes and records, the second
 # takes the records): the headline figures in the usual harness (the forty-second session
 # measured the kernel with scripts/gpu_branches_ab.py only). ~6-7 min. Run after
@@ -19,7 +19,7 @@ bench() {  # arm, its environment setting, round
 for round in 1 2; do
   bench off TTBALL_WGMMA_TAPS=0 "$round"
   bench taps TTBALL_WGMMA_TAPS=1 "$round"
-  bench next TTBALL_WGMMA_TAPS_NEXT=1 "$round"
+  bench next TTBALL_DIRECT_NEXT=1 "$round"
 done
 tar -czf "$OUT/bench.tgz" -C /tmp bench
 grep -H "triton-fp16-direct" /tmp/bench/*/bench.md | head -24

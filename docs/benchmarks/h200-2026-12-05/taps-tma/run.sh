@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # Prepared in the forty-second session (its device time ran out before it; not run): the
-# tap-partials candidates whose GPU tests have not run (ttball.kernels.direct.TAPS_UNTESTED: the
-# halo copied by TMA, variant 4, and the 6 x 14 tile of one warpgroup, two blocks an SM) beside
-# the measured 6 x 30 one, offered to the tuner here with TTBALL_WGMMA_TAPS_NEXT=1.
-#   1. the tap-partials kernels' GPU tests (both halos, both tiles; the library built first);
+# candidates whose GPU tests have not run (ttball.kernels.direct.UNTESTED: the tap-partials
+# kernel's TMA halo, variant 4, its 6 x 14 tile of one warpgroup, two blocks an SM, and its
+# 14 x 14 tile; the 64 -> 64 tiles' TMA halos, with the pixels as M and as N) beside the
+# measured ones, offered to the tuner here with TTBALL_DIRECT_NEXT=1.
+#   1. their GPU tests (the tap partials' and every TMA halo's; the library built first);
 #   2. scripts/gpu_branches_ab.py at batch 64 and 1, triton-fp16-direct as tuned: the network,
-#      and step 5's six best candidates timed by the tuner.
+#      and steps 1's and 5's best candidates as the tuner timed them.
 # Usage (GPU machine, repo root): OUT=/some/dir bash docs/benchmarks/h200-2026-12-05/taps-tma/run.sh
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tma-tcache \
-  TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_WGMMA_TAPS_NEXT=1  # offered to the tuner
-timeout -k 5 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
-  tests/kernels/test_direct.py -k taps > "$OUT/tests.log" 2>&1
+  TTBALL_CACHE_DIR=/tmp/tma-ttball TTBALL_DIRECT_NEXT=1  # offered to the tuner
+timeout -k 5 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+  tests/kernels/test_direct.py -k "taps or tma" > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 8 "$OUT/tests.log"
 [ "$rc" -eq 0 ] || exit 1
 timeout -k 5 "${AB_S:-110}" python3 scripts/gpu_branches_ab.py --batches 64,1 \
-  --variants branches+direct --show-steps 5 --show-top 8 --out "$OUT/tma-ab.json" \
+  --variants branches+direct --show-steps 1,5 --show-top 8 --out "$OUT/tma-ab.json" \
   > "$OUT/tma-ab.log" 2>&1
 echo "A/B rc=$?"
-grep -E "step 5|ms  \(rel" "$OUT/tma-ab.log"
+grep -E "step [15] |ms  \(rel" "$OUT/tma-ab.log"
