@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+import torch
 
 from ttball.backends import Backend
 from ttball.kernels import copies
@@ -78,6 +79,17 @@ class Upload:
     finish: bool = False
 
 
+def make_decoder(device: torch.device, settings: ServeSettings,
+                 wait: bool = True) -> JpegDecoder | DecoderProcess:
+    """The settings' JPEG decoder on ``device``: in ``--decode-processes`` child processes
+    (``wait=False``: started, not waited for; :meth:`DecoderProcess.wait_ready`), else in this
+    process."""
+    if settings.pipeline_decode_processes:
+        return DecoderProcess(device, library=settings.pipeline_decoder,
+                              processes=settings.pipeline_decode_processes, wait=wait)
+    return JpegDecoder(device, library=settings.pipeline_decoder)
+
+
 class DevicePath:
     """The worker's GpuPipeline: sessions open and close here; :meth:`run` (backend thread)
     is the batcher's runner of uploads."""
@@ -89,10 +101,7 @@ class DevicePath:
         ``decoder``: the settings' decoder, made already (default: made here)."""
         self.metrics, self._executor = metrics, executor
         if decoder is None:
-            decoder = (DecoderProcess(backend.device, library=settings.pipeline_decoder,
-                                      processes=settings.pipeline_decode_processes)
-                       if settings.pipeline_decode_processes
-                       else JpegDecoder(backend.device, library=settings.pipeline_decoder))
+            decoder = make_decoder(backend.device, settings)
         self.pipeline = GpuPipeline(backend, config, decoder=decoder,
                                     batch_sizes=settings.warmup_batches,
                                     max_batch=settings.batch_limit, on_batch=metrics.note_batch,

@@ -270,10 +270,9 @@ class Worker:
         s = self.settings
         if not (s.device_pipeline and s.pipeline_decode_processes):
             return None
-        from ttball.kernels.decode_process import DecoderProcess
+        from ttball.serve.device import make_decoder
 
-        return DecoderProcess(resolve_device(s.device), library=s.pipeline_decoder,
-                              processes=s.pipeline_decode_processes, wait=False)
+        return make_decoder(self.backend.device, s, wait=False)
 
     def _warm(self) -> None:
         """Run every batch size: the first call compiles. On CUDA two more calls follow, as
