@@ -76,6 +76,28 @@ def small_weights(tmp_path_factory: pytest.TempPathFactory, small_model: BlurBal
 
 
 @pytest.fixture()
+def cache_backends(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict]:
+    """Two eager backends registered for the test, ``test-cached`` (tagged ``disk-cache``) and
+    ``test-plain``: the dict they fill with the options each was created with (``--compile-
+    cache``'s ``cache_dir`` reaches only the first)."""
+    from ttball.backends import base
+    from ttball.backends.eager import EagerBackend
+
+    given: dict[str, dict] = {}
+
+    def factory(tag):  # type: ignore[no-untyped-def]
+        def make(model, device, **options):  # type: ignore[no-untyped-def]
+            given[tag] = options
+            return EagerBackend(model, device)
+        return make
+
+    for name, tags in (("test-cached", ("disk-cache",)), ("test-plain", ())):
+        entry = base.BackendSpec(name, factory(name), name, base._always, frozenset(tags))
+        monkeypatch.setitem(base._REGISTRY, name, entry)
+    return given
+
+
+@pytest.fixture()
 def clip(tmp_path: Path) -> Path:
     path = tmp_path / "clip.mp4"
     draw_clip(path)

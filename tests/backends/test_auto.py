@@ -55,24 +55,14 @@ def test_unavailable_candidates_are_skipped_with_their_reason(isolated, trained_
 
 
 def test_the_trials_of_disk_cache_backends_get_the_cache_folder(isolated, trained_small,
-                                                                tmp_path, monkeypatch) -> None:
+                                                                tmp_path, cache_backends) -> None:
     """``serve --compile-cache DIR --backend auto``: a trial of a backend tagged ``disk-cache``
     compiles and tunes into DIR (its tuning records there for the backend then served), the
     others get no such option."""
-    given = {}
-
-    def factory(tag):
-        def make(model, device, **options):
-            given[tag] = options
-            return EagerBackend(model, device)
-        return make
-
-    for name, tags in (("test-cached", ("disk-cache",)), ("test-plain", ())):
-        entry = base.BackendSpec(name, factory(name), name, base._always, frozenset(tags))
-        monkeypatch.setitem(base._REGISTRY, name, entry)
     auto.choose_backend(trained_small, "cpu", candidates=("test-cached", "test-plain"),
                         cache_dir=tmp_path / "compiled")
-    assert given == {"test-cached": {"cache_dir": str(tmp_path / "compiled")}, "test-plain": {}}
+    assert cache_backends == {"test-cached": {"cache_dir": str(tmp_path / "compiled")},
+                              "test-plain": {}}
     assert base.cache_options("test-cached", None) == {}
 
 

@@ -123,24 +123,10 @@ def test_failed_run_leaves_previous_csv_intact(tmp_path, clip, small_weights, ca
 
 
 def test_compile_cache_reaches_a_disk_cache_backend_and_the_compilers(
-        tmp_path, clip, small_weights, monkeypatch) -> None:
+        tmp_path, clip, small_weights, monkeypatch, cache_backends) -> None:
     """``track --compile-cache DIR``: a backend tagged ``disk-cache`` gets ``cache_dir`` DIR
     (its tuning records there), torch.compile's inductor and Triton caches go under DIR unless
     the environment names them, as ``serve --compile-cache``; other backends get nothing."""
-    from ttball.backends import base
-    from ttball.backends.eager import EagerBackend
-
-    given = {}
-
-    def factory(tag):
-        def make(model, device, **options):
-            given[tag] = options
-            return EagerBackend(model, device)
-        return make
-
-    for name, tags in (("test-cached", ("disk-cache",)), ("test-plain", ())):
-        entry = base.BackendSpec(name, factory(name), name, base._always, frozenset(tags))
-        monkeypatch.setitem(base._REGISTRY, name, entry)
     for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # restored after the test
         monkeypatch.setenv(name, "unset")
         monkeypatch.delenv(name)
@@ -149,6 +135,7 @@ def test_compile_cache_reaches_a_disk_cache_backend_and_the_compilers(
         assert run_cli(clip, "--weights", small_weights, "--out", tmp_path / backend,
                        "--device", "cpu", "--backend", backend,
                        "--compile-cache", compiled) == 0
-    assert given == {"test-cached": {"cache_dir": str(compiled.resolve())}, "test-plain": {}}
+    assert cache_backends == {"test-cached": {"cache_dir": str(compiled.resolve())},
+                              "test-plain": {}}
     assert os.environ["TRITON_CACHE_DIR"] == str(compiled.resolve() / "triton")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(compiled.resolve() / "inductor")
