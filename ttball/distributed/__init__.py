@@ -1,6 +1,6 @@
 """ttball on Ray: batch tracking of a video archive (:mod:`.archive`) and the worker as a Ray
-Serve application (:mod:`.serve`, with ``serve_ingress``, ``serve_stream``, ``serve_replica``,
-``serve_router`` and ``serve_metrics``).
+Serve application (:mod:`.serve`, with ``serve_ingress``, ``serve_routes``, ``serve_stream``,
+``serve_replica``, ``serve_router`` and ``serve_metrics``).
 
 Ray is imported only when a job or an application runs, so ``import ttball.distributed`` works
 without it.

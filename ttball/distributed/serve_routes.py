@@ -1,0 +1,150 @@
+"""The routes of ``ttball serve --ray``'s ingress: health, sessions and ``/v1/track``.
+
+The WebSocket route is in :mod:`.serve_stream`, KServe v2's in :mod:`ttball.serve.oip`; each
+route's work is :class:`~.serve_ingress.Ingress`'s (the replicas, the sessions' counters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ttball import __version__
+from ttball.distributed.serve_ingress import Ingress, ReplicaLost
+from ttball.distributed.serve_metrics import merge
+from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
+from ttball.serve.sessions import SessionOptions
+from ttball.serve.settings import ApiError
+from ttball.serve.track import spool
+from ttball.serve.uploads import read_body, split_body
+
+
+# -- the app -------------------------------------------------------------------------------------
+def build_app(ingress: Ingress) -> FastAPI:
+    from ttball.distributed.serve_stream import add_stream
+    from ttball.serve import oip
+
+    app = FastAPI(title="ttball worker (Ray Serve)", version=__version__,
+                  lifespan=ingress.lifespan, docs_url="/docs", redoc_url=None)
+    add_error_handlers(app, ingress.metrics)
+    app.add_middleware(Gate, token=ingress.settings.token, metrics=ingress.metrics)
+    _add_health(app, ingress)
+    _add_sessions(app, ingress)
+    add_stream(app, ingress)
+    _add_track(app, ingress)
+    app.include_router(oip.router(ingress))  # type: ignore[arg-type]
+    mount_web(app, ingress.settings)
+    return app
+
+
+def _add_health(app: FastAPI, ingress: Ingress) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "alive", "phase": ingress.phase}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        await ingress.each_replica()
+        return JSONResponse(ingress.readiness(), 200 if ingress.ready else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        replicas = await ingress.each_replica()
+        body = merge(ingress.metrics.render(), [(r["replica"], r["metrics"]) for r in replicas])
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1")
+    async def info() -> dict[str, Any]:
+        return ingress.info()
+
+
+def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
+    settings = ingress.settings
+
+    @app.post("/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> JSONResponse:
+        body = await read_body(request, JSON_LIMIT)
+        try:
+            data = json.loads(body) if body.strip() else {}
+        except ValueError as exc:
+            raise ApiError(400, "bad_json", f"session options are not JSON: {exc}") from None
+        described = await ingress.open(SessionOptions.from_json(data))
+        return JSONResponse(described, 201, headers={"Location": f"/v1/sessions/{described['id']}"})
+
+    @app.get("/v1/sessions")
+    async def list_sessions() -> dict[str, Any]:
+        ingress.require_ready()
+        remote = {s["id"]: s for r in await ingress.each_replica() for s in r["sessions"]}
+        return {"sessions": [s.describe(remote.get(s.id)) for s in ingress.sessions.values()]}
+
+    @app.get("/v1/sessions/{sid}")
+    async def get_session(sid: str) -> dict[str, Any]:
+        session = ingress.session(sid)
+        return session.describe(await ingress.call(sid, "describe", sid))
+
+    @app.post("/v1/sessions/{sid}/frames")
+    async def post_frames(sid: str, request: Request, frame: int | None = None,
+                          t: float | None = None, width: int | None = None,
+                          height: int | None = None) -> dict[str, Any]:
+        session = ingress.session(sid)
+        if session.attached:
+            raise ApiError(409, "session_busy", f"session {sid} is driven by a WebSocket")
+        body = await read_body(request, settings.max_body_bytes)
+        parts = split_body(request.headers.get("content-type", ""), body, settings, width, height)
+        async with session.lock:
+            return await ingress.push(session, parts, frame, t)
+
+    @app.post("/v1/sessions/{sid}/finish")
+    async def finish(sid: str) -> dict[str, Any]:
+        session = ingress.session(sid)
+        async with session.lock:
+            reply = await ingress.result(ingress.send_finish(session, session.last_index + 1))
+            ingress.note(session, reply)
+        ingress.forget(sid, "finished")
+        return {"session": sid, "results": reply["results"], "frames": session.frames,
+                "windows": session.windows_before + session.windows}
+
+    @app.delete("/v1/sessions/{sid}")
+    async def delete(sid: str) -> dict[str, Any]:
+        ingress.require_ready()
+        if ingress.forget(sid, "deleted") is None:
+            raise ApiError(404, "unknown_session", f"no session {sid!r}")
+        try:
+            await ingress.call(sid, "delete", sid)
+        except ReplicaLost:
+            pass  # nothing left to delete
+        return {"deleted": sid}
+
+
+# -- /v1/track: a whole video on one replica ------------------------------------------------------
+def _add_track(app: FastAPI, ingress: Ingress) -> None:
+    @app.post("/v1/track")
+    async def track(request: Request, step: int = 3, threshold: float | None = None,
+                    dedup_ssim: float | None = None) -> StreamingResponse:
+        ingress.require_ready()
+        options = SessionOptions.from_json(
+            {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
+        path = await spool(request, ingress.settings.max_video_bytes)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        finally:
+            path.unlink(missing_ok=True)
+        lines = ingress.send(None, "track", data, path.suffix, options, stream=True)
+        try:
+            first = await ingress.result(lines.__anext__())
+        except StopAsyncIteration:
+            first = b""
+        return StreamingResponse(_rest(first, lines), media_type="application/x-ndjson")
+
+
+async def _rest(first: bytes, lines: Any) -> AsyncIterator[bytes]:
+    yield first
+    async for line in lines:
+        yield line
