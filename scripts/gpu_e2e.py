@@ -74,6 +74,7 @@ from ttball.kernels.prepost import (
     gpu_jpeg_reason,
     packed_stats,
 )
+from ttball.kernels.prepost_image import RESIZE_MODES
 from ttball.model import load_model
 from ttball.model.config import WeightsConfig
 from ttball.pipeline import infer_windows
@@ -185,15 +186,20 @@ def stage_decode(blobs: list[bytes], device: torch.device, batch: int) -> dict[s
 
 def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig,
                  batch: int, budget: Budget) -> dict[str, Any]:
+    """Each resize mode on a stacked batch, and the serving path's list of frames (two runs,
+    as two decode children copy them out): ``*_list`` stacks it first (eager, compiled) or
+    reads it in place (the Triton kernel)."""
     frames = [decode_cv2(b) for b in blobs[: min(len(blobs), batch)]]
     stacked = torch.stack(frames).to(device)
     stacked = stacked.repeat(batch // len(frames) + 1, 1, 1, 1)[:batch].contiguous()
+    half = batch // 2
+    listed = [*stacked[:half].clone().unbind(0), *stacked[half:].clone().unbind(0)]
     out: dict[str, Any] = {"batch": batch}
-    for label, compiled in (("eager", False), ("compiled", True)):
-        if budget.left() < (40 if compiled else 5):
+    for label, mode in (("eager", "eager"), ("compiled", "compile"), ("triton", "triton")):
+        if budget.left() < (40 if mode == "compile" else 5):
             out[label] = {"skipped": "time budget"}
             continue
-        resizer = Resizer(config.input_height, config.input_width, compile=compiled)
+        resizer = Resizer(config.input_height, config.input_width, mode=mode)
         start = time.perf_counter()
         small = resizer(stacked)
         sync()
@@ -202,8 +208,11 @@ def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig
                            interpolation=cv2.INTER_LINEAR) for f in frames[:4]]
         exact = all(torch.equal(s.permute(1, 2, 0).cpu(), torch.from_numpy(w))
                     for s, w in zip(small, want))
+        exact_list = torch.equal(resizer(listed), small)
         out[label] = {**rate(lambda r=resizer: r(stacked), batch), "first_call_s": first_s,
-                      "bit_exact_vs_cv2": exact, "compile_error": resizer.compile_error}
+                      "bit_exact_vs_cv2": exact, "list_equal": exact_list,
+                      "running": resizer.running, "compile_error": resizer.compile_error}
+        out[f"{label}_list"] = rate(lambda r=resizer: r(listed), batch)
     return out
 
 
@@ -282,12 +291,12 @@ def load_weights(weights: str | None, input_size: str | None) -> Any:
 def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int, batch: int,
             step: int, seconds: float, decoder: JpegDecoder, sync_stages: bool,
             warm_pushes: int = 3, overlap: bool = False,
-            compile_resize: bool = False, stagger: bool = True) -> dict[str, Any]:
+            resize: str = "eager", stagger: bool = True) -> dict[str, Any]:
     device = backend.device
     timer = StageTimer(device, sync=sync_stages)
     pipeline, per_push = open_pipeline(backend, config, sessions, batch, step, decoder, timer,
                                        blobs=blobs if stagger else None, overlap=overlap,
-                                       compile_resize=compile_resize)
+                                       resize=resize)
     offset, latencies, frames, rows = 0, [], 0, 0
     start = time.perf_counter()
     pushes = 0
@@ -314,7 +323,7 @@ def run_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: i
     out = {
         "batch": batch, "step": step, "sessions": sessions, "frames_per_push": per_push,
         "phases": "staggered" if stagger else "aligned", "overlap": overlap,
-        "compile_resize": pipeline.resizer.compiled,
+        "resize": pipeline.resizer.running,
         "decoder": decoder.kind, "pushes": len(latencies), "frames": frames, "rows_out": rows,
         "frames_per_s": frames / elapsed,
         "push_ms_p50": float(np.percentile(lat, 50)), "push_ms_p99": float(np.percentile(lat, 99)),
@@ -350,7 +359,7 @@ def stage_e2e(backend: Any, config: WeightsConfig, blobs: list[bytes], args: arg
             try:
                 row = run_e2e(backend, config, blobs, args.sessions, b, args.step, seconds,
                               decoder, sync_stages, overlap=overlap,
-                              compile_resize=args.compile_resize,
+                              resize=args.resize,
                               stagger=not args.aligned_phases)
             except Exception as exc:  # noqa: BLE001
                 row = {"batch": b, "sync_stages": sync_stages,
@@ -428,7 +437,7 @@ def top_kernels(averages: list[Any], n: int, per: int, unit: str) -> list[dict[s
 
 def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sessions: int,
                    batch: int, step: int, overlap: bool, pushes: int | None = None,
-                   trace: Path | None = None, compile_resize: bool = False,
+                   trace: Path | None = None, resize: str = "eager",
                    decoder: str = "nvjpeg", stagger: bool = True) -> dict[str, Any]:
     """``pushes`` pushes (after 3 warm ones) under the profiler; see the module docstring.
     By default, enough pushes for every session to complete two windows: windows come in
@@ -440,7 +449,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     pipeline, per_push = open_pipeline(backend, config, sessions, batch, step,
                                        JpegDecoder(device, library=decoder),
                                        _ProfiledTimer(device), blobs=blobs if stagger else None,
-                                       overlap=overlap, compile_resize=compile_resize)
+                                       overlap=overlap, resize=resize)
     if pushes is None:
         pushes = max(6, -(-2 * sessions * 3 // per_push))
     offset = 0
@@ -469,7 +478,7 @@ def profile_pushes(backend: Any, config: WeightsConfig, blobs: list[bytes], sess
     frames = per_push * pushes
     return {
         "batch": batch, "overlap": overlap, "decoder": pipeline.decoder.kind,
-        "compile_resize": pipeline.resizer.compiled, "pushes": pushes, "frames_per_push": per_push,
+        "resize": pipeline.resizer.running, "pushes": pushes, "frames_per_push": per_push,
         "wall_ms_per_push": 1e3 * wall / pushes, "us_per_frame": 1e6 * wall / frames,
         "stages_ms_per_push": per_stage,
         "wait_ms_per_push": sum(w.time_range.elapsed_us() for w in waits) / 1e3 / pushes,
@@ -492,7 +501,7 @@ def stage_profile(backend: Any, config: WeightsConfig, blobs: list[bytes],
     trace = Path(args.trace) if args.trace else None
     return {mode: profile_pushes(backend, config, blobs, args.sessions, batch, args.step,
                                  overlap=mode == "overlap", trace=trace,
-                                 compile_resize=args.compile_resize, decoder=args.decoder,
+                                 resize=args.resize, decoder=args.decoder,
                                  stagger=not args.aligned_phases)
             for mode in ("serial", "overlap")}
 
@@ -643,8 +652,10 @@ def main() -> None:
     parser.add_argument("--decoder", default="nvjpeg", choices=DECODERS,
                         help="e2e, e2e_overlap, parity and profile stages: the pipeline's JPEG "
                              "decoder")
-    parser.add_argument("--compile-resize", action="store_true",
-                        help="e2e and profile stages: the pipeline's resize fused by torch.compile")
+    parser.add_argument("--resize", default="eager", choices=RESIZE_MODES,
+                        help="e2e and profile stages: the pipeline's resize (Resizer's mode)")
+    parser.add_argument("--compile-resize", dest="resize", action="store_const", const="compile",
+                        help="the same as --resize compile")
     parser.add_argument("--aligned-phases", action="store_true",
                         help="e2e and profile stages: every session's windows in phase, so they "
                              "come in bursts (the feed before the twentieth session; default: "

@@ -108,7 +108,7 @@ def _lane(args: argparse.Namespace, batch: int, sessions: int, blobs: list[bytes
             backend, config, sessions, batch, args.step,
             JpegDecoder(backend.device, library=args.decoder), StageTimer(backend.device),
             blobs=None if args.aligned_phases else blobs, overlap=True,
-            compile_resize=args.compile_resize)
+            resize=args.resize)
         offset = 0
         for _ in range(3):  # warm: the resize's compile, the graphs, the decoder's buffers
             pipeline.push(feed(blobs, sessions, per_push, offset))
@@ -341,7 +341,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="pushing, per row")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--decoder", default="nvjpeg")
-    parser.add_argument("--compile-resize", action="store_true")
+    parser.add_argument("--resize", default="eager", choices=("eager", "compile", "triton"))
+    parser.add_argument("--compile-resize", dest="resize", action="store_const", const="compile")
     parser.add_argument("--aligned-phases", action="store_true",
                         help="every session's windows in phase (bursts; the rows before the "
                              "twentieth session's lanes); default: staggered")

@@ -35,7 +35,7 @@ def main() -> None:
         sys.exit("gpu_resize_warm.py needs a CUDA GPU")
     torch._logging.set_logs(recompiles=True)
     dev = torch.device("cuda")
-    resize = Resizer(288, 512, compile=True)
+    resize = Resizer(288, 512, mode="compile")
     calls = [(3 * w, 576, 1024, "warm-up") for w in (1, 2, 4, 8, 16)]
     calls += [(n, 720, 1280, "load") for n in (48, 45, 96, 93, 144, 16, 17, 300, 48)]
     calls += [(n, 1080, 1920, "1080p") for n in (48, 96)]

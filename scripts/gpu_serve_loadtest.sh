@@ -14,8 +14,9 @@
 #   warm restart: the cold-started server takes the load; saves ~40 s), KEEP_GOING=1 (run every
 #   count in SESSIONS even after one misses p99 < 50 ms: the whole curve; still stops on drops),
 #   OVERLAP=1 (with DEVICE_PIPELINE=1: serve --pipeline-overlap), COMPILE_RESIZE=1 (with
-#   DEVICE_PIPELINE=1: serve --pipeline-compile-resize), DECODER=nvimgcodec|cv2 (serve --jpeg-decoder),
-#   LANES=N (with DEVICE_PIPELINE=1: serve --pipeline-lanes N).
+#   DEVICE_PIPELINE=1: serve --pipeline-compile-resize), RESIZE=eager|compile|triton (with
+#   DEVICE_PIPELINE=1: serve --pipeline-resize; wins over COMPILE_RESIZE), DECODER=nvimgcodec|cv2
+#   (serve --jpeg-decoder), LANES=N (with DEVICE_PIPELINE=1: serve --pipeline-lanes N).
 # CPU smoke test of the script itself (skip the wheel line):
 #   tail -n +N scripts/gpu_serve_loadtest.sh | DEVICE=cpu BACKEND=eager-fp32 BATCHES=1 \
 #     SESSIONS="1 2" DURATION=2 OUT=/tmp/x bash
@@ -63,6 +64,7 @@ start() {
     --max-queue 1024 --max-sessions 256 --log-level warning $([ -n "${VERIFY:-}" ] && echo --verify) \
     $([ -n "$DEVICE_PIPELINE" ] && echo --device-pipeline) $([ -n "${OVERLAP:-}" ] && echo --pipeline-overlap) \
     $([ -n "${COMPILE_RESIZE:-}" ] && echo --pipeline-compile-resize) \
+    $([ -n "${RESIZE:-}" ] && echo --pipeline-resize "$RESIZE") \
     $([ -n "${DECODER:-}" ] && echo --jpeg-decoder "$DECODER") \
     $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
     > "$S/server-$label.log" 2>&1 &

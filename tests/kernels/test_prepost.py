@@ -781,7 +781,7 @@ def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
 
 
 def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> None:
-    """compile_resize=True (``serve --pipeline-compile-resize``): the torch.compile'd resize is
+    """resize="compile" (``serve --pipeline-resize compile``): the torch.compile'd resize is
     bit-exact, so the rows are the eager pipeline's; one compile serves two source sizes and
     every batch size (about 7 s on two CPU cores)."""
     sessions = {
@@ -789,7 +789,7 @@ def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> Non
         "b": (session_frames(10, (256, 144), streak=False), StreamOptions(step=1)),
     }
     eager = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
-    compiled = cpu_pipeline(small_config, compile_resize=True)
+    compiled = cpu_pipeline(small_config, resize="compile")
     got = gpu_rows(compiled, sessions, 60.0, chunk=5)
     assert compiled.resizer.compiled and compiled.resizer.compile_error is None
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
@@ -873,7 +873,7 @@ def test_warm_resize_compiles_every_graph_a_worker_needs() -> None:
 
     from ttball.kernels.prepost_image import Resizer
 
-    resize = Resizer(36, 64, compile=True)
+    resize = Resizer(36, 64, mode="compile")
     resize.warm(torch.device("cpu"))
     graphs = counters["stats"]["unique_graphs"]
     for count, h, w in ((1, 72, 128), (3, 72, 128), (7, 90, 160), (1, 144, 256)):

@@ -6,6 +6,7 @@ default mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 import threading
 import time
@@ -353,6 +354,7 @@ def test_readiness_info_and_metrics(servers, jpegs) -> None:
     assert client.readiness()["device_pipeline"]["lanes"] == 1
     assert client.readiness()["device_pipeline"]["graphs_frozen"] is False  # one lane: lazy
     assert client.readiness()["device_pipeline"]["compile_resize"] is False
+    assert client.readiness()["device_pipeline"]["resize"] == "eager"
     assert client.readiness()["device_pipeline"]["fused_windows"] == 0  # no Triton path on a CPU
     assert servers["overlap"].readiness()["device_pipeline"]["overlap"] is True
     assert servers["host"].readiness()["device_pipeline"] is None
@@ -679,18 +681,23 @@ def test_cli_flag_sets_the_mode() -> None:
     with pytest.raises(UserError, match="--pipeline-overlap needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-overlap"]))
     fused = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-compile-resize"]))
-    assert fused.pipeline_compile_resize and not both.pipeline_compile_resize
-    with pytest.raises(UserError, match="--pipeline-compile-resize needs --device-pipeline"):
+    assert fused.pipeline_resize == "compile" and both.pipeline_resize == "eager"
+    kernel = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-resize", "triton"]))
+    assert kernel.pipeline_resize == "triton"
+    with pytest.raises(UserError, match="--pipeline-resize needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-compile-resize"]))
+    with pytest.raises(UserError, match="--pipeline-resize must be one of eager, compile, triton"):
+        dataclasses.replace(both, pipeline_resize="fast").validate()
     assert both.pipeline_depth == 1 and not both.pipeline_stats_stream
     deep = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
                                             "--pipeline-depth", "2", "--stats-stream"]))
     assert deep.pipeline_depth == 2 and deep.pipeline_stats_stream
     assert both.pipeline_decoder == "nvjpeg"
     from ttball.kernels.prepost import DECODERS
-    from ttball.serve.settings import JPEG_DECODERS
+    from ttball.kernels.prepost_image import RESIZE_MODES as MODES
+    from ttball.serve.settings import JPEG_DECODERS, RESIZE_MODES
 
-    assert JPEG_DECODERS == DECODERS
+    assert JPEG_DECODERS == DECODERS and RESIZE_MODES == MODES
     chosen = settings_from(parser.parse_args(["--device-pipeline", "--jpeg-decoder", "nvimgcodec"]))
     assert chosen.pipeline_decoder == "nvimgcodec"
     with pytest.raises(UserError, match="--jpeg-decoder needs --device-pipeline"):

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 from ttball.errors import UserError
-from ttball.serve.settings import JPEG_DECODERS
+from ttball.serve.settings import JPEG_DECODERS, RESIZE_MODES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,9 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --pipeline-overlap on CUDA and a CUDA-graph backend: each call's "
                         "candidate statistics on a stream of their own, so a lane's next network "
                         "does not queue behind them (docs/serve.md)")
-    p.add_argument("--pipeline-compile-resize", action="store_true",
-                   help="with --device-pipeline: fuse the device resize with torch.compile "
-                        "(bit-exact; compiles for a few seconds during warm-up; docs/serve.md)")
+    p.add_argument("--pipeline-resize", default="eager", choices=RESIZE_MODES,
+                   help="with --device-pipeline: the device resize as torch ops (default), fused "
+                        "by torch.compile (compiles for a few seconds during warm-up) or one "
+                        "Triton kernel; all bit-exact with cv2 (docs/serve.md)")
+    p.add_argument("--pipeline-compile-resize", dest="pipeline_resize", action="store_const",
+                   const="compile", help="the same as --pipeline-resize compile")
     p.add_argument("--jpeg-decoder", default="nvjpeg", choices=JPEG_DECODERS,
                    help="with --device-pipeline: nvJPEG through torchvision (default), NVIDIA "
                         "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), "
@@ -154,7 +157,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_overlap=args.pipeline_overlap,
         pipeline_depth=args.pipeline_depth,
         pipeline_stats_stream=args.stats_stream,
-        pipeline_compile_resize=args.pipeline_compile_resize,
+        pipeline_resize=args.pipeline_resize,
         pipeline_decoder=args.jpeg_decoder,
         pipeline_decode_processes=args.decode_processes,
         pipeline_decode_ahead=args.decode_ahead,

@@ -152,7 +152,7 @@ class GpuPipeline:
         post: PostOptions | None = None,
         timer: StageTimer | None = None,
         graphs: bool | None = None,
-        compile_resize: bool = False,
+        resize: str = "eager",
         max_batch: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
         overlap: bool = False,
@@ -162,7 +162,8 @@ class GpuPipeline:
         carry: bool = False,
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
-        ``compile_resize``: the resize fused by ``torch.compile``; ``max_batch``: windows per
+        ``resize``: the resize's :class:`Resizer` mode (``"eager"``, ``"compile"``: fused by
+        ``torch.compile``, ``"triton"``: one Triton kernel); ``max_batch``: windows per
         backend call at most (default: the largest batch size), each call padded up to one of
         ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
         ``overlap``: a push leaves its batches running and returns the previous push's rows
@@ -185,7 +186,7 @@ class GpuPipeline:
         self.backend, self.config = backend, config
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
-        self.resizer = Resizer(config.input_height, config.input_width, compile=compile_resize)
+        self.resizer = Resizer(config.input_height, config.input_width, mode=resize)
         self._normalize = normalizer(config, self.device)
         self.sizes = sorted(set(batch_sizes))
         self.max_batch = max_batch or self.sizes[-1]
@@ -496,7 +497,7 @@ class GpuPipeline:
             groups[tuple(image.shape)].append(i)
         smalls: list[Tensor] = list(images)
         for members in groups.values():
-            for i, small in zip(members, self.resizer(torch.stack([images[i] for i in members]))):
+            for i, small in zip(members, self.resizer([images[i] for i in members])):
                 smalls[i] = small
         previous: list[tuple[Tensor, Tensor] | None] = []
         last = {id(s): (s.last_frame, s.last_small) for s in sessions}

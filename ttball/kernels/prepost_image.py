@@ -244,33 +244,58 @@ def _taps(src: int, dst: int, clamp: bool) -> tuple[np.ndarray, np.ndarray, np.n
     return np.clip(lo, 0, src - 1), np.clip(lo + 1, 0, src - 1), w_lo, w_hi
 
 
+RESIZE_MODES = ("eager", "compile", "triton")
+MAX_RUNS = 4  # a list of frames in more runs than this is stacked (each run is a launch)
+
+
 class Resizer:
     """``(B, 3, H, W) uint8`` → ``(B, 3, height, width) uint8`` on the input's device, equal to
     ``cv2.resize(rgb, (width, height), interpolation=cv2.INTER_LINEAR)`` per frame.
 
-    The tap tables are built once per source size and device. Eager, the fixed-point arithmetic
-    is about a dozen ``int32`` passes over the output; ``compile=True`` fuses them with
-    ``torch.compile`` (dynamic batch size; if compiling fails, ``compile_error`` says why and
-    the eager version runs).
+    The tap tables are built once per source size and device. ``mode``: ``"eager"``, the
+    fixed-point arithmetic as about a dozen ``int32`` passes over the output; ``"compile"``,
+    those passes fused by ``torch.compile`` (dynamic batch size); ``"triton"``, one Triton
+    kernel doing the same arithmetic (:mod:`ttball.kernels.prepost_resize`; CUDA, or Triton's
+    interpreter); all three equal bit for bit. If the chosen one fails, ``compile_error`` says
+    why and the eager version runs. A call may also take a list of frames: those laid one after
+    another in one buffer (a decode call's run) are read in place, without a stack's copy, by
+    the Triton kernel.
     """
 
-    def __init__(self, height: int, width: int, compile: bool = False) -> None:
-        self.height, self.width = height, width
+    def __init__(self, height: int, width: int, mode: str = "eager") -> None:
+        if mode not in RESIZE_MODES:
+            raise ValueError(f"mode must be one of {', '.join(RESIZE_MODES)}, got {mode!r}")
+        self.height, self.width, self.mode = height, width, mode
         self._tables: dict[tuple[int, int, torch.device], tuple[Tensor, ...]] = {}
-        self._core = torch.compile(_resize_taps, dynamic=True) if compile else _resize_taps
+        self._core: Any = _resize_taps
         self.compile_error: str | None = None
+        if mode == "compile":
+            self._core = torch.compile(_resize_taps, dynamic=True)
+        elif mode == "triton":
+            try:
+                from ttball.kernels.prepost_resize import resize
+            except ImportError as exc:
+                self.compile_error = f"{type(exc).__name__}: {exc}"
+            else:
+                self._core = resize
 
     @property
     def compiled(self) -> bool:
         """Whether the compiled resize runs (False: eager, asked for or after a failed compile)."""
-        return self._core is not _resize_taps
+        return self.mode == "compile" and self._core is not _resize_taps
+
+    @property
+    def running(self) -> str:
+        """The mode that runs: ``mode``, or ``"eager"`` after the chosen one failed."""
+        return "eager" if self._core is _resize_taps else self.mode
 
     def warm(self, device: torch.device) -> None:
-        """Compile every graph a worker can need, before it is ready: one for a single frame
-        (Dynamo specializes a size of 1) and one for any other count and source size. Without
-        it the first push of a lone frame compiled again: a 2-5 s stall under load (seventh
-        session, ``serve-h200.md``). A no-op when eager."""
-        if self.compiled:
+        """Compile every graph or kernel a worker can need, before it is ready: for
+        ``"compile"`` one graph for a single frame (Dynamo specializes a size of 1) and one for
+        any other count and source size (without it the first push of a lone frame compiled
+        again: a 2-5 s stall under load, seventh session, ``serve-h200.md``); for ``"triton"``
+        its kernel. A no-op when eager."""
+        if self.running != "eager":
             for count in (1, 2):
                 self(torch.zeros(count, 3, 16, 24, dtype=torch.uint8, device=device))
 
@@ -285,7 +310,9 @@ class Resizer:
             self._tables[key] = (*xs, *ys)
         return self._tables[key]
 
-    def __call__(self, frames: Tensor) -> Tensor:
+    def __call__(self, frames: Tensor | Sequence[Tensor]) -> Tensor:
+        if not isinstance(frames, Tensor):
+            return self._resize_list(frames)
         if frames.dtype != torch.uint8 or frames.dim() != 4:
             raise ValueError(f"expected (B, C, H, W) uint8 frames, got {frames.dtype} {tuple(frames.shape)}")
         src_h, src_w = frames.shape[-2:]
@@ -297,9 +324,41 @@ class Resizer:
         try:
             return self._core(frames, *tables)
         except Exception as exc:  # noqa: BLE001  (reported in compile_error; eager is exact too)
-            self.compile_error = f"{type(exc).__name__}: {exc}"
-            self._core = _resize_taps
+            self._fail(exc)
             return _resize_taps(frames, *tables)
+
+    def _resize_list(self, frames: Sequence[Tensor]) -> Tensor:
+        """A list of ``(3, H, W)`` frames of one size. The Triton kernel reads them in place
+        when they make at most ``MAX_RUNS`` runs in buffers (:func:`~ttball.kernels.
+        prepost_resize.runs`: a decode call's frames, one run a decode child), a launch a run,
+        instead of after a stack's copy of every frame (2.8 MB a 1280×720 frame, read and
+        written); otherwise, and in the other modes, their stack is resized."""
+        first = frames[0] if len(frames) else None
+        if (self.running != "triton" or first is None or first.dtype != torch.uint8
+                or first.dim() != 3 or tuple(first.shape[-2:]) == (self.height, self.width)
+                or any(f.shape != first.shape for f in frames)):
+            return self(torch.stack(list(frames)))
+        from ttball.kernels.prepost_resize import runs
+
+        views = runs(frames)
+        if len(views) > MAX_RUNS:
+            return self(torch.stack(list(frames)))
+        tables = self._table(first.shape[-2], first.shape[-1], first.device)
+        out = torch.empty(len(frames), first.shape[0], self.height, self.width,
+                          dtype=torch.uint8, device=first.device)
+        start = 0
+        try:
+            for view in views:
+                self._core(view, *tables, out=out[start:start + len(view)])
+                start += len(view)
+        except Exception as exc:  # noqa: BLE001  (as in __call__)
+            self._fail(exc)
+            return _resize_taps(torch.stack(list(frames)), *tables)
+        return out
+
+    def _fail(self, exc: Exception) -> None:
+        self.compile_error = f"{type(exc).__name__}: {exc}"
+        self._core = _resize_taps
 
 
 def _resize_taps(frames: Tensor, x_lo: Tensor, x_hi: Tensor, a_lo: Tensor, a_hi: Tensor,

@@ -108,7 +108,7 @@ class DevicePath:
                                     overlap=settings.pipeline_overlap,
                                     depth=settings.pipeline_depth,
                                     stats_stream=settings.pipeline_stats_stream,
-                                    compile_resize=settings.pipeline_compile_resize,
+                                    resize=settings.pipeline_resize,
                                     decode_early=settings.pipeline_decode_early,
                                     carry=settings.pipeline_carry)
         self.config = config
@@ -136,7 +136,8 @@ class DevicePath:
                 "carry_windows": self.pipeline.carry,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
-                "compile_resize": resizer.compiled, "compile_resize_error": resizer.compile_error,
+                "resize": resizer.running, "compile_resize": resizer.compiled,
+                "compile_resize_error": resizer.compile_error,
                 "kernel_copies": copies.kernel_copies(),
                 "fused_windows": self.pipeline.fused_windows}
 

@@ -18,6 +18,8 @@ MiB = 1 << 20
 
 # ttball.kernels.prepost.DECODERS, named here without importing torch (a test keeps them equal)
 JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
+# ttball.kernels.prepost_image.RESIZE_MODES, likewise
+RESIZE_MODES = ("eager", "compile", "triton")
 # --backend auto: the fastest backend that passes verification here (ttball.backends.auto)
 AUTO = "auto"
 # a CUDA MPS client's cap on its GPU's multiprocessors, in % (`serve --ray --mps-sm-percent`)
@@ -68,9 +70,11 @@ class ServeSettings:
     # own, so a lane's next network does not queue behind them (a backend whose outputs are its
     # own only: every CUDA-graph backend; otherwise ignored, /readyz says).
     pipeline_stats_stream: bool = False
-    # With device_pipeline: the device resize fused by torch.compile (bit-exact with the eager
-    # one; compiles during warm-up; falls back to eager if compiling fails).
-    pipeline_compile_resize: bool = False
+    # With device_pipeline: how the device resize runs (ttball.kernels.prepost_image.Resizer;
+    # all bit-exact with cv2): "eager" (torch ops), "compile" (fused by torch.compile; compiles
+    # during warm-up) or "triton" (one Triton kernel that reads a decode call's frames in place);
+    # falls back to eager if the chosen one fails.
+    pipeline_resize: str = "eager"
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
     # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
     # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
@@ -140,8 +144,11 @@ class ServeSettings:
             raise UserError("--pipeline-depth needs --pipeline-overlap")
         if self.pipeline_stats_stream and not self.pipeline_overlap:
             raise UserError("--stats-stream needs --pipeline-overlap")
-        if self.pipeline_compile_resize and not self.device_pipeline:
-            raise UserError("--pipeline-compile-resize needs --device-pipeline")
+        if self.pipeline_resize not in RESIZE_MODES:
+            raise UserError(f"--pipeline-resize must be one of {', '.join(RESIZE_MODES)}, got "
+                            f"{self.pipeline_resize!r}")
+        if self.pipeline_resize != "eager" and not self.device_pipeline:
+            raise UserError("--pipeline-resize needs --device-pipeline")
         if self.pipeline_decoder not in JPEG_DECODERS:
             raise UserError(f"--jpeg-decoder must be one of {', '.join(JPEG_DECODERS)}, got "
                             f"{self.pipeline_decoder!r}")

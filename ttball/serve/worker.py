@@ -315,7 +315,7 @@ class Worker:
 
         s = self.settings
         key = json.dumps([torch.__version__, torch.cuda.get_device_name(self.backend.device),
-                          source_digest(), list(s.warmup_batches), s.pipeline_compile_resize,
+                          source_digest(), list(s.warmup_batches), s.pipeline_resize,
                           os.environ.get(FUSED_WINDOWS_ENV, ""),
                           list(self.weights_config.input_size)])
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -1,0 +1,121 @@
+"""OpenCV's 8-bit bilinear resize as one Triton kernel (``Resizer(..., mode="triton")``).
+
+:func:`ttball.kernels.prepost_image._resize_taps` is the reference: a dozen ``int32`` passes
+over the output eager, one fused kernel under ``torch.compile`` (4.8 µs a 1280×720 frame on an
+H200, about 7× its bytes: ``docs/benchmarks/h200-2026-12-05``). This kernel does the same
+integer arithmetic, so its output is the reference's bit for bit (and so ``cv2.resize``'s):
+a program an output row of one colour plane loads its two source rows' taps straight from the
+frames, in any strides (a decoded ``(3, H, W)`` frame, a permuted ``(H, W, 3)`` one, or frames
+laid one after another in a buffer that were never stacked: :func:`runs`), and writes the
+row once. Its bytes are the taps' source rows and the output, ~2.6 MB a 1280×720 frame to
+512×288: ~0.6 µs at the H200's 4.3 TB/s.
+
+It runs in Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1``), where
+``tests/kernels/test_prepost_resize.py`` checks it against the reference and ``cv2.resize``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+# Strides and the frames' and output's alignment are not specialized on: one compile (the
+# warm-up's, Resizer.warm) serves every source size, layout and run of frames, so no live push
+# compiles (Triton would compile again for a stride of 1 or a multiple of 16, or a pointer not
+# 16-byte aligned: a frame inside a run, an output slice).
+@triton.jit(do_not_specialize=["s_n", "s_c", "s_h", "s_w", "C"],
+            do_not_specialize_on_alignment=["src_ptr", "out_ptr"])
+def _resize_kernel(src_ptr, out_ptr, x_lo_ptr, x_hi_ptr, a_lo_ptr, a_hi_ptr,
+                   y_lo_ptr, y_hi_ptr, b_lo_ptr, b_hi_ptr,
+                   s_n, s_c, s_h, s_w, C, h, w, BLOCK_W: tl.constexpr):
+    row = tl.program_id(0)
+    plane = tl.program_id(1)  # frame * C + channel
+    n, c = plane // C, plane % C
+    base = src_ptr + n.to(tl.int64) * s_n + c.to(tl.int64) * s_c
+    top_row = base + tl.load(y_lo_ptr + row).to(tl.int64) * s_h
+    bottom_row = base + tl.load(y_hi_ptr + row).to(tl.int64) * s_h
+    b_lo = tl.load(b_lo_ptr + row)
+    b_hi = tl.load(b_hi_ptr + row)
+    out_row = out_ptr + plane.to(tl.int64) * h * w + row * w
+    for start in range(0, w, BLOCK_W):
+        cols = start + tl.arange(0, BLOCK_W)
+        inside = cols < w
+        x_lo = tl.load(x_lo_ptr + cols, mask=inside, other=0).to(tl.int64) * s_w
+        x_hi = tl.load(x_hi_ptr + cols, mask=inside, other=0).to(tl.int64) * s_w
+        a_lo = tl.load(a_lo_ptr + cols, mask=inside, other=0)
+        a_hi = tl.load(a_hi_ptr + cols, mask=inside, other=0)
+        # the horizontal pass in int32 (exact), >> 4; then the high 16 bits of each product
+        # with the row's weight, summed, (t + 2) >> 2: _resize_taps's order, op for op
+        top = (tl.load(top_row + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
+               + tl.load(top_row + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
+        bottom = (tl.load(bottom_row + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
+                  + tl.load(bottom_row + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
+        value = (((top * b_lo) >> 16) + ((bottom * b_hi) >> 16) + 2) >> 2
+        value = tl.minimum(tl.maximum(value, 0), 255)
+        tl.store(out_row + cols, value.to(tl.uint8), mask=inside)
+
+
+def resize(frames: Tensor, x_lo: Tensor, x_hi: Tensor, a_lo: Tensor, a_hi: Tensor,
+           y_lo: Tensor, y_hi: Tensor, b_lo: Tensor, b_hi: Tensor, *,
+           out: Tensor | None = None) -> Tensor:
+    """``(N, C, H, W) uint8`` frames (any strides) and the taps of
+    :func:`ttball.kernels.prepost_image._taps` (x: ``(w,)`` indices and weights; y: ``(h,)``,
+    weights ``(h,)`` or ``(h, 1)``) → ``(N, C, h, w) uint8``, into ``out`` if given (contiguous,
+    that shape), else a new tensor."""
+    n, c = frames.shape[:2]
+    h, w = y_lo.numel(), x_lo.numel()
+    if out is None:
+        out = torch.empty(n, c, h, w, dtype=torch.uint8, device=frames.device)
+    elif out.shape != (n, c, h, w) or out.dtype != torch.uint8 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous uint8 {(n, c, h, w)}, got {out.dtype} "
+                         f"{tuple(out.shape)}")
+    if out.numel() == 0:
+        return out
+    block = min(512, triton.next_power_of_2(w))
+    s_n, s_c, s_h, s_w = frames.stride()
+    _resize_kernel[(h, n * c)](
+        frames, out, x_lo, x_hi, a_lo, a_hi, y_lo, y_hi, b_lo.reshape(-1), b_hi.reshape(-1),
+        s_n, s_c, s_h, s_w, c, h, w, BLOCK_W=block, num_warps=4 if block >= 256 else 2)
+    return out
+
+
+def runs(frames: Sequence[Tensor]) -> list[Tensor]:
+    """``frames`` (at least one) as few ``(n, ...)`` views as they allow, in order, without a
+    copy: each view a run of frames that lie in one buffer at equal distances with equal shapes
+    and strides, as a decode call's frames do (each decode child copies its run out of its slot
+    as one tensor and unbinds it: :meth:`ttball.kernels.decode_process._Child._copy_out`). A
+    frame repeated at once (a session's repeat) is a distance of 0, a view that reads it
+    twice; a frame alone is a run of one."""
+    out: list[Tensor] = []
+    run = [frames[0]]
+    for frame in frames[1:]:
+        if _follows(run, frame):
+            run.append(frame)
+        else:
+            out.append(_view(run))
+            run = [frame]
+    out.append(_view(run))
+    return out
+
+
+def _follows(run: list[Tensor], frame: Tensor) -> bool:
+    first = run[0]
+    if (frame.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or frame.shape != first.shape or frame.stride() != first.stride()
+            or frame.dtype != first.dtype or frame.device != first.device):
+        return False
+    step = run[1].storage_offset() - first.storage_offset() if len(run) > 1 else (
+        frame.storage_offset() - first.storage_offset())
+    return step >= 0 and frame.storage_offset() == first.storage_offset() + len(run) * step
+
+
+def _view(run: list[Tensor]) -> Tensor:
+    first = run[0]
+    step = run[1].storage_offset() - first.storage_offset() if len(run) > 1 else 0
+    return first.as_strided((len(run), *first.shape), (step, *first.stride()),
+                            first.storage_offset())
