@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _stages import Budget, run_stages
 
 from ttball.backends import create
-from ttball.frames import Frame
+from ttball.frames import Frame, normalize, normalizer
 from ttball.kernels.prepost import (
     DECODERS,
     GpuPipeline,
@@ -188,7 +188,8 @@ def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig
                  batch: int, budget: Budget) -> dict[str, Any]:
     """Each resize mode on a stacked batch, and the serving path's list of frames (two runs,
     as two decode children copy them out): ``*_list`` stacks it first (eager, compiled) or
-    reads it in place (the Triton kernel)."""
+    reads it in place (the Triton kernel); then the normalisation of their windows, eager
+    and as the lookup kernel (rates in frames: ``batch`` frames a call)."""
     frames = [decode_cv2(b) for b in blobs[: min(len(blobs), batch)]]
     stacked = torch.stack(frames).to(device)
     stacked = stacked.repeat(batch // len(frames) + 1, 1, 1, 1)[:batch].contiguous()
@@ -213,6 +214,18 @@ def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig
                       "bit_exact_vs_cv2": exact, "list_equal": exact_list,
                       "running": resizer.running, "compile_error": resizer.compile_error}
         out[f"{label}_list"] = rate(lambda r=resizer: r(listed), batch)
+    # the windows of those frames normalised: eager torch ops against the lookup kernel
+    from ttball.kernels.prepost_pixels import Normalizer
+
+    windows = Resizer(config.input_height, config.input_width)(stacked)[: batch // 3 * 3]
+    windows = windows.reshape(-1, 9, config.input_height, config.input_width)
+    eager, kernel = normalizer(config, device), Normalizer(config, device)
+    want = normalize(windows.cpu(), config)
+    out["normalize_eager"] = {**rate(lambda: eager(windows), batch),
+                              "equal_cpu": torch.equal(eager(windows).cpu(), want)}
+    out["normalize_triton"] = {**rate(lambda: kernel(windows), batch),
+                               "equal_cpu": torch.equal(kernel(windows).cpu(), want),
+                               "running": kernel.running, "error": kernel.error}
     return out
 
 
@@ -220,8 +233,6 @@ def stage_post(backend: Any, blobs: list[bytes], config: WeightsConfig, device: 
                batch: int) -> dict[str, Any]:
     resizer = Resizer(config.input_height, config.input_width)
     frames = torch.stack([decode_cv2(b) for b in (blobs * 3)[: 3 * batch]]).to(device)
-    from ttball.frames import normalize
-
     x = normalize(resizer(frames).view(batch, 9, config.input_height, config.input_width), config)
     logits = backend(x)
     thr = torch.full((3 * batch,), config.score_threshold, device=device)

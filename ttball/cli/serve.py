@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-resize", default="eager", choices=RESIZE_MODES,
                    help="with --device-pipeline: the device resize as torch ops (default), fused "
                         "by torch.compile (compiles for a few seconds during warm-up) or one "
-                        "Triton kernel; all bit-exact with cv2 (docs/serve.md)")
+                        "Triton kernel (and the normalisation one too); all bit-exact with cv2 "
+                        "(docs/serve.md)")
     p.add_argument("--pipeline-compile-resize", dest="pipeline_resize", action="store_const",
                    const="compile", help="the same as --pipeline-resize compile")
     p.add_argument("--jpeg-decoder", default="nvjpeg", choices=JPEG_DECODERS,

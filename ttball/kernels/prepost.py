@@ -163,7 +163,8 @@ class GpuPipeline:
     ) -> None:
         """``graphs``: post-processing from CUDA graphs (default: on CUDA);
         ``resize``: the resize's :class:`Resizer` mode (``"eager"``, ``"compile"``: fused by
-        ``torch.compile``, ``"triton"``: one Triton kernel); ``max_batch``: windows per
+        ``torch.compile``, ``"triton"``: one Triton kernel, and the normalisation one too,
+        :class:`~ttball.kernels.prepost_pixels.Normalizer`); ``max_batch``: windows per
         backend call at most (default: the largest batch size), each call padded up to one of
         ``batch_sizes``; ``on_batch(windows, padded_size)`` is called after every backend call;
         ``overlap``: a push leaves its batches running and returns the previous push's rows
@@ -187,7 +188,11 @@ class GpuPipeline:
         self.device = backend.device
         self.decoder = decoder or JpegDecoder(self.device)
         self.resizer = Resizer(config.input_height, config.input_width, mode=resize)
-        self._normalize = normalizer(config, self.device)
+        self._normalize: Callable[[Tensor], Tensor] = normalizer(config, self.device)
+        if resize == "triton":  # the normalisation as a kernel too (bit-exact with the CPU's)
+            from ttball.kernels.prepost_pixels import Normalizer
+
+            self._normalize = Normalizer(config, self.device)
         self.sizes = sorted(set(batch_sizes))
         self.max_batch = max_batch or self.sizes[-1]
         if not 1 <= self.max_batch <= self.sizes[-1]:
@@ -637,6 +642,13 @@ class GpuPipeline:
                     per_position.append(detections(stats[j], geom))
             out.append(per_position)
         return out
+
+    @property
+    def normalizing(self) -> tuple[str, str | None]:
+        """How windows are normalised, ``"eager"`` (torch ops), ``"triton"`` (one kernel) or
+        ``"lookup"`` (its torch fallback), and why the kernel failed if it did."""
+        return (getattr(self._normalize, "running", "eager"),
+                getattr(self._normalize, "error", None))
 
     def freeze_graphs(self) -> None:
         """No CUDA graph captures from now on, the backend's or post-processing's: for a

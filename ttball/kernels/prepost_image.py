@@ -255,7 +255,7 @@ class Resizer:
     The tap tables are built once per source size and device. ``mode``: ``"eager"``, the
     fixed-point arithmetic as about a dozen ``int32`` passes over the output; ``"compile"``,
     those passes fused by ``torch.compile`` (dynamic batch size); ``"triton"``, one Triton
-    kernel doing the same arithmetic (:mod:`ttball.kernels.prepost_resize`; CUDA, or Triton's
+    kernel doing the same arithmetic (:mod:`ttball.kernels.prepost_pixels`; CUDA, or Triton's
     interpreter); all three equal bit for bit. If the chosen one fails, ``compile_error`` says
     why and the eager version runs. A call may also take a list of frames: those laid one after
     another in one buffer (a decode call's run) are read in place, without a stack's copy, by
@@ -273,7 +273,7 @@ class Resizer:
             self._core = torch.compile(_resize_taps, dynamic=True)
         elif mode == "triton":
             try:
-                from ttball.kernels.prepost_resize import resize
+                from ttball.kernels.prepost_pixels import resize
             except ImportError as exc:
                 self.compile_error = f"{type(exc).__name__}: {exc}"
             else:
@@ -330,7 +330,7 @@ class Resizer:
     def _resize_list(self, frames: Sequence[Tensor]) -> Tensor:
         """A list of ``(3, H, W)`` frames of one size. The Triton kernel reads them in place
         when they make at most ``MAX_RUNS`` runs in buffers (:func:`~ttball.kernels.
-        prepost_resize.runs`: a decode call's frames, one run a decode child), a launch a run,
+        prepost_pixels.runs`: a decode call's frames, one run a decode child), a launch a run,
         instead of after a stack's copy of every frame (2.8 MB a 1280×720 frame, read and
         written); otherwise, and in the other modes, their stack is resized."""
         first = frames[0] if len(frames) else None
@@ -338,7 +338,7 @@ class Resizer:
                 or first.dim() != 3 or tuple(first.shape[-2:]) == (self.height, self.width)
                 or any(f.shape != first.shape for f in frames)):
             return self(torch.stack(list(frames)))
-        from ttball.kernels.prepost_resize import runs
+        from ttball.kernels.prepost_pixels import runs
 
         views = runs(frames)
         if len(views) > MAX_RUNS:

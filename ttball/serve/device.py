@@ -138,6 +138,8 @@ class DevicePath:
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "resize": resizer.running, "compile_resize": resizer.compiled,
                 "compile_resize_error": resizer.compile_error,
+                "normalize": self.pipeline.normalizing[0],
+                "normalize_error": self.pipeline.normalizing[1],
                 "kernel_copies": copies.kernel_copies(),
                 "fused_windows": self.pipeline.fused_windows}
 

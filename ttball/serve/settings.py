@@ -72,8 +72,8 @@ class ServeSettings:
     pipeline_stats_stream: bool = False
     # With device_pipeline: how the device resize runs (ttball.kernels.prepost_image.Resizer;
     # all bit-exact with cv2): "eager" (torch ops), "compile" (fused by torch.compile; compiles
-    # during warm-up) or "triton" (one Triton kernel that reads a decode call's frames in place);
-    # falls back to eager if the chosen one fails.
+    # during warm-up) or "triton" (one Triton kernel that reads a decode call's frames in place,
+    # and the normalisation as a lookup kernel); falls back to eager if the chosen one fails.
     pipeline_resize: str = "eager"
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
     # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG

@@ -1,7 +1,7 @@
 # Forty-third session (prepared; no device was lent that session): eight `serve --ray`
 # replicas of one lane (the thirty-third session's shape, two decode children each) with the
 # resize compiled (today's runs: COMPILE_RESIZE=1) against the Triton kernel reading each
-# decode call's frames in place (RESIZE=triton), alternated on warm caches and tuning records,
+# decode call's frames in place and the lookup kernel normalising (RESIZE=triton), alternated on warm caches and tuning records,
 # 320 sessions for 8 s each. On a fresh machine the first run starts cold: it also measures the
 # cold start with the decode children started beside the warm-up and the first replica's
 # pipeline warm-up alone (forty-second session's, built on the CPU; supersedes

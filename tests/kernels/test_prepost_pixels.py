@@ -1,6 +1,7 @@
-"""The resize as one Triton kernel (``ttball.kernels.prepost_resize``, ``Resizer(mode="triton")``)
-against the eager taps and ``cv2.resize``: equal bit for bit, in Triton's interpreter on CPU
-(compiled on a GPU); and the runs it reads frames from in place."""
+"""The pixel kernels of ``ttball.kernels.prepost_pixels``: the resize (``Resizer(mode="triton")``)
+against the eager taps and ``cv2.resize``, and the normalisation (``Normalizer``) against
+``ttball.frames.normalize`` on the CPU: equal bit for bit, in Triton's interpreter on CPU
+(compiled on a GPU); and the runs the resize reads frames from in place."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ require_triton()
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 # (after require_triton: the module imports triton)
-from ttball.kernels.prepost_resize import resize, runs
+from ttball.kernels.prepost_pixels import Normalizer, resize, runs
 
 SIZES = [  # (source w, h) → (network w, h): small, so the interpreter is quick
     ((160, 90), (64, 36)),  # the real case's 2.5x down
@@ -124,7 +125,8 @@ def test_the_modes_are_checked() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_real_size_compiled_on_the_gpu() -> None:
     """1280x720 → 512x288 (the interpreter is too slow for it), as a decode call's frames lie:
-    two runs of a buffer, read in place."""
+    two runs of a buffer, read in place; then a window of them normalised, equal to the CPU's
+    normalize (compiled, the kernel's lookup must not be contracted or approximated)."""
     frames = [noise(1280, 720, seed) for seed in range(6)]
     runs_of = [torch.stack([chw(f) for f in frames[:4]]).contiguous(),
                torch.stack([chw(f) for f in frames[4:]]).contiguous()]
@@ -134,11 +136,19 @@ def test_the_real_size_compiled_on_the_gpu() -> None:
     for f, g in zip(frames, got.cpu()):
         assert torch.equal(g.permute(1, 2, 0), torch.from_numpy(
             cv2.resize(f, (512, 288), interpolation=cv2.INTER_LINEAR)))
+    from ttball.frames import normalize
+    from ttball.model.config import WeightsConfig
+
+    config = WeightsConfig()
+    windows = got[:3].reshape(1, 9, 288, 512)
+    norm = Normalizer(config, got.device)
+    assert torch.equal(norm(windows).cpu(), normalize(windows.cpu(), config))
+    assert norm.error is None
 
 
 def test_a_pipeline_with_the_kernel_gives_the_eager_rows(small_config) -> None:
-    """GpuPipeline(resize="triton") (``serve --pipeline-resize triton``): the same rows as the
-    eager pipeline, pushes of two frames (each its own run: read in place, a launch each) and
+    """GpuPipeline(resize="triton") (``serve --pipeline-resize triton``: the resize and the
+    normalisation as kernels): the same rows as the eager pipeline, pushes of two frames (each its own run: read in place, a launch each) and
     a repeat (the same bytes again: its session's last frame resized again)."""
     from test_prepost import cpu_pipeline, gpu_rows, session_frames
 
@@ -149,5 +159,40 @@ def test_a_pipeline_with_the_kernel_gives_the_eager_rows(small_config) -> None:
     kernel = cpu_pipeline(small_config, resize="triton")
     got = gpu_rows(kernel, sessions, 60.0, chunk=2)
     assert kernel.resizer.running == "triton" and kernel.resizer.compile_error is None
+    assert kernel.normalizing == ("triton", None)
     assert {sid: [r.as_dict() for r in rows] for sid, rows in got.items()} == \
         {sid: [r.as_dict() for r in rows] for sid, rows in eager.items()}
+
+
+def test_the_normalizer_is_the_cpu_normalize_bit_for_bit(small_config) -> None:
+    """Every level in every channel, and a random batch whose plane is not a multiple of the
+    kernel's block; the torch lookup (its fallback) is equal too."""
+    from ttball.frames import normalize
+
+    g = torch.Generator().manual_seed(0)
+    levels = torch.arange(256, dtype=torch.uint8).expand(2, 9, 1, 256).contiguous()
+    noisy = torch.randint(0, 256, (3, 9, 7, 150), dtype=torch.uint8, generator=g)
+    norm = Normalizer(small_config, DEVICE)
+    for windows in (levels, noisy):
+        want = normalize(windows, small_config)  # on the CPU: true divisions
+        got = norm(windows.to(DEVICE))
+        assert got.dtype == torch.float32 and torch.equal(got.cpu(), want)
+        assert torch.equal(norm.reference(windows.to(DEVICE)).cpu(), want)
+    assert norm.running == "triton" and norm.error is None
+    assert norm(levels[:0].to(DEVICE)).shape == (0, 9, 1, 256)
+    with pytest.raises(ValueError, match="uint8 windows"):
+        norm(levels.float())
+
+
+def test_a_failing_normalizer_kernel_falls_back_to_the_lookup(small_config, monkeypatch) -> None:
+    from ttball.frames import normalize
+
+    norm = Normalizer(small_config, DEVICE)
+
+    def broken(windows):
+        raise RuntimeError("no kernel today")
+
+    monkeypatch.setattr(norm, "_kernel", broken)
+    windows = torch.randint(0, 256, (1, 9, 4, 6), dtype=torch.uint8)
+    assert torch.equal(norm(windows.to(DEVICE)).cpu(), normalize(windows, small_config))
+    assert norm.running == "lookup" and norm.error == "RuntimeError: no kernel today"

@@ -1,27 +1,40 @@
-"""OpenCV's 8-bit bilinear resize as one Triton kernel (``Resizer(..., mode="triton")``).
+"""The frames' pixel work on the device as Triton kernels (``Resizer(..., mode="triton")`` and
+:class:`Normalizer`; ``serve --pipeline-resize triton``).
 
-:func:`ttball.kernels.prepost_image._resize_taps` is the reference: a dozen ``int32`` passes
-over the output eager, one fused kernel under ``torch.compile`` (4.8 µs a 1280×720 frame on an
-H200, about 7× its bytes: ``docs/benchmarks/h200-2026-12-05``). This kernel does the same
-integer arithmetic, so its output is the reference's bit for bit (and so ``cv2.resize``'s):
-a program an output row of one colour plane loads its two source rows' taps straight from the
-frames, in any strides (a decoded ``(3, H, W)`` frame, a permuted ``(H, W, 3)`` one, or frames
-laid one after another in a buffer that were never stacked: :func:`runs`), and writes the
-row once. Its bytes are the taps' source rows and the output, ~2.6 MB a 1280×720 frame to
-512×288: ~0.6 µs at the H200's 4.3 TB/s.
+**Resize.** :func:`ttball.kernels.prepost_image._resize_taps` is the reference: a dozen
+``int32`` passes over the output eager, one fused kernel under ``torch.compile`` (4.8 µs a
+1280×720 frame on an H200, about 7× its bytes: ``docs/benchmarks/h200-2026-12-05``).
+:func:`resize` does the same integer arithmetic, so its output is the reference's bit for bit
+(and so ``cv2.resize``'s): a program an output row of one colour plane loads its two source
+rows' taps straight from the frames, in any strides (a decoded ``(3, H, W)`` frame, a permuted
+``(H, W, 3)`` one, or frames laid one after another in a buffer that were never stacked:
+:func:`runs`), and writes the row once. Its bytes are the taps' source rows and the output,
+~2.6 MB a 1280×720 frame to 512×288: ~0.6 µs at the H200's 4.3 TB/s.
 
-It runs in Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1``), where
-``tests/kernels/test_prepost_resize.py`` checks it against the reference and ``cv2.resize``.
+**Normalisation.** :func:`ttball.frames.normalize` is four passes over a window's float32
+(``to``, ``div_``, ``sub_``, ``div_``: ~38 MB a 288×512 window read and written). A pixel's
+value is one of 256 a channel, so :class:`Normalizer` computes the 9 × 256 of them once with
+that very function on the CPU and one kernel looks each pixel up (1.3 MB read, 5.3 MB
+written a window): the CPU path's values bit for bit. (On CUDA the eager ``div_(255.0)``
+multiplies by the float reciprocal instead, which differs in the last bit for 126 of the 256
+values, so the device path's input now equals the CPU path's and verify's exactly.)
+
+Both run in Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1``), where
+``tests/kernels/test_prepost_pixels.py`` checks them against the references and ``cv2.resize``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from ttball.model.config import WeightsConfig
 
 
 # Strides and the frames' and output's alignment are not specialized on: one compile (the
@@ -119,3 +132,61 @@ def _view(run: list[Tensor]) -> Tensor:
     step = run[1].storage_offset() - first.storage_offset() if len(run) > 1 else 0
     return first.as_strided((len(run), *first.shape), (step, *first.stride()),
                             first.storage_offset())
+
+
+@triton.jit
+def _normalize_kernel(src_ptr, lut_ptr, out_ptr, plane, C, BLOCK: tl.constexpr):
+    start = tl.program_id(0) * BLOCK
+    index = tl.program_id(1)  # window * C + channel
+    offsets = start + tl.arange(0, BLOCK)
+    inside = offsets < plane
+    at = index.to(tl.int64) * plane + offsets
+    value = tl.load(src_ptr + at, mask=inside, other=0).to(tl.int32)
+    tl.store(out_ptr + at, tl.load(lut_ptr + (index % C) * 256 + value, mask=inside), mask=inside)
+
+
+class Normalizer:
+    """``(B, 9, h, w) uint8`` windows → the network's float32 input, equal bit for bit to
+    :func:`ttball.frames.normalize` on the CPU: each pixel looked up in the 9 × 256 values that
+    function gives (one kernel on CUDA or in Triton's interpreter; if it fails, ``error`` says
+    why and :meth:`reference`, the same lookup as torch ops, runs)."""
+
+    BLOCK = 1024
+
+    def __init__(self, config: WeightsConfig, device: torch.device | str) -> None:
+        from ttball.frames import normalize
+
+        levels = torch.arange(256, dtype=torch.uint8).expand(1, 9, 1, 256).contiguous()
+        self.device = torch.device(device)
+        self.lut = normalize(levels, config).reshape(9 * 256).to(self.device)
+        self.error: str | None = None  # why the kernel failed (the lookup in torch ops runs)
+
+    def __call__(self, windows: Tensor) -> Tensor:
+        if windows.dtype != torch.uint8 or windows.dim() != 4 or windows.shape[1] != 9:
+            raise ValueError(f"expected (B, 9, h, w) uint8 windows, got {windows.dtype} "
+                             f"{tuple(windows.shape)}")
+        if self.error is None:
+            try:
+                return self._kernel(windows.contiguous())
+            except Exception as exc:  # noqa: BLE001  (kept in error; the lookup is exact too)
+                self.error = f"{type(exc).__name__}: {exc}"
+        return self.reference(windows)
+
+    @property
+    def running(self) -> str:
+        """``"triton"``, or ``"lookup"`` (:meth:`reference`) after the kernel failed."""
+        return "triton" if self.error is None else "lookup"
+
+    def _kernel(self, windows: Tensor) -> Tensor:
+        out = torch.empty(windows.shape, dtype=torch.float32, device=windows.device)
+        plane = windows.shape[2] * windows.shape[3]
+        if out.numel():
+            _normalize_kernel[(triton.cdiv(plane, self.BLOCK), windows.shape[0] * 9)](
+                windows, self.lut, out, plane, 9, BLOCK=self.BLOCK, num_warps=4)
+        return out
+
+    def reference(self, windows: Tensor) -> Tensor:
+        """The same lookup as torch ops (an ``int64`` index a pixel: for the tests, and where
+        the kernel cannot run)."""
+        channel = torch.arange(9, device=windows.device).view(1, 9, 1, 1) * 256
+        return self.lut.to(windows.device)[windows.to(torch.int64) + channel]
