@@ -5,11 +5,11 @@
 ``int32`` passes over the output eager, one fused kernel under ``torch.compile`` (4.8 µs a
 1280×720 frame on an H200, about 7× its bytes: ``docs/benchmarks/h200-2026-12-05``).
 :func:`resize` does the same integer arithmetic, so its output is the reference's bit for bit
-(and so ``cv2.resize``'s): a program an output row of one colour plane loads its two source
-rows' taps straight from the frames, in any strides (a decoded ``(3, H, W)`` frame, a permuted
-``(H, W, 3)`` one, or frames laid one after another in a buffer that were never stacked:
-:func:`runs`), and writes the row once. Its bytes are the taps' source rows and the output,
-~2.6 MB a 1280×720 frame to 512×288: ~0.6 µs at the H200's 4.3 TB/s.
+(and so ``cv2.resize``'s): a program an output row of a frame (its colour planes share the
+row's taps) loads its two source rows' taps straight from the frames, in any strides (a decoded
+``(3, H, W)`` frame, a permuted ``(H, W, 3)`` one, or frames laid one after another in a buffer
+that were never stacked: :func:`runs`), and writes the row once. Its bytes are the taps' source
+rows and the output, ~2.6 MB a 1280×720 frame to 512×288: ~0.6 µs at the H200's 4.3 TB/s.
 
 **Normalisation.** :func:`ttball.frames.normalize` is four passes over a window's float32
 (``to``, ``div_``, ``sub_``, ``div_``: ~38 MB a 288×512 window read and written). A pixel's
@@ -47,14 +47,13 @@ def _resize_kernel(src_ptr, out_ptr, x_lo_ptr, x_hi_ptr, a_lo_ptr, a_hi_ptr,
                    y_lo_ptr, y_hi_ptr, b_lo_ptr, b_hi_ptr,
                    s_n, s_c, s_h, s_w, C, h, w, BLOCK_W: tl.constexpr):
     row = tl.program_id(0)
-    plane = tl.program_id(1)  # frame * C + channel
-    n, c = plane // C, plane % C
-    base = src_ptr + n.to(tl.int64) * s_n + c.to(tl.int64) * s_c
-    top_row = base + tl.load(y_lo_ptr + row).to(tl.int64) * s_h
-    bottom_row = base + tl.load(y_hi_ptr + row).to(tl.int64) * s_h
+    n = tl.program_id(1)  # the frame
+    frame = src_ptr + n.to(tl.int64) * s_n
+    top_row = frame + tl.load(y_lo_ptr + row).to(tl.int64) * s_h
+    bottom_row = frame + tl.load(y_hi_ptr + row).to(tl.int64) * s_h
     b_lo = tl.load(b_lo_ptr + row)
     b_hi = tl.load(b_hi_ptr + row)
-    out_row = out_ptr + plane.to(tl.int64) * h * w + row * w
+    out_row = out_ptr + n.to(tl.int64) * C * h * w + row * w
     for start in range(0, w, BLOCK_W):
         cols = start + tl.arange(0, BLOCK_W)
         inside = cols < w
@@ -62,15 +61,18 @@ def _resize_kernel(src_ptr, out_ptr, x_lo_ptr, x_hi_ptr, a_lo_ptr, a_hi_ptr,
         x_hi = tl.load(x_hi_ptr + cols, mask=inside, other=0).to(tl.int64) * s_w
         a_lo = tl.load(a_lo_ptr + cols, mask=inside, other=0)
         a_hi = tl.load(a_hi_ptr + cols, mask=inside, other=0)
-        # the horizontal pass in int32 (exact), >> 4; then the high 16 bits of each product
-        # with the row's weight, summed, (t + 2) >> 2: _resize_taps's order, op for op
-        top = (tl.load(top_row + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
-               + tl.load(top_row + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
-        bottom = (tl.load(bottom_row + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
-                  + tl.load(bottom_row + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
-        value = (((top * b_lo) >> 16) + ((bottom * b_hi) >> 16) + 2) >> 2
-        value = tl.minimum(tl.maximum(value, 0), 255)
-        tl.store(out_row + cols, value.to(tl.uint8), mask=inside)
+        for c in range(C):  # the colour planes share the row's taps
+            top = top_row + c * s_c
+            bottom = bottom_row + c * s_c
+            # the horizontal pass in int32 (exact), >> 4; then the high 16 bits of each product
+            # with the row's weight, summed, (t + 2) >> 2: _resize_taps's order, op for op
+            upper = (tl.load(top + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
+                     + tl.load(top + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
+            lower = (tl.load(bottom + x_lo, mask=inside, other=0).to(tl.int32) * a_lo
+                     + tl.load(bottom + x_hi, mask=inside, other=0).to(tl.int32) * a_hi) >> 4
+            value = (((upper * b_lo) >> 16) + ((lower * b_hi) >> 16) + 2) >> 2
+            value = tl.minimum(tl.maximum(value, 0), 255)
+            tl.store(out_row + c * h * w + cols, value.to(tl.uint8), mask=inside)
 
 
 def resize(frames: Tensor, x_lo: Tensor, x_hi: Tensor, a_lo: Tensor, a_hi: Tensor,
@@ -91,7 +93,7 @@ def resize(frames: Tensor, x_lo: Tensor, x_hi: Tensor, a_lo: Tensor, a_hi: Tenso
         return out
     block = min(512, triton.next_power_of_2(w))
     s_n, s_c, s_h, s_w = frames.stride()
-    _resize_kernel[(h, n * c)](
+    _resize_kernel[(h, n)](
         frames, out, x_lo, x_hi, a_lo, a_hi, y_lo, y_hi, b_lo.reshape(-1), b_hi.reshape(-1),
         s_n, s_c, s_h, s_w, c, h, w, BLOCK_W=block, num_warps=4 if block >= 256 else 2)
     return out
