@@ -4,7 +4,8 @@ own launch code runs with Triton's ``JITFunction.run`` replaced by a compile for
 alignment of pointers and of integers divisible by 16, integers equal to 1 folded), then the
 PTX is checked for what the variant is for (L1-cached ``cp.async.ca`` gathers, wgmma, 4-D
 tensor copies with TMA, and with programmatic dependent launch the ``griddepcontrol``
-instructions before any load).
+instructions before any load). The device pipeline's kernels compile too, and the pixel
+kernels (resize, normalisation) once for every launch a worker makes.
 
 It runs in a subprocess: the other kernel tests import Triton in interpreter mode, and this
 needs it compiled. About 6 s on two cores; skipped where Triton's NVIDIA backend is missing."""
@@ -214,3 +215,43 @@ def test_the_fused_post_kernels_compile_for_sm90(tmp_path: Path) -> None:
     assert pack2["name"] == "_window_pack_kernel"
     # the flood's steps: a barrier after the store and after the loads of every step
     assert flood["name"] == "_flood_kernel" and flood["bar_sync"] >= 2
+
+
+def compile_pixel_kernels() -> list[dict[str, Any]]:
+    """In a process with Triton compiled: the resize and the normaliser
+    (``ttball.kernels.prepost_pixels``) launched as a worker launches them: the resize's
+    warm-up frames, then 720p and 1080p batches, a permuted batch, an output slice and runs
+    inside a decode buffer (a run of one is a distance of 0); the normaliser at two batch
+    sizes."""
+    import torch
+
+    from ttball.kernels.prepost_image import Resizer
+    from ttball.kernels.prepost_pixels import Normalizer, resize, runs
+    from ttball.model.config import WeightsConfig
+
+    compiled = _compile_launches_for_sm90()
+    resizer = Resizer(288, 512)
+    for n, height, width in ((2, 16, 24), (8, 720, 1280), (1, 1080, 1920)):
+        frames = torch.zeros(n, 3, height, width, dtype=torch.uint8)
+        tables = resizer._table(height, width, frames.device)
+        resize(frames, *tables)
+        resize(frames.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), *tables)
+        resize(frames, *tables, out=torch.empty(n + 1, 3, 288, 512, dtype=torch.uint8)[1:])
+    buffer = torch.zeros(5, 3, 720, 1280, dtype=torch.uint8)
+    for view in runs([*buffer[1:4].unbind(0), buffer[0]]):
+        resize(view, *resizer._table(720, 1280, view.device))
+    normalizer = Normalizer(WeightsConfig(), "cpu")
+    for n in (1, 16):
+        normalizer._kernel(torch.zeros(n, 9, 288, 512, dtype=torch.uint8))
+    return [{"name": k.name, "hash": k.hash} for k in compiled]
+
+
+def test_the_pixel_kernels_compile_once_for_every_launch(tmp_path: Path) -> None:
+    """A worker compiles each during its warm-up and never again: no source size, layout,
+    output slice or run of frames makes Triton specialize it anew (a live push would wait
+    for the compile)."""
+    launches = _in_compiled_triton("compile_pixel_kernels", tmp_path)
+    resizes = [k for k in launches if k["name"] == "_resize_kernel"]
+    normalizes = [k for k in launches if k["name"] == "_normalize_kernel"]
+    assert len(resizes) == 11 and len({k["hash"] for k in resizes}) == 1
+    assert len(normalizes) == 2 and len({k["hash"] for k in normalizes}) == 1
