@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from kernel_env import DEVICE, require_triton
+from kernel_env import CUDA, DEVICE, require_triton
 
 from ttball.kernels.prepost_image import RESIZE_MODES, Resizer
 
@@ -146,6 +146,8 @@ def test_the_real_size_compiled_on_the_gpu() -> None:
     assert norm.error is None
 
 
+@pytest.mark.skipif(CUDA, reason="a pipeline on CPU tensors, whose kernels only the interpreter "
+                    "runs; on a GPU the real-size test covers the kernels")
 def test_a_pipeline_with_the_kernel_gives_the_eager_rows(small_config) -> None:
     """GpuPipeline(resize="triton") (``serve --pipeline-resize triton``: the resize and the
     normalisation as kernels): the same rows as the eager pipeline, pushes of two frames (each its own run: read in place, a launch each) and

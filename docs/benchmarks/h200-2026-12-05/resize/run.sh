@@ -2,7 +2,8 @@
 # Forty-third session (prepared; no device was lent that session): the resize as one Triton
 # kernel (ttball/kernels/prepost_pixels.py, Resizer(mode="triton"), serve --pipeline-resize
 # triton), bit-exact with the eager taps in Triton's interpreter on CPU; not yet run on a GPU.
-#   1. its GPU tests (the real size, 1280x720 -> 512x288, from two runs of a buffer in place);
+#   1. its tests compiled on the GPU (every size and layout of the CPU's interpreter tests, and
+#      the real size, 1280x720 -> 512x288, from two runs of a buffer in place);
 #   2. scripts/gpu_e2e.py's resize stage at 48 frames (--batches 16): eager, compiled and the
 #      kernel on a stacked batch, and each on the serving path's list of frames (`*_list`: two
 #      runs as two decode children leave them; eager and compiled stack it first, the kernel
@@ -13,7 +14,7 @@
 # > $OUT/call.log 2>&1
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/rz-tcache
-timeout -k 5 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -rA \
   tests/kernels/test_prepost_pixels.py > "$OUT/tests.log" 2>&1
 rc=$?
 tail -n 5 "$OUT/tests.log"
