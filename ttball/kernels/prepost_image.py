@@ -282,7 +282,7 @@ class Resizer:
     @property
     def compiled(self) -> bool:
         """Whether the compiled resize runs (False: eager, asked for or after a failed compile)."""
-        return self.mode == "compile" and self._core is not _resize_taps
+        return self.running == "compile"
 
     @property
     def running(self) -> str:

@@ -160,8 +160,7 @@ class Normalizer:
         from ttball.frames import normalize
 
         levels = torch.arange(256, dtype=torch.uint8).expand(1, 9, 1, 256).contiguous()
-        self.device = torch.device(device)
-        self.lut = normalize(levels, config).reshape(9 * 256).to(self.device)
+        self.lut = normalize(levels, config).reshape(9 * 256).to(device)
         self.error: str | None = None  # why the kernel failed (the lookup in torch ops runs)
 
     def __call__(self, windows: Tensor) -> Tensor:

@@ -127,6 +127,7 @@ class DevicePath:
     def describe(self) -> dict[str, object]:
         decoder = self.pipeline.decoder
         resizer = self.pipeline.resizer
+        normalize, normalize_error = self.pipeline.normalizing
         return {"decoder": decoder.kind, "decoder_note": decoder.gpu_reason,
                 "decoder_processes": (decoder.processes if isinstance(decoder, DecoderProcess)
                                       else 0),
@@ -138,8 +139,7 @@ class DevicePath:
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "resize": resizer.running, "compile_resize": resizer.compiled,
                 "compile_resize_error": resizer.compile_error,
-                "normalize": self.pipeline.normalizing[0],
-                "normalize_error": self.pipeline.normalizing[1],
+                "normalize": normalize, "normalize_error": normalize_error,
                 "kernel_copies": copies.kernel_copies(),
                 "fused_windows": self.pipeline.fused_windows}
 
