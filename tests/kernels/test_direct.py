@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from kernel_env import CUDA, DEVICE, graph_replay_rel, require_triton
 
+from ttball.errors import UserError
 from ttball.kernels import Conv, build_plan
 from ttball.kernels.buffers import pair_steps
 from ttball.kernels.configs import Config, pair_waits
@@ -29,6 +30,7 @@ from ttball.kernels.direct import (
     WGMMA_TAPS_TMA,
     WGMMA_TMA,
     build_library,
+    candidate_id,
     conv3x3_direct,
     conv3x3_direct_input,
     conv3x3_pair,
@@ -42,19 +44,17 @@ CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
 WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
-WGMMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}"
-             for cin, cout, (rows, cols, groups) in WGMMA_CASES]
+WGMMA_IDS = [candidate_id(cin, cout, *tile) for cin, cout, tile in WGMMA_CASES]
 TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TMA.items() for tile in tiles]
-TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-tma" for cin, cout, (rows, cols, groups) in TMA_CASES]
+TMA_IDS = [candidate_id(cin, cout, *tile, tma=True) for cin, cout, tile in TMA_CASES]
 RS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_RS.items() for tile in tiles]
-RS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-rs" for cin, cout, (rows, cols, groups) in RS_CASES]
+RS_IDS = [f"{candidate_id(cin, cout, *tile)}-rs" for cin, cout, tile in RS_CASES]
 TAPS_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS.items() for tile in tiles]
-TAPS_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps"
-            for cin, cout, (rows, cols, groups) in TAPS_CASES]
+TAPS_IDS = [candidate_id(cin, cout, *tile, taps=True) for cin, cout, tile in TAPS_CASES]
 TAPS_TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TAPS_TMA.items()
                   for tile in tiles]
-TAPS_TMA_IDS = [f"{cin}-{cout}-{rows}x{cols}-wg{groups}-taps-tma"
-                for cin, cout, (rows, cols, groups) in TAPS_TMA_CASES]
+TAPS_TMA_IDS = [candidate_id(cin, cout, *tile, tma=True, taps=True)
+                for cin, cout, tile in TAPS_TMA_CASES]
 from ttball.model import BlurBall, randomize_batchnorm
 
 
@@ -208,6 +208,23 @@ def test_candidates_whose_gpu_tests_have_not_run_are_withheld_unless_asked(
     assert not offered_keys() & UNTESTED
     monkeypatch.setenv("TTBALL_DIRECT_NEXT", "1")
     assert UNTESTED <= offered_keys()
+    # those whose GPU tests passed, by their tests' ids; the others still withheld
+    chosen = sorted(UNTESTED)[:2]
+    monkeypatch.setenv("TTBALL_DIRECT_NEXT", ", ".join(candidate_id(*key) for key in chosen))
+    assert offered_keys() & UNTESTED == set(chosen)
+    monkeypatch.setenv("TTBALL_DIRECT_NEXT", "128-16-6x30-wg2-taps,16-16-99x64-wg1")
+    with pytest.raises(UserError, match="16-16-99x64-wg1 not among the untested candidates"):
+        offered_keys()
+
+
+def test_the_candidates_tests_are_named_as_the_untested_candidates() -> None:
+    """So that the GPU call can offer exactly those whose tests passed
+    (``$TTBALL_DIRECT_NEXT`` as a list of these ids)."""
+    from ttball.kernels.direct import UNTESTED
+
+    ids = set(WGMMA_IDS) | set(TMA_IDS) | set(TAPS_IDS) | set(TAPS_TMA_IDS)
+    assert {candidate_id(*key) for key in UNTESTED} <= ids
+    assert candidate_id(128, 16, 6, 14, 1, tma=True, taps=True) == "128-16-6x14-wg1-taps-tma"
 
 
 def test_the_tuner_offers_both_schedules_of_each_tile(

@@ -150,13 +150,14 @@ class TritonBackend(GraphedBackend):
         # tuned or took a record, and why not a record
         self.records = (TuningRecords(records_folder(cache_dir))
                         if records and records_wanted() and self.executor.tune else None)
-        from ttball.kernels.direct import next_offered, taps_offered
+        from ttball.kernels.direct import candidate_id, next_chosen, taps_offered
 
         self._variant = {"pdl": bool(pdl), "tma": bool(tma), "rows": bool(rows),
                          "branches": bool(branches), "direct": bool(direct),
                          "refine": self.refine, "project": project,
                          "taps": bool(direct) and taps_offered(),
-                         "next": bool(direct) and next_offered()}
+                         "next": ",".join(sorted(candidate_id(*key) for key in next_chosen()))
+                         if direct else ""}
         self.tuning: dict[tuple[int, ...], tuple[str, str | None]] = {}
 
     def _check(self, batch: Tensor) -> Tensor:

@@ -89,6 +89,7 @@ import torch
 from torch import Tensor
 
 from ttball.cachedir import part_path
+from ttball.errors import UserError
 from ttball.filelock import exclusive
 from ttball.kernels.plan import INPUT, Conv
 
@@ -195,8 +196,9 @@ WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
 # The candidates built after the forty-second session's last device call, as (Cin, Cout, rows,
 # columns, warpgroups, tma, taps): their GPU tests have not run, and the tuner checks speed, not
-# results, so it offers them only with $TTBALL_DIRECT_NEXT=1 (:func:`offered`;
-# docs/benchmarks/h200-2026-12-05/taps-tma/run.sh runs their tests and A/B with it).
+# results, so it offers them only with $TTBALL_DIRECT_NEXT=1, or those named there by
+# :func:`candidate_id` (:func:`next_chosen`; docs/benchmarks/h200-2026-12-05/taps-tma/run.sh
+# runs their tests, then the A/B with those that passed).
 UNTESTED = frozenset({
     (128, 16, 6, 14, 1, False, True), (128, 16, 14, 14, 2, False, True),
     (128, 16, 6, 30, 2, True, True), (128, 16, 6, 14, 1, True, True),
@@ -228,17 +230,45 @@ def taps_offered() -> bool:
     return os.environ.get(TAPS_ENV, "").strip() != "0"
 
 
+def candidate_id(cin: int, cout: int, rows: int, cols: int, groups: int, tma: bool = False,
+                 taps: bool = False) -> str:
+    """A wgmma tile's name, as its GPU test's id: ``"128-16-6x14-wg1-taps-tma"``."""
+    return f"{cin}-{cout}-{rows}x{cols}-wg{groups}" + "-taps" * taps + "-tma" * tma
+
+
+def next_chosen() -> frozenset[tuple[int, int, int, int, int, bool, bool]]:
+    """The candidates of :data:`UNTESTED` the tuner also offers: all of them if
+    ``$TTBALL_DIRECT_NEXT`` is ``1``, those it names by :func:`candidate_id` if it is a
+    comma-separated list (the ones whose GPU tests passed), none if unset or empty.
+
+    Raises:
+        UserError: a name that is not one of :data:`UNTESTED`'s.
+    """
+    value = os.environ.get(NEXT_ENV, "").strip()
+    if value in ("", "0"):
+        return frozenset()
+    if value == "1":
+        return UNTESTED
+    by_id = {candidate_id(*key): key for key in UNTESTED}
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in by_id]
+    if unknown:
+        raise UserError(f"${NEXT_ENV}: {', '.join(unknown)} not among the untested candidates "
+                         f"({', '.join(sorted(by_id))}); 1 offers all of them")
+    return frozenset(by_id[name] for name in names)
+
+
 def next_offered() -> bool:
-    """Whether the tuner also offers the candidates of :data:`UNTESTED`: ``$TTBALL_DIRECT_NEXT``
-    is ``1``."""
-    return os.environ.get(NEXT_ENV, "").strip() == "1"
+    """Whether the tuner also offers any candidate of :data:`UNTESTED` (:func:`next_chosen`)."""
+    return bool(next_chosen())
 
 
 def offered(shape: tuple[int, int], rows: int, cols: int, groups: int, tma: bool = False,
             taps: bool = False) -> bool:
-    """Whether the tuner may offer this compiled tile: not one of :data:`UNTESTED`, or
-    :func:`next_offered`."""
-    return (*shape, rows, cols, groups, tma, taps) not in UNTESTED or next_offered()
+    """Whether the tuner may offer this compiled tile: not one of :data:`UNTESTED`, or one of
+    :func:`next_chosen`."""
+    key = (*shape, rows, cols, groups, tma, taps)
+    return key not in UNTESTED or key in next_chosen()
 
 
 def direct_applies(step: Conv) -> bool:

@@ -6,10 +6,11 @@
 # kernel is issue-bound).
 # A numerics change: its GPU tests (the float32 convolution, atol 2e-2), ttball verify on the
 # real rally, and step 5's candidates timed by the tuner in both trees (all tap candidates
-# offered, TTBALL_DIRECT_NEXT=1). ~4 min; carry `.gpu`:
+# offered that passed their tests, TTBALL_DIRECT_NEXT). ~4 min; carry `.gpu`:
 #   OUT=$OUT bash docs/benchmarks/h200-2026-12-05/next/fp16-sums.sh > $OUT/call.log 2>&1
 set -uo pipefail
-export PYTHONUNBUFFERED=1 TTBALL_DIRECT_NEXT=1
+# the candidates whose GPU tests passed in taps-tma/run.sh on this machine (all if it did not run)
+export PYTHONUNBUFFERED=1 TTBALL_DIRECT_NEXT=$(cat /tmp/ttball-direct-next 2>/dev/null || echo 1)
 REPO=$PWD HERE=docs/benchmarks/h200-2026-12-05/next
 rm -rf /tmp/f16 && mkdir -p /tmp/f16 && cp -r ttball tests scripts pyproject.toml /tmp/f16/
 (cd /tmp/f16 && patch -p1 < "$REPO/$HERE/fp16-sums.patch") || exit 1
