@@ -110,6 +110,10 @@ def test_bad_options() -> None:
         StreamOptions(step=2)
     with pytest.raises(ValueError, match="threshold"):
         StreamOptions(threshold=1.5)
+    for ssim in (-1.0, 0.0, 1.5, float("nan")):  # -1 made every frame a duplicate
+        with pytest.raises(ValueError, match=r"dedup_ssim .* must be in \(0, 1\]"):
+            StreamOptions(dedup_ssim=ssim)
+    assert StreamOptions(dedup_ssim=1.0).dedup_ssim == 1.0
 
 
 def test_drain_before_three_frames_keeps_their_pixels() -> None:

@@ -250,8 +250,11 @@ class Stream:
         url = session.ws_url
         headers = {"Authorization": f"Bearer {client.token}"} if client.token else None
         # compression=None: frames are JPEG/PNG already; permessage-deflate would only spend
-        # ~7 ms of CPU per 1280x720 frame on each side (it capped `ttball loadtest` at ~130 fps)
-        self.ws = connect(url, additional_headers=headers, max_size=None, compression=None)
+        # ~7 ms of CPU per 1280x720 frame on each side (it capped `ttball loadtest` at ~130 fps).
+        # ping_timeout as the worker's (ttball.serve.app.UVICORN_WS): a worker at its in-flight
+        # limit reads the socket late, and our pings wait behind the frames queued there.
+        self.ws = connect(url, additional_headers=headers, max_size=None, compression=None,
+                          ping_timeout=120)
 
     def __enter__(self) -> Self:
         return self

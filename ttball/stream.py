@@ -59,6 +59,9 @@ class StreamOptions:
             raise ValueError(f"step must be 1 or 3, got {self.step}")
         if self.threshold is not None and not (0.0 < self.threshold < 1.0):
             raise ValueError(f"threshold must be between 0 and 1, got {self.threshold}")
+        if self.dedup_ssim is not None and not (0.0 < self.dedup_ssim <= 1.0):
+            raise ValueError(f"dedup_ssim (an SSIM threshold) must be in (0, 1], got "
+                             f"{self.dedup_ssim}")
 
 
 class FrameStream:

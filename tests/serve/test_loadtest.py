@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("fastapi")
 
 from conftest import draw_clip
+from fastapi import FastAPI, WebSocket
 
 from ttball.backends import BackendBase
 from ttball.cli import COMMANDS, main
@@ -139,3 +140,41 @@ def test_session_starts_spread_over_one_window_so_windows_do_not_come_in_bursts(
     per_interval = [sum(int(o * fps + 1e-9) == k for o in offsets) for k in range(step)]
     assert per_interval == [sessions // step] * step
     assert start_offset(5, 10, 30.0, 1) == 0.5 / 30.0  # step 1: one interval
+
+
+def _dropping_worker() -> FastAPI:
+    """A stand-in worker that ends each stream abnormally: 1011 after two frames, as a
+    keepalive timeout does."""
+    app = FastAPI()
+
+    @app.get("/readyz")
+    async def readyz() -> dict:
+        return {"ready": True}
+
+    @app.post("/v1/sessions", status_code=201)
+    async def open_session() -> dict:
+        return {"id": "s"}
+
+    @app.websocket("/v1/sessions/s/stream")
+    async def stream(ws: WebSocket) -> None:
+        await ws.accept()
+        for _ in range(2):
+            await ws.receive_bytes()
+        await ws.close(1011, "keepalive ping timeout")
+
+    return app
+
+
+def test_a_stream_the_worker_drops_is_counted_and_the_report_still_written(
+        loadtest, tmp_path) -> None:
+    """Every session's loss is counted, its frames dropped, and the run still reports."""
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=9)
+    out = tmp_path / "report.json"
+    with serve_in_thread(_dropping_worker()) as url:
+        code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 20, "--duration", 1,
+                        "--max-frames", 9, "--drain-timeout", 1, "--out", out, "--quiet")
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["errors"] == {"closed_1011": 2}
+    assert report["rows"] == 0 and report["dropped"] == 40

@@ -104,6 +104,17 @@ def test_infer_binary_equals_network(server, batch, expected) -> None:
     ({"inputs": [{"name": "pixels", "shape": [1, 9, H, W], "datatype": "FP32", "data": [0]}]},
      "frames"),
     ({"nothing": 1}, "inputs"),
+    # wrong JSON types where objects, lists and integers belong
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32", "data": [0]}],
+      "outputs": 5}, "'outputs' must be a list"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32", "data": [0],
+                  "parameters": 5}]}, "parameters must be a JSON object"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32", "data": [0]}],
+      "parameters": [1]}, "parameters must be a JSON object"),
+    ({"inputs": [{"name": "frames", "shape": [True, 9, H, W], "datatype": "FP32", "data": [0]}]},
+     "shape"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                  "parameters": {"binary_data_size": True}}]}, "binary_data_size"),
 ])
 def test_infer_errors_use_the_protocol_error_object(server, request_, message) -> None:
     reply = server.http.post(INFER, json=request_)
@@ -117,3 +128,14 @@ def test_binary_size_mismatch_is_refused(server) -> None:
     reply = server.http.post(INFER, content=head + b"\0" * 100,
                              headers={"Inference-Header-Content-Length": str(len(head))})
     assert reply.status_code == 400 and "binary_data_size" in reply.json()["error"]
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"[" * 30_000 + b"]" * 30_000, "nested too deeply"),
+    (b'{"inputs": [{"name": "frames", "data": [NaN]}]}', "not JSON"),
+    (b"\x93\xff binary without its header", "Inference-Header-Content-Length"),
+])
+def test_infer_bodies_that_are_not_json_get_400(server, body, message) -> None:
+    reply = server.http.post(INFER, content=body)
+    assert reply.status_code == 400
+    assert message in reply.json()["error"]

@@ -233,3 +233,88 @@ def test_image_size_reads_png_and_jpeg_headers() -> None:
     assert image_size(cv2.imencode(".jpg", img)[1].tobytes()) == (47, 33)
     assert image_size(b"nope") is None
     assert pack_records([b"ab", b"c"]) == b"\0\0\0\x02ab\0\0\0\x01c"
+
+
+BAD_OPTIONS = [
+    pytest.param(b'{"dedup_ssim": NaN}', 400, "bad_json", id="nan"),
+    pytest.param(b'{"dedup_ssim": Infinity}', 400, "bad_json", id="infinity"),
+    pytest.param(b'{"step": 1e999}', 400, "bad_json", id="past-float-range"),
+    pytest.param(b"[" * 20_000 + b"]" * 20_000, 400, "bad_json", id="nested-too-deep"),
+    pytest.param(b'{"dedup_ssim": -1}', 422, "bad_options", id="dedup-negative"),
+    pytest.param(b'{"dedup_ssim": 5}', 422, "bad_options", id="dedup-over-1"),
+    pytest.param(b'{"step": true}', 422, "bad_options", id="step-bool"),
+    pytest.param(b'{"step": 3.9}', 422, "bad_options", id="step-fraction"),
+    pytest.param(b'{"step": "3"}', 422, "bad_options", id="step-string"),
+    pytest.param(b'{"width": 1280.7, "height": 720}', 422, "bad_options", id="width-fraction"),
+    pytest.param(b'{"width": 1e12, "height": 1e12}', 422, "bad_options", id="width-huge"),
+    pytest.param(b'{"threshold": "0.5"}', 422, "bad_options", id="threshold-string"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "code"), BAD_OPTIONS)
+def test_bad_session_options_get_4xx_and_open_no_session(server, body, status, code) -> None:
+    before = len(server.http.get("/v1/sessions").json()["sessions"])
+    reply = server.http.post("/v1/sessions", content=body,
+                             headers={"Content-Type": "application/json"})
+    assert reply.status_code == status, reply.text
+    assert reply.json()["error"]["code"] == code
+    assert len(reply.json()["error"]["message"]) < 500
+    assert len(server.http.get("/v1/sessions").json()["sessions"]) == before
+
+
+def test_whole_float_sizes_and_dedup_off_are_still_options(server) -> None:
+    reply = server.http.post("/v1/sessions", json={"step": 1.0, "width": 64.0, "height": 32,
+                                                   "dedup": False})
+    assert reply.status_code == 201, reply.text
+    body = reply.json()
+    assert (body["step"], body["width"], body["height"]) == (1, 64, 32)
+    server.http.delete(f"/v1/sessions/{body['id']}")
+
+
+def test_frame_numbers_and_times_must_be_finite_and_in_range(server, pngs) -> None:
+    session = server.open_session(step=3)
+    for params, code in (({"t": "nan"}, "bad_time"), ({"t": "inf"}, "bad_time"),
+                         ({"t": "-inf"}, "bad_time"), ({"frame": "1" + "0" * 400}, "bad_frame_number"),
+                         ({"frame": -1}, "bad_frame_number")):
+        reply = _post(server, session.id, pngs[0], **params)
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == code, params
+    rows = session.send(pngs[0]) + session.send(pngs[1]) + session.send(pngs[2])
+    assert [r["frame"] for r in rows] == [0, 1]  # refused pushes took no frame number
+    session.delete()
+
+
+def test_unknown_routes_and_long_ids_get_the_error_shape(server) -> None:
+    reply = server.http.get("/v1/nothing-here")
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "not_found"
+    reply = server.http.put("/v1/sessions")
+    assert reply.status_code == 405 and reply.json()["error"]["code"] == "method_not_allowed"
+    reply = server.http.get(f"/v1/sessions/{'x' * 60_000}")
+    assert reply.status_code == 404 and len(reply.content) < 500
+
+
+def test_websocket_deeply_nested_text_is_a_bad_message_and_the_stream_goes_on(server,
+                                                                              pngs) -> None:
+    session = server.open_session(step=3)
+    with session.stream() as ws:
+        ws.send(pngs[0])
+        ws.ws.send("[" * 100_000)
+        message = ws.recv()
+        assert message["type"] == "error" and message["error"]["code"] == "bad_message"
+        for png in pngs[1:4]:
+            ws.send(png)
+        first = ws.recv()
+        assert first["type"] == "result" and first["frame"] == 0
+    session_gone = server.http.get(f"/v1/sessions/{session.id}")
+    assert session_gone.status_code in (200, 404)
+
+
+def test_track_endpoint_refuses_a_too_short_video_without_rows(server, pngs, tmp_path) -> None:
+    reply = server.http.post("/v1/track", content=pngs[0], headers={"Content-Type": "image/png"})
+    lines = [json.loads(line) for line in reply.text.splitlines()]
+    assert [list(line) for line in lines] == [["error"]], lines
+    assert lines[0]["error"]["code"] == "video_too_short"
+
+
+def test_a_png_without_its_ihdr_chunk_is_not_an_image() -> None:
+    assert image_size(b"\x89PNG\r\n\x1a\n" + b"\xff" * 40) is None
+    assert image_size(_png_header(47, 33)) == (47, 33)

@@ -4,7 +4,9 @@ Each session opens ``/v1/sessions``, connects its WebSocket and sends one JPEG e
 seconds (its clip, looped) for ``--duration`` seconds, then finishes. Latency is per frame:
 frame sent → its row received. It includes the window's own wait, which no server can avoid:
 with step 3 a window needs its third frame and a frame's row needs the next frame (see
-``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code),
+``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code, with
+sessions that could not open, ``open_<status>``, or whose stream ended abnormally,
+``closed_<close code>``),
 ``dropped`` (refused, never answered, or ``unsent``), ``late`` (row later than ``--deadline-ms``)
 and sends that fell behind schedule by more than one frame interval (``behind_schedule``). A
 worker slower than the offered rate holds sends back; a session stops sending one frame interval
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -124,6 +127,7 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
                    start_at: float) -> SessionLog:
     import httpx
     from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
 
     from ttball.client import stream_url
 
@@ -136,22 +140,46 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
             return log
         ws_url = stream_url(url, r.json())
     # compression=None: zlib over JPEG bytes gains nothing, and with it this one-process client
-    # spent 92 % of its time in permessage-deflate and topped out near 130 frames/s (1280x720)
-    async with connect(ws_url, additional_headers=headers or None, max_size=None,
-                       close_timeout=2, compression=None) as ws:
-        receiver = asyncio.create_task(_receive(ws, log))
-        await _send(ws, clip, args, start_at, log)
-        await ws.send(json.dumps({"type": "finish"}))
-        try:
-            await asyncio.wait_for(receiver, timeout=args.drain_timeout)
-        except TimeoutError:
-            receiver.cancel()
+    # spent 92 % of its time in permessage-deflate and topped out near 130 frames/s (1280x720).
+    # ping_interval=None: a worker at its in-flight limit stops reading the socket, so a ping
+    # of ours waits behind the frames queued there and its timeout (20 s) closed a live stream;
+    # the run has its own deadlines (--duration, --drain-timeout).
+    try:
+        async with connect(ws_url, additional_headers=headers or None, max_size=None,
+                           close_timeout=2, compression=None, ping_interval=None) as ws:
+            receiver = asyncio.create_task(_receive(ws, log))
+            if await _send(ws, clip, args, start_at, log):
+                with contextlib.suppress(ConnectionClosed):  # the receiver records why
+                    await ws.send(json.dumps({"type": "finish"}))
+            try:
+                await asyncio.wait_for(receiver, timeout=args.drain_timeout)
+            except TimeoutError:
+                receiver.cancel()
+    except (ConnectionClosed, OSError) as exc:  # refused or dropped: counted, the run goes on
+        code = _closed_code(exc)
+        log.errors[code] = log.errors.get(code, 0) + 1
     log.unanswered = len(log.sent)
     return log
 
 
+SESSION_ERRORS = ("open_", "closed_", "connection_error")  # error codes that are no frame's
+
+
+def _closed_code(exc: BaseException) -> str:
+    """An error count's key for a stream that ended abnormally: ``closed_<close code>``."""
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, ConnectionClosed):
+        frame = exc.rcvd or exc.sent
+        return f"closed_{frame.code if frame is not None else 1006}"
+    return "connection_error"
+
+
 async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: float,
-                log: SessionLog) -> None:
+                log: SessionLog) -> bool:
+    """Send the clip's frames on schedule; False if the stream closed under them."""
+    from websockets.exceptions import ConnectionClosed
+
     interval = 1.0 / args.fps
     total = int(args.duration * args.fps)
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
@@ -170,7 +198,7 @@ async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: 
         now = time.perf_counter()
         if now >= end:
             log.unsent = total - k
-            return
+            return True
         log.sent[k] = now
         log.frames_sent += 1
         if log.first_send is None:
@@ -179,10 +207,24 @@ async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: 
             await asyncio.wait_for(ws.send(clip[k % len(clip)]), end - now)
         except TimeoutError:  # the frame is in the socket's buffer; the rest stay unsent
             log.unsent = total - k - 1
-            return
+            return True
+        except ConnectionClosed:  # the receiver records why; this frame goes unanswered
+            log.unsent = total - k - 1
+            return False
+    return True
 
 
 async def _receive(ws: Any, log: SessionLog) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        await _read(ws, log)
+    except ConnectionClosed as exc:  # not `end`: the worker (or the network) ended the stream
+        code = _closed_code(exc)
+        log.errors[code] = log.errors.get(code, 0) + 1
+
+
+async def _read(ws: Any, log: SessionLog) -> None:
     async for message in ws:
         now = time.perf_counter()
         body = json.loads(message)
@@ -223,7 +265,9 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
             errors[code] = errors.get(code, 0) + n
     sent = sum(log.frames_sent for log in logs)
     unsent = sum(log.unsent for log in logs)
-    refused = sum(n for code, n in errors.items() if not code.startswith("open_"))
+    # frames refused one by one; a session's errors (not opened, its stream closed) are not
+    # frames: its frames then count as never answered or unsent
+    refused = sum(n for code, n in errors.items() if not code.startswith(SESSION_ERRORS))
     ms = [x * 1000 for x in latencies]
     floor = [2, 1, 1] if args.step == 3 else [1]  # frames each position waits for
     return {

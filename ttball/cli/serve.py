@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ttball.serve.app import create_app
+        from ttball.serve.app import UVICORN_WS, create_app
     except ImportError as exc:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
@@ -195,11 +195,9 @@ def run(args: argparse.Namespace) -> int:
     if settings.backend_factory is None and settings.backend != AUTO:
         spec(settings.backend)  # an unknown name fails now, not in the background
     app = create_app(settings)
-    # ws_per_message_deflate=False: session frames are JPEG/PNG (or raw pixels, which a client
-    # can compress as PNG): inflating them would cost the event loop CPU for nothing.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
-                            ws_per_message_deflate=False)
+                            **UVICORN_WS)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler that
     # was installed before it: make that one a no-op so a clean shutdown exits 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)

@@ -34,7 +34,7 @@ from fastapi import FastAPI
 from ttball import __version__
 from ttball.distributed.serve_metrics import IngressMetrics
 from ttball.distributed.serve_router import RANK_PREFIX
-from ttball.serve.sessions import SessionOptions
+from ttball.serve.sessions import SessionOptions, clip
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import Part
 
@@ -274,7 +274,7 @@ class Ingress:
         try:
             return self.sessions[sid]
         except KeyError:
-            raise ApiError(404, "unknown_session", f"no session {sid!r} (expired or deleted?)") from None
+            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r} (expired or deleted?)") from None
 
     async def open(self, options: SessionOptions) -> dict[str, Any]:
         self.require_ready()

@@ -90,10 +90,10 @@ class ReplicaWorker:
         of ``settings.host``, on this replica's event loop; returns its ``ws://`` base."""
         import uvicorn
 
-        from ttball.serve.app import stream_app
+        from ttball.serve.app import UVICORN_WS, stream_app
 
         config = uvicorn.Config(stream_app(self.worker), host=settings.host, port=0,
-                                lifespan="off", log_level="warning", ws_per_message_deflate=False)
+                                lifespan="off", log_level="warning", **UVICORN_WS)
         self._streams = uvicorn.Server(config)
         serving = asyncio.get_running_loop().create_task(self._streams.serve())
         while not self._streams.started:

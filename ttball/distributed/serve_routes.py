@@ -7,7 +7,6 @@ route's work is :class:`~.serve_ingress.Ingress`'s (the replicas, the sessions' 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,10 +17,10 @@ from ttball import __version__
 from ttball.distributed.serve_ingress import Ingress, ReplicaLost
 from ttball.distributed.serve_metrics import merge
 from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
-from ttball.serve.sessions import SessionOptions
+from ttball.serve.sessions import SessionOptions, clip
 from ttball.serve.settings import ApiError
 from ttball.serve.track import spool
-from ttball.serve.uploads import read_body, split_body
+from ttball.serve.uploads import parse_json, read_body, split_body
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -71,10 +70,7 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     @app.post("/v1/sessions", status_code=201)
     async def create_session(request: Request) -> JSONResponse:
         body = await read_body(request, JSON_LIMIT)
-        try:
-            data = json.loads(body) if body.strip() else {}
-        except ValueError as exc:
-            raise ApiError(400, "bad_json", f"session options are not JSON: {exc}") from None
+        data = parse_json(body, "session options") if body.strip() else {}
         described = await ingress.open(SessionOptions.from_json(data))
         return JSONResponse(described, 201, headers={"Location": f"/v1/sessions/{described['id']}"})
 
@@ -115,7 +111,7 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     async def delete(sid: str) -> dict[str, Any]:
         ingress.require_ready()
         if ingress.forget(sid, "deleted") is None:
-            raise ApiError(404, "unknown_session", f"no session {sid!r}")
+            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r}")
         try:
             await ingress.call(sid, "delete", sid)
         except ReplicaLost:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import socket
 import threading
 import time
@@ -31,20 +30,30 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttball import __version__
 from ttball.serve.metrics import Metrics
-from ttball.serve.sessions import SessionOptions
+from ttball.serve.sessions import SessionOptions, clip
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.track import add_track
-from ttball.serve.uploads import read_body, split_body
+from ttball.serve.uploads import parse_json, read_body, split_body
 from ttball.serve.websocket import add_stream
 from ttball.serve.worker import Worker
 
 OPEN_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
 PROTECTED_PREFIXES = ("/v1", "/v2", "/metrics")
 JSON_LIMIT = 64 * 1024  # bytes of a session-options body
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}  # the framework's own errors
+# uvicorn's WebSocket options for ttball's servers: no permessage-deflate (frames are JPEG/PNG:
+# inflating them costs the event loop CPU for nothing), and a keepalive timeout well above the
+# 20 s default. A stream at its in-flight limit is not read (back-pressure), so its client's
+# pong waits behind the frames queued ahead of it; on a CPU worker running ~3 frames/s that
+# took over 20 s and the stream of a live client was dropped (1011). A client that is gone is
+# still noticed, within ping interval + timeout.
+UVICORN_WS: dict[str, Any] = {"ws_per_message_deflate": False, "ws_ping_interval": 20.0,
+                              "ws_ping_timeout": 120.0}
 
 # -- auth and request metrics (one pure ASGI middleware) ------------------------------------------
 class Gate:
@@ -124,8 +133,15 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
                           for e in exc.errors())
         return _error_response(request, ApiError(422, "bad_request", where), metrics)
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        return _error_response(request, ApiError(exc.status_code, code, str(exc.detail),
+                                                 dict(exc.headers or {})), metrics)
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)  # unknown routes, wrong methods
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -190,13 +206,14 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
     async def create_session(request: Request) -> JSONResponse:
         store, _ = worker.live()
         body = await read_body(request, JSON_LIMIT)
-        try:
-            data = json.loads(body) if body.strip() else {}
-        except ValueError as exc:
-            raise ApiError(400, "bad_json", f"session options are not JSON: {exc}") from None
+        data = parse_json(body, "session options") if body.strip() else {}
         session = store.create(SessionOptions.from_json(data))
-        return JSONResponse(session.describe(), 201,
-                            headers={"Location": f"/v1/sessions/{session.id}"})
+        try:
+            return JSONResponse(session.describe(), 201,
+                                headers={"Location": f"/v1/sessions/{session.id}"})
+        except Exception:  # no client will know its id: it must not hold a slot
+            store.remove(session.id, "failed")
+            raise
 
     @app.get("/v1/sessions")
     async def list_sessions() -> dict[str, Any]:
@@ -241,7 +258,7 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
     async def delete(sid: str) -> dict[str, Any]:
         store, _ = worker.live()
         if store.remove(sid, "deleted") is None:
-            raise ApiError(404, "unknown_session", f"no session {sid!r}")
+            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r}")
         return {"deleted": sid}
 
     add_stream(app, worker)
@@ -273,7 +290,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
-                                           ws=ws, ws_per_message_deflate=False))
+                                           ws=ws, **UVICORN_WS))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="ttball-uvicorn", daemon=True)
     thread.start()

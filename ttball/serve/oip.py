@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ttball import __version__
 from ttball.serve.settings import ApiError
-from ttball.serve.uploads import read_body
+from ttball.serve.uploads import parse_json, read_body
 from ttball.serve.worker import Worker
 from ttball.stream import Window
 
@@ -189,8 +189,8 @@ def _infer(worker: Worker, stats: Stats) -> Any:
 
 async def _run(worker: Worker, request: Request, body: bytes) -> tuple[Response, int]:
     header, binary = _split(request, body)
+    wanted_binary = _binary_wanted(header)  # (checked before the data is read)
     x = _input(header, binary, worker)
-    wanted_binary = _binary_wanted(header)
     assert worker.batcher is not None
     worker.batcher.reserve(len(x))
     futures = [worker.batcher.submit(Window("oip", (0, 0, 0), row), raw=True) for row in x]
@@ -223,13 +223,27 @@ def _split(request: Request, body: bytes) -> tuple[dict[str, Any], bytes]:
         head, binary = body[:int(length)], body[int(length):]
     else:
         head, binary = body, b""
-    try:
-        header = json.loads(head)
-    except ValueError as exc:
-        raise ApiError(400, "bad_request", f"the inference request is not JSON: {exc}") from None
+    what = "the inference request" + ("" if length is not None else
+                                      f" (binary data needs the {HEADER_LENGTH} header)")
+    header = parse_json(head, what, "bad_request")
     if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
         raise ApiError(400, "bad_request", "the inference request needs an 'inputs' list")
     return header, binary
+
+
+def _parameters(owner: dict[str, Any], where: str) -> dict[str, Any]:
+    """``owner``'s ``parameters`` object (empty if absent); 400 if it is not an object."""
+    params = owner.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ApiError(400, "bad_request", f"{where} parameters must be a JSON object")
+    return params
+
+
+def _whole(value: Any) -> bool:
+    """A JSON integer (not ``true`` / ``false``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _input(header: dict[str, Any], binary: bytes, worker: Worker) -> np.ndarray:
@@ -242,8 +256,8 @@ def _input(header: dict[str, Any], binary: bytes, worker: Worker) -> np.ndarray:
     shape = spec.get("shape")
     if spec.get("datatype") != "FP32":
         raise ApiError(400, "bad_request", f"input {INPUT!r} must be FP32, got {spec.get('datatype')}")
-    if (not isinstance(shape, list) or len(shape) != 4 or shape[1:] != [9, h, w]
-            or not isinstance(shape[0], int) or shape[0] < 1):
+    if (not isinstance(shape, list) or len(shape) != 4 or not all(_whole(d) for d in shape)
+            or shape[1:] != [9, h, w] or shape[0] < 1):
         raise ApiError(400, "bad_request", f"input {INPUT!r} must have shape [B, 9, {h}, {w}], "
                        f"got {shape}")
     limit = worker.settings.batch_limit
@@ -251,9 +265,9 @@ def _input(header: dict[str, Any], binary: bytes, worker: Worker) -> np.ndarray:
         raise ApiError(400, "bad_request",
                        f"inference request batch-size must be <= {limit} for '{MODEL}'")
     count = int(np.prod(shape))
-    size = (spec.get("parameters") or {}).get("binary_data_size")
+    size = _parameters(spec, f"input {INPUT!r}").get("binary_data_size")
     if size is not None:
-        if size != count * 4 or len(binary) < size:
+        if not _whole(size) or size != count * 4 or len(binary) < size:
             raise ApiError(400, "bad_request", f"binary_data_size {size} does not match shape "
                            f"{shape} (FP32: {count * 4} bytes) or the {len(binary)} bytes sent")
         array = np.frombuffer(binary[:size], dtype="<f4").astype(np.float32)
@@ -270,12 +284,14 @@ def _input(header: dict[str, Any], binary: bytes, worker: Worker) -> np.ndarray:
 
 def _binary_wanted(header: dict[str, Any]) -> bool:
     outputs = header.get("outputs")
-    everything = bool((header.get("parameters") or {}).get("binary_data_output", False))
+    everything = bool(_parameters(header, "the request's").get("binary_data_output", False))
+    if outputs is not None and not isinstance(outputs, list):
+        raise ApiError(400, "bad_request", "'outputs' must be a list")
     if not outputs:
         return everything
     if len(outputs) != 1 or not isinstance(outputs[0], dict) or outputs[0].get("name") != OUTPUT:
         raise ApiError(400, "bad_request", f"the only output is {OUTPUT!r}")
-    params = outputs[0].get("parameters") or {}
+    params = _parameters(outputs[0], f"output {OUTPUT!r}")
     if "classification" in params:
         raise ApiError(400, "bad_request", "the classification extension is not supported")
     return bool(params.get("binary_data", everything))

@@ -13,12 +13,14 @@ Frame bodies and their decoding: :mod:`ttball.serve.uploads`.
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from ttball.serve.device import DeviceFeeder, DeviceLanes
 
 T = TypeVar("T")
+MAX_FRAME = 2**53 - 1  # frame numbers: exact as JSON numbers and float times
+MAX_SIDE = 1 << 15  # a session's declared frame width and height, pixels
 
 
 # -- one session ---------------------------------------------------------------------------------
@@ -63,20 +67,23 @@ class SessionOptions:
         dedup = data.get("dedup_ssim", data.get("dedup"))
         try:
             options = cls(
-                step=int(data.get("step", 3)),
+                step=_integer("step", data.get("step", 3)),
                 threshold=_opt(float, data.get("threshold")),
                 dedup_ssim=0.99 if dedup is True else _opt(float, dedup or None),
-                width=_opt(int, data.get("width")),
-                height=_opt(int, data.get("height")),
+                width=_opt(partial(_integer, "width"), data.get("width")),
+                height=_opt(partial(_integer, "height"), data.get("height")),
                 fps=_opt(float, data.get("fps")),
             )
             options.stream_options()
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ApiError(422, "bad_options", str(exc)) from None
         if (options.width is None) != (options.height is None):
             raise ApiError(422, "bad_options", "give both width and height, or neither")
-        if options.width is not None and (options.width < 1 or (options.height or 0) < 1):
-            raise ApiError(422, "bad_options", "width and height must be positive")
+        if options.width is not None and not (0 < options.width <= MAX_SIDE
+                                              and 0 < (options.height or 0) <= MAX_SIDE):
+            raise ApiError(422, "bad_options",
+                           f"width and height must be in [1, {MAX_SIDE}], got "
+                           f"{clip(options.width)}x{clip(options.height)}")
         if options.fps is not None and not 0 < options.fps < 10_000:
             raise ApiError(422, "bad_options", f"fps must be in (0, 10000), got {options.fps}")
         return options
@@ -86,9 +93,29 @@ class SessionOptions:
 
 
 def _opt(kind: Callable[[Any], T], value: Any) -> T | None:
-    if isinstance(value, bool):
-        raise TypeError(f"expected a number, got {value}")
-    return None if value is None else kind(value)
+    if isinstance(value, (bool, str)):
+        raise TypeError(f"expected a number, got {value!r}")
+    if value is None:
+        return None
+    result = kind(value)
+    if isinstance(result, float) and not math.isfinite(result):
+        raise ValueError(f"expected a finite number, got {value}")
+    return result
+
+
+def _integer(name: str, value: Any) -> int:
+    """A JSON number that is a whole number (``3`` or ``3.0``), else TypeError/ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{name} must be an integer, got {value}")
+    return int(value)
+
+
+def clip(value: object, limit: int = 40) -> str:
+    """``value`` for an error message, at most ``limit`` characters."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 @dataclass
@@ -128,6 +155,11 @@ class Session:
                t: float | None) -> list[tuple[int, float]]:
         """Index and time of frames of ``sizes`` (width, height) that would join this stream
         now; 409/422 if they can't."""
+        if frame is not None and not 0 <= frame <= MAX_FRAME:
+            raise ApiError(400, "bad_frame_number",
+                           f"frame must be an integer in [0, {MAX_FRAME}], got {clip(frame)}")
+        if t is not None and not math.isfinite(t):
+            raise ApiError(400, "bad_time", f"t must be a finite number of seconds, got {t}")
         first = self.last_index + 1 if frame is None else frame
         if first <= self.last_index:
             raise ApiError(409, "frame_order",
@@ -355,7 +387,7 @@ class SessionStore:
         try:
             return self._sessions[sid]
         except KeyError:
-            raise ApiError(404, "unknown_session", f"no session {sid!r} (expired or deleted?)") from None
+            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r} (expired or deleted?)") from None
 
     def remove(self, sid: str, event: str) -> Session | None:
         session = self._sessions.pop(sid, None)

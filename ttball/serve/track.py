@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from ttball.errors import UserError
+from ttball.pipeline import MIN_FRAMES
 from ttball.serve.batcher import Overloaded
 from ttball.serve.sessions import Feeder, Session, SessionOptions
 from ttball.serve.settings import ApiError
@@ -82,15 +83,15 @@ async def track_lines(source: Any, session: Session, feeder: Feeder, inflight: i
                 for row in session.take_rows():
                     count += 1
                     yield _line(row)
+        if session.stream.frames_in < MIN_FRAMES:  # before finish() pads a window of them
+            raise ApiError(400, "video_too_short", f"{session.stream.frames_in} readable "
+                           f"frame(s); at least {MIN_FRAMES} are needed")
         steps.append(await feeder.finish(session))
         for step in steps:
             await step
         for row in session.take_rows():
             count += 1
             yield _line(row)
-        if session.stream.frames_in < 3:
-            raise ApiError(400, "video_too_short",
-                           f"{session.stream.frames_in} readable frame(s); at least 3 are needed")
         elapsed = time.perf_counter() - started
         yield _line({"summary": {"frames": count, "windows": session.stream.windows_out,
                                  "duplicates": session.stream.duplicates,

@@ -10,6 +10,8 @@ Frame bodies (``POST /v1/sessions/{id}/frames``):
 
 from __future__ import annotations
 
+import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,29 @@ async def read_body(request: Any, limit: int) -> bytes:
             raise ApiError(413, "body_too_large", f"body over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def parse_json(body: bytes | str, what: str, code: str = "bad_json") -> Any:
+    """``body`` as JSON, or 400 ``code`` saying why. Strict where Python's parser is lenient:
+    ``NaN``, ``Infinity`` and numbers beyond a float's range are refused (no JSON reply could
+    carry them back), and so is nesting too deep to parse."""
+    try:
+        return json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ApiError(400, code, f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, ours
+        raise ApiError(400, code, f"{what} is not JSON: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of range")
+    return value
 
 
 @dataclass(frozen=True)
@@ -108,8 +133,11 @@ def _raw_parts(body: bytes, width: int | None, height: int | None,
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) from a PNG or JPEG header without decoding; None if not found."""
-    if data.startswith(PNG_MAGIC) and len(data) >= 24:
-        return struct.unpack(">II", data[16:24])
+    if data.startswith(PNG_MAGIC):  # its first chunk is IHDR: width, height < 2^31
+        if len(data) < 24 or data[12:16] != b"IHDR":
+            return None
+        width, height = struct.unpack(">II", data[16:24])
+        return (width, height) if max(width, height) < 1 << 31 else None
     if not data.startswith(b"\xff\xd8"):
         return None
     i = 2

@@ -5,7 +5,6 @@ ingress's stream (:mod:`ttball.distributed.serve_stream`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -14,7 +13,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from ttball.serve.sessions import Feeder, Session, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
-from ttball.serve.uploads import split_body
+from ttball.serve.uploads import parse_json, split_body
 from ttball.serve.worker import Worker
 
 
@@ -170,10 +169,13 @@ async def _ws_frame(session: Session, feeder: Feeder, settings: ServeSettings,
 
 
 def _is_finish(text: str | None) -> bool:
-    try:
-        return bool(text) and json.loads(text or "").get("type") == "finish"
-    except (ValueError, AttributeError):
+    if not text:
         return False
+    try:
+        message = parse_json(text, "a message")
+    except ApiError:  # not JSON, or nested too deeply to parse
+        return False
+    return isinstance(message, dict) and message.get("type") == "finish"
 
 
 async def _ws_sender(ws: WebSocket, session: Session,
