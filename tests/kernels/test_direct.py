@@ -21,6 +21,7 @@ from ttball.kernels.buffers import pair_steps
 from ttball.kernels.configs import Config, pair_waits
 from ttball.kernels.direct import (
     INPUT_KERNELS,
+    INPUT_KERNELS_TMA,
     KERNEL_SOURCE,
     KERNELS,
     PAIRS,
@@ -43,6 +44,9 @@ from ttball.kernels.plan import INPUT
 CASES = [(cin, cout, tile) for (cin, cout), tiles in KERNELS.items() for tile in tiles]
 PAIR_CASES = [(c, tile) for c, tiles in PAIRS.items() for tile in tiles]
 INPUT_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS.items() for tile in tiles]
+INPUT_TMA_CASES = [(c, cout, tile) for (c, cout), tiles in INPUT_KERNELS_TMA.items()
+                   for tile in tiles]
+INPUT_TMA_IDS = [candidate_id(c, cout, *tile, 1, tma=True) for c, cout, tile in INPUT_TMA_CASES]
 WGMMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA.items() for tile in tiles]
 WGMMA_IDS = [candidate_id(cin, cout, *tile) for cin, cout, tile in WGMMA_CASES]
 TMA_CASES = [(cin, cout, tile) for (cin, cout), tiles in WGMMA_TMA.items() for tile in tiles]
@@ -150,7 +154,17 @@ def _compiled_taps(tma: bool = False) -> set[tuple[int, int, int, int, int]]:
     return {tuple(int(v) for v in t) for t in found}
 
 
+def _compiled_input(tma: bool = False) -> set[tuple[int, int, int, int]]:
+    """(input channels, Cout, TH, TW) of the input kernels the dispatch instantiates (``tma``:
+    those with the TMA staging)."""
+    macro = "TTBALL_INPUT_TMA_TILE" if tma else "TTBALL_INPUT_TILE"
+    found = re.findall(macro + r"\((\d+), (\d+), (\d+), (\d+)\)", KERNEL_SOURCE)
+    return {tuple(int(v) for v in t) for t in found}
+
+
 def test_the_tuner_offers_only_compiled_tiles() -> None:
+    assert _compiled_input() == {(c, cout, *tile) for c, cout, tile in INPUT_CASES}
+    assert _compiled_input(tma=True) == {(c, cout, *tile) for c, cout, tile in INPUT_TMA_CASES}
     assert _compiled_taps() == {(cin, cout, *tile) for cin, cout, tile in TAPS_CASES}
     assert _compiled_taps(tma=True) == {(cin, cout, *tile) for cin, cout, tile in TAPS_TMA_CASES}
     assert _compiled_tma() == {(cin, cout, *tile) for cin, cout, tile in TMA_CASES}
@@ -193,8 +207,7 @@ def test_candidates_whose_gpu_tests_have_not_run_are_withheld_unless_asked(
     from ttball.kernels.direct import UNTESTED
 
     big = 64 * 288 * 512
-    steps = [s for s in build_plan(model).steps
-             if isinstance(s, Conv) and direct_applies(s) and s.terms[0].src != INPUT]
+    steps = [s for s in build_plan(model).steps if isinstance(s, Conv) and direct_applies(s)]
 
     def offered_keys() -> set[tuple]:
         return {(s.terms[0].cin, s.cout, c.direct, c.block_m, c.num_warps // 4, c.tma, c.taps)
@@ -202,6 +215,9 @@ def test_candidates_whose_gpu_tests_have_not_run_are_withheld_unless_asked(
 
     compiled_tma = _compiled_tma()
     for cin, cout, rows, cols, groups, tma, taps in UNTESTED:  # each one is compiled
+        if (cin, cout) in INPUT_KERNELS:  # the input kernel's (one warpgroup of 4 warps)
+            assert groups == 1 and (cin, cout, rows, cols) in _compiled_input(tma)
+            continue
         assert (cin, cout, rows, cols, groups) in (
             _compiled_taps(tma) if taps else compiled_tma if tma else _compiled_wgmma())
     monkeypatch.delenv("TTBALL_DIRECT_NEXT", raising=False)
@@ -222,7 +238,7 @@ def test_the_candidates_tests_are_named_as_the_untested_candidates() -> None:
     (``$TTBALL_DIRECT_NEXT`` as a list of these ids)."""
     from ttball.kernels.direct import UNTESTED
 
-    ids = set(WGMMA_IDS) | set(TMA_IDS) | set(TAPS_IDS) | set(TAPS_TMA_IDS)
+    ids = set(WGMMA_IDS) | set(TMA_IDS) | set(TAPS_IDS) | set(TAPS_TMA_IDS) | set(INPUT_TMA_IDS)
     assert {candidate_id(*key) for key in UNTESTED} <= ids
     assert candidate_id(128, 16, 6, 14, 1, tma=True, taps=True) == "128-16-6x14-wg1-taps-tma"
 
@@ -256,12 +272,17 @@ def test_the_tuner_offers_both_schedules_of_each_tile(
                         for c in wgmma if not (c.rs or c.taps)} == {
                     (rows, cols, warps, stages)
                     for rows, cols, warps in [(r, c, 8) for r, c in tiles] + extra
+                    + [(r, c, 4) for r, c in INPUT_KERNELS_TMA.get(shape, ())
+                       if step.terms[0].src == INPUT]  # the input's TMA staging
                     for stages in (1, 2)}
                 if pixels == big:
                     assert bool(extra) == (shape in ((16, 16), (32, 32), (64, 64)))
-                # the TMA halo: only the tiles of WGMMA_TMA, where the wgmma tiles are offered
+                # the TMA halo: only the tiles of WGMMA_TMA, where the wgmma tiles are offered;
+                # the input kernel's TMA staging on its step at every size
                 tma = ([] if not extra else [(rows, cols, 4 * groups)
                                              for rows, cols, groups in WGMMA_TMA.get(shape, ())])
+                tma += ([(rows, cols, 4) for rows, cols in INPUT_KERNELS_TMA.get(shape, ())]
+                        if step.terms[0].src == INPUT else [])
                 assert {(c.direct, c.block_m, c.num_warps, c.num_stages)
                         for c in wgmma if c.tma and not c.taps} == {
                     (rows, cols, warps, stages) for rows, cols, warps in tma for stages in (1, 2)}
@@ -376,10 +397,13 @@ def test_kernel_source_compiles_for_sm90_without_spills(tmp_path) -> None:
     assert len(set(kernels)) == len(CASES)
     inputs = re.findall(r"Function properties for (\S*conv3x3_input_kernel\S*)", done.stderr)
     assert len(set(inputs)) == len(INPUT_CASES)
+    staged = re.findall(r"Function properties for (\S*conv3x3_input_tma_kernel\S*)", done.stderr)
+    assert len(set(staged)) == len(INPUT_TMA_CASES)
     pairs = re.findall(r"Function properties for (\S*conv3x3_pair_kernel\S*)", done.stderr)
     assert len(set(pairs)) == len(PAIR_CASES)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
-    assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(PAIR_CASES) + len(WGMMA_CASES)
+    assert len(spills) == (len(CASES) + len(INPUT_CASES) + len(INPUT_TMA_CASES)
+                           + len(PAIR_CASES) + len(WGMMA_CASES)
                            + len(TMA_CASES) + len(RS_CASES) + len(TAPS_CASES)
                            + len(TAPS_TMA_CASES))
     assert all(int(n) == 0 for n in spills)
@@ -607,6 +631,41 @@ def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: i
                              pipelined=pipelined, max_blocks=3)
         want, _ = _reference(x.half().permute(0, 2, 3, 1), weight.half().float(), bias, relu)
         torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cin,cout,tile", INPUT_TMA_CASES, ids=INPUT_TMA_IDS)
+def test_input_kernel_with_its_tma_staging_equals_the_convolution(cin: int, cout: int,
+                                                                  tile: tuple[int, int]) -> None:
+    """The same with each tile's input staged by TMA (H100/H200): 19 x 44 pixels (partial
+    tiles right and bottom; the tensor map's zero fill is the padding at all four edges and the
+    box's columns past the tile are ignored), one block per tile and a persistent grid of 3
+    (the next tile's box copied into the other stage while this one computes: each stage's
+    barrier phase alternating over several tiles a block); then a width that is not a
+    multiple of 4 refused."""
+    from ttball.kernels.conv import pack_weight
+
+    require_wgmma()
+    g = torch.Generator().manual_seed(cin + tile[1] + 1)
+    x = torch.randn(3, cin, 19, 44, generator=g).to(DEVICE)
+    weight = (torch.randn(cout, cin, 3, 3, generator=g) / (3 * cin ** 0.5)).to(DEVICE)
+    bias = torch.randn(cout, generator=g).to(DEVICE)
+    packed = pack_weight(weight.cpu(), DEVICE)
+    for relu, pipelined in ((False, False), (True, False), (True, True), (False, True)):
+        out = torch.full((3, 19, 44, cout), float("nan"), dtype=torch.half, device=DEVICE)
+        conv3x3_direct_input(out, x, packed, bias, tile, relu, pipelined=pipelined,
+                             max_blocks=3, tma=True)
+        want, _ = _reference(x.half().permute(0, 2, 3, 1), weight.half().float(), bias, relu)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=1e-2)
+        plain = torch.empty_like(out)
+        conv3x3_direct_input(plain, x, packed, bias, tile, relu, pipelined=pipelined,
+                             max_blocks=3)
+        torch.testing.assert_close(out, plain, atol=0, rtol=0)  # the same values, converted alike
+    odd = torch.zeros(1, cin, 16, 42, device=DEVICE)
+    with pytest.raises(ValueError, match="width 42 is not a multiple of 4"):
+        conv3x3_direct_input(torch.empty(1, 16, 42, cout, dtype=torch.half, device=DEVICE), odd,
+                             packed, bias, tile, True, tma=True)
 
 
 @pytest.mark.gpu

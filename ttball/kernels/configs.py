@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ttball.kernels.conv import padded
 from ttball.kernels.direct import (
+    INPUT_KERNELS_TMA,
     PAIRS,
     WGMMA,
     WGMMA_MIN_PIXELS,
@@ -193,15 +194,23 @@ def direct_configs(step: Conv, pixels: int, wgmma: bool = False) -> list[Config]
     those of :data:`~ttball.kernels.direct.WGMMA_RS` with ``rs`` (A from registers), and
     those of :data:`~ttball.kernels.direct.WGMMA_TAPS` with ``taps`` (and of
     :data:`~ttball.kernels.direct.WGMMA_TAPS_TMA` with ``taps`` and ``tma``) for steps without
-    SE sums (with :func:`~ttball.kernels.direct.taps_offered`); those of
-    :data:`~ttball.kernels.direct.UNTESTED` only with
-    :func:`~ttball.kernels.direct.next_offered`."""
+    SE sums (with :func:`~ttball.kernels.direct.taps_offered`); for the input step, with
+    ``wgmma`` (Hopper), the tiles of :data:`~ttball.kernels.direct.INPUT_KERNELS_TMA` again
+    with ``tma`` (its input staged by TMA); those of :data:`~ttball.kernels.direct.UNTESTED`
+    only with :func:`~ttball.kernels.direct.next_chosen`."""
     if not direct_applies(step):
         return []
     shape = (step.terms[0].cin, step.cout)
     tiles = [(rows, cols, 8) for rows, cols in direct_tiles(pixels, *shape)]
-    wgmma = (wgmma and step.terms[0].src != INPUT
-             and pixels >= WGMMA_MIN_PIXELS_OF.get(shape, WGMMA_MIN_PIXELS))
+    if step.terms[0].src == INPUT:  # the input kernel; on Hopper also with its TMA staging
+        configs = [Config(cols, warps, stages, direct=rows)
+                   for rows, cols, warps in tiles for stages in (2, 1)]
+        if wgmma:
+            configs += [Config(cols, 4, stages, direct=rows, tma=True)
+                        for rows, cols in INPUT_KERNELS_TMA.get(shape, ())
+                        if offered(shape, rows, cols, 1, tma=True) for stages in (2, 1)]
+        return configs
+    wgmma = wgmma and pixels >= WGMMA_MIN_PIXELS_OF.get(shape, WGMMA_MIN_PIXELS)
     if wgmma:
         tiles += [(rows, cols, 4 * groups) for rows, cols, groups in WGMMA.get(shape, ())]
     configs = [Config(cols, warps, stages, direct=rows)

@@ -137,6 +137,43 @@ __device__ __forceinline__ void issue_halo_pad(half* halo, const half* __restric
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
+// mbarrier and TMA (cp.async.bulk.tensor) for the TMA halos (sm_90a only)
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// this thread's arrival, and `bytes` more for the barrier's phase to wait for
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+// until the barrier's phase of this parity has completed
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@p bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}\n"
+      :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+#endif
+}
+// the box of `map` at coordinates (c0 innermost) into shared memory at dst, completing on bar
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map, uint64_t* bar,
+                                            int c0, int c1, int c2, int c3) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+         "r"(smem_addr(bar)) : "memory");
+#endif
+}
+
 // The network's input tile instead (the stem's first convolution): x is the FP32 NCHW batch
 // with SRC_C <= CIN channels; each thread reads one halo pixel's SRC_C values (a warp's reads
 // of one channel are consecutive columns), converts them to FP16, pads the channels to CIN
@@ -159,6 +196,51 @@ __device__ __forceinline__ void load_halo_nchw(half* halo, const float* __restri
 #pragma unroll
     for (int c = 0; c < CIN; ++c)
       v[c] = __float2half_rn(c < SRC_C && inside ? __ldg(src + c * plane) : 0.f);
+#pragma unroll
+    for (int k = 0; k < CH; ++k)
+      *reinterpret_cast<uint4*>(halo + p * CIN + (k ^ swizzle<CH>(p)) * 8) =
+          reinterpret_cast<const uint4*>(v)[k];
+  }
+}
+
+// The input's halo by TMA instead (forty-fourth session; built without a GPU, not measured):
+// one thread copies the tile's SRC_C planes of (TH + 2) rows x BOXW FP32 columns, the tensor
+// map's zero fill outside the image being the padding, into a staging buffer, the next tile's
+// while this one computes; then every thread converts its halo pixels from shared memory as
+// load_halo_nchw does from global memory. Nsight Compute had the input kernel stalled on those
+// plain global loads (fourteenth session: 6.1 of 13.8 cycles an instruction at batch 1); the
+// same staging by 4-byte cp.async cost more instructions than it hid (fifteenth session). Here
+// the copy is one instruction a tile.
+template <int TH, int TW, int SRC_C>
+struct InputStage {
+  static constexpr int BOXW = (TW + 2 + 3) / 4 * 4;  // the box's rows in 16-byte multiples
+  static constexpr int PLANE = (TH + 2) * BOXW;       // floats of one channel
+  static constexpr int BYTES = SRC_C * PLANE * 4;     // what the barrier expects a tile
+  static constexpr int STRIDE = (BYTES + 127) / 128 * 128;  // the two stages 128-byte aligned
+};
+
+// Tile t's input box into `stage`, completing on `bar` (one thread calls it)
+template <int TH, int TW, int SRC_C>
+__device__ __forceinline__ void issue_input_tma(float* stage, const CUtensorMap* map,
+                                                uint64_t* bar, int t, int tiles_w,
+                                                int tiles_img) {
+  const int b = t / tiles_img, rem = t % tiles_img;
+  mbar_expect_tx(bar, InputStage<TH, TW, SRC_C>::BYTES);
+  tma_load_4d(smem_addr(stage), map, bar, (rem % tiles_w) * TW - 1, (rem / tiles_w) * TH - 1,
+              0, b);
+}
+
+// The staged box as the FP16 halo: pixel p's SRC_C values converted, padded to CIN with
+// zeros and stored swizzled (load_halo_nchw's layout and rounding)
+template <int CIN, int TH, int TW, int SRC_C>
+__device__ __forceinline__ void convert_input_stage(half* halo, const float* stage) {
+  using St = InputStage<TH, TW, SRC_C>;
+  constexpr int HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
+  for (int p = threadIdx.x; p < HALO; p += blockDim.x) {
+    const float* src = stage + (p / HALO_W) * St::BOXW + p % HALO_W;
+    __align__(16) half v[CIN];
+#pragma unroll
+    for (int c = 0; c < CIN; ++c) v[c] = __float2half_rn(c < SRC_C ? src[c * St::PLANE] : 0.f);
 #pragma unroll
     for (int k = 0; k < CH; ++k)
       *reinterpret_cast<uint4*>(halo + p * CIN + (k ^ swizzle<CH>(p)) * 8) =
@@ -345,12 +427,16 @@ struct Shape {
 // persistent, so the weights are loaded once per block). The body is a device function so
 // that the input's kernel can have launch bounds of its own: a second __launch_bounds__
 // argument, even 1, changed the register allocation of the measured kernels (sm_90, CUDA 13).
-template <int CIN, int COUT, int TH, int TW, int SRC_C>
+// TMA_IN (with SRC_C > 0): the input's halo staged by TMA (issue_input_tma, two stages
+// after the halo; `map` and the two barriers `bars` the kernel's).
+template <int CIN, int COUT, int TH, int TW, int SRC_C, bool TMA_IN = false>
 __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* __restrict__ x,
                                             const half* __restrict__ w,
                                             const float* __restrict__ bias,
                                             float* __restrict__ se_sum, int B, int H, int W,
-                                            int relu, int has_sum, int pipelined, int skip_mma) {
+                                            int relu, int has_sum, int pipelined, int skip_mma,
+                                            const CUtensorMap* map = nullptr,
+                                            uint64_t* bars = nullptr) {
   using S = Shape<CIN, COUT, TH, TW>;
   extern __shared__ __align__(128) unsigned char smem[];
   half* wsm = reinterpret_cast<half*>(smem);
@@ -365,8 +451,18 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
   const int tiles_w = (W + TW - 1) / TW, tiles_img = tiles_w * ((H + TH - 1) / TH);
   const int ntiles = tiles_img * B;
   int t = blockIdx.x;
-  if constexpr (SRC_C == 0)
+  static_assert(!TMA_IN || SRC_C > 0, "TMA staging is the input kernel's");
+  using St = InputStage<TH, TW, (SRC_C > 0 ? SRC_C : 1)>;
+  float* stages = reinterpret_cast<float*>(smem + S::SMEM1);  // (TMA_IN only)
+  if constexpr (SRC_C == 0) {
     issue_halo_pad<CIN, TH, TW, 1, S::COPY_T>(halos, x, t, tiles_w, tiles_img, H, W);
+  } else if constexpr (TMA_IN) {
+    if (tid == 0) {  // the barriers' init is visible to all after the __syncthreads below
+      mbar_init(&bars[0], 1);
+      mbar_init(&bars[1], 1);
+      issue_input_tma<TH, TW, SRC_C>(stages, map, &bars[0], t, tiles_w, tiles_img);
+    }
+  }
   load_weights<CIN, COUT>(wsm, w);
   if (has_sum)
     for (int i = tid; i < COUT; i += blockDim.x) sums[i] = 0.f;
@@ -393,6 +489,15 @@ __device__ __forceinline__ void direct_conv(half* __restrict__ out, const half* 
     if constexpr (SRC_C == 0) {
       next_halo<CIN, TH, TW, 1, S::COPY_T>(halos + ((it + 1) & 1) * S::HALO * CIN, x, next,
                                            ntiles, tiles_w, tiles_img, H, W);
+    } else if constexpr (TMA_IN) {
+      // the next tile's box into the other stage (its last reader, this block's conversion of
+      // the tile before, finished before the barrier that ended that tile)
+      if (tid == 0 && next < ntiles)
+        issue_input_tma<TH, TW, SRC_C>(stages + ((it + 1) & 1) * (St::STRIDE / 4), map,
+                                       &bars[(it + 1) & 1], next, tiles_w, tiles_img);
+      mbar_wait(&bars[it & 1], (it >> 1) & 1);  // this stage's (it / 2)-th fill
+      convert_input_stage<CIN, TH, TW, SRC_C>(halo, stages + (it & 1) * (St::STRIDE / 4));
+      __syncthreads();
     } else {
       load_halo_nchw<CIN, TH, TW, SRC_C>(halo, reinterpret_cast<const float*>(x), t, tiles_w,
                                          tiles_img, H, W);
@@ -530,6 +635,20 @@ conv3x3_input_kernel(half* __restrict__ out, const float* __restrict__ x,
                                         B, H, W, relu, 0, pipelined, skip_mma);
 }
 
+// The same with its halo staged by TMA (Hopper; the tensor map of the FP32 NCHW batch).
+template <int CIN, int COUT, int TH, int TW, int SRC_C>
+__global__ void __launch_bounds__(Shape<CIN, COUT, TH, TW>::WARPS * 32,
+                                  Shape<CIN, COUT, TH, TW>::WARPS <= 4 ? 3 : 2)
+conv3x3_input_tma_kernel(half* __restrict__ out, const float* __restrict__ x,
+                         const half* __restrict__ w, const float* __restrict__ bias, int B,
+                         int H, int W, int relu, int pipelined, int skip_mma,
+                         const __grid_constant__ CUtensorMap map) {
+  __shared__ __align__(8) uint64_t bars[2];  // the two stages' barriers
+  direct_conv<CIN, COUT, TH, TW, SRC_C, true>(out, reinterpret_cast<const half*>(x), w, bias,
+                                              nullptr, B, H, W, relu, 0, pipelined, skip_mma,
+                                              &map, bars);
+}
+
 // The wgmma kernel (fifteenth session; built after scripts/probe_wgmma.cu showed on an H200
 // that wgmma reads a tap's operand from this halo layout correctly, and runs the tensor side
 // of 32 -> 32 at 250-335 ns per 64 pixels per SM against the mma.sync kernel's 606 ns all in).
@@ -658,43 +777,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[NB][4]) {
 __device__ __forceinline__ void fence_async_shared() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// mbarrier and TMA (cp.async.bulk.tensor) for the wgmma kernel's TMA halo (sm_90a only)
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count));
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// this thread's arrival, and `bytes` more for the barrier's phase to wait for
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-#endif
-}
-// until the barrier's phase of this parity has completed
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}\n"
-      :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-#endif
-}
-// the box of `map` at coordinates (c0 innermost) into shared memory at dst, completing on bar
-__device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map, uint64_t* bar,
-                                            int c0, int c1, int c2, int c3) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-      :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-         "r"(smem_addr(bar)) : "memory");
 #endif
 }
 
@@ -1725,6 +1807,42 @@ cudaError_t launch_input(half* out, const float* x, const half* w, const float* 
                               stream, out, x, w, bias, B, H, W, relu, pipelined, skip_mma);
 }
 
+// x (B, SRC_C, H, W) FP32 as a 4-D tensor map (columns innermost) whose box is one tile's
+// input: BOXW columns x (TH + 2) rows x SRC_C planes of one image; outside it reads zeros.
+template <int TH, int TW, int SRC_C>
+cudaError_t input_map(CUtensorMap* map, const float* x, int B, int H, int W) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  if (reinterpret_cast<uintptr_t>(x) % 16 || W % 4) return cudaErrorMisalignedAddress;
+  using St = InputStage<TH, TW, SRC_C>;
+  const cuuint64_t dims[4] = {(cuuint64_t)W, (cuuint64_t)H, SRC_C, (cuuint64_t)B};
+  const cuuint64_t strides[3] = {(cuuint64_t)W * 4, (cuuint64_t)H * W * 4,
+                                 (cuuint64_t)SRC_C * H * W * 4};
+  const cuuint32_t box[4] = {St::BOXW, TH + 2, SRC_C, 1}, unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(x), dims,
+                            strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The input's kernel with its halo staged by TMA: the halo and two stages in either schedule.
+template <int COUT, int TH, int TW, int SRC_C>
+cudaError_t launch_input_tma(half* out, const float* x, const half* w, const float* bias, int B,
+                             int H, int W, int relu, int pipelined, int skip_mma, int max_blocks,
+                             cudaStream_t stream) {
+  using S = Shape<16, COUT, TH, TW>;
+  constexpr int SMEM = S::SMEM1 + 2 * InputStage<TH, TW, SRC_C>::STRIDE;
+  static_assert(S::SMEM1 % 128 == 0, "the stages 128-byte aligned");
+  static int resident[64] = {};
+  CUtensorMap map = {};
+  const cudaError_t err = input_map<TH, TW, SRC_C>(&map, x, B, H, W);
+  if (err != cudaSuccess) return err;
+  return launch_tiles<TH, TW>(conv3x3_input_tma_kernel<16, COUT, TH, TW, SRC_C>, S::WARPS * 32,
+                              SMEM, SMEM, resident, B, H, W, pipelined, max_blocks, stream, out,
+                              x, w, bias, B, H, W, relu, pipelined, skip_mma, map);
+}
+
 template <int C, int TH, int TW>
 cudaError_t launch_pair(half* out, const half* x, const half* w1, const float* bias1,
                         const half* w2, const float* bias2, float* se_sum, int B, int H, int W,
@@ -1842,18 +1960,27 @@ extern "C" int ttball_conv3x3_direct(void* out, const void* x, const void* w, co
 }
 
 #define TTBALL_INPUT_TILE(SRC_C, COUT, TH, TW)                                            \
-  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW)                               \
+  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW && tma == 0)                   \
     return (int)ttball_direct::launch_input<COUT, TH, TW, SRC_C>(                           \
+        (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
+        skip_mma, max_blocks, stream);
+// and with its halo staged by TMA (sm_90a; forty-fourth session, not measured yet)
+#define TTBALL_INPUT_TMA_TILE(SRC_C, COUT, TH, TW)                                        \
+  if (src_c == SRC_C && cout == COUT && th == TH && tw == TW && tma == 1)                   \
+    return (int)ttball_direct::launch_input_tma<COUT, TH, TW, SRC_C>(                       \
         (half*)out, (const float*)x, (const half*)w, bias, B, H, W, relu, pipelined,        \
         skip_mma, max_blocks, stream);
 
 // The stem's first convolution from the network's input: x (B, src_c, H, W) FP32, channels
-// padded to 16 on chip; w as above with 16 rows per tap. No SE sums. Returns as above.
+// padded to 16 on chip; w as above with 16 rows per tap. No SE sums. tma: 1 for the halo
+// staged by TMA (W a multiple of 4, x 16-byte aligned). Returns as above.
 extern "C" int ttball_conv3x3_direct_input(void* out, const void* x, const void* w,
                                            const float* bias, int B, int H, int W, int src_c,
-                                           int cout, int th, int tw, int relu, int pipelined,
-                                           int skip_mma, int max_blocks, cudaStream_t stream) {
+                                           int cout, int th, int tw, int tma, int relu,
+                                           int pipelined, int skip_mma, int max_blocks,
+                                           cudaStream_t stream) {
   TTBALL_INPUT_TILE(9, 64, 8, 16) TTBALL_INPUT_TILE(9, 64, 4, 32)
+  TTBALL_INPUT_TMA_TILE(9, 64, 8, 16) TTBALL_INPUT_TMA_TILE(9, 64, 4, 32)
   return -1;
 }
 

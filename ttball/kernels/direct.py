@@ -194,7 +194,8 @@ TAPS_ENV = "TTBALL_WGMMA_TAPS"
 # issue-bound, 38 % of issue slots with 8 warps an SM under Nsight Compute).
 WGMMA_TAPS_TMA: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] = {
     (128, 16): ((6, 30, 2), (6, 14, 1), (14, 14, 2))}
-# The candidates built after the forty-second session's last device call, as (Cin, Cout, rows,
+# The candidates built after the forty-second session's last device call (and in the
+# forty-third and forty-fourth, which had no device), as (Cin, Cout, rows,
 # columns, warpgroups, tma, taps): their GPU tests have not run, and the tuner checks speed, not
 # results, so it offers them only with $TTBALL_DIRECT_NEXT=1, or those named there by
 # :func:`candidate_id` (:func:`next_chosen`; docs/benchmarks/h200-2026-12-05/taps-tma/run.sh
@@ -205,7 +206,9 @@ UNTESTED = frozenset({
     (128, 16, 14, 14, 2, True, True),
     (64, 64, 4, 64, 2, True, False), (64, 64, 6, 64, 3, True, False),
     (64, 64, 2, 128, 1, True, False), (64, 64, 2, 128, 2, True, False),
-    (64, 64, 1, 128, 1, True, False)})
+    (64, 64, 1, 128, 1, True, False),
+    # the input kernel's TMA staging (forty-fourth session)
+    (9, 64, 8, 16, 1, True, False), (9, 64, 4, 32, 1, True, False)})
 NEXT_ENV = "TTBALL_DIRECT_NEXT"
 # The column counts of the wgmma kernels' tiles (their blocks are warpgroups): 64 and 128 of
 # WGMMA, and the tap-partials kernel's
@@ -216,6 +219,13 @@ WGMMA_COLUMNS = (64, 128) + tuple(sorted({cols for tiles in WGMMA_TAPS.values()
 # tiles (conv3x3_input_kernel; 4 warps a block, registers capped for three blocks per SM,
 # since its halo loads are synchronous; 8-warp tiles spilled at two blocks per SM).
 INPUT_KERNELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {(9, 64): ((8, 16), (4, 32))}
+# The same tiles with each tile's input staged by TMA (``conv3x3_input_tma_kernel``,
+# forty-fourth session; Hopper): one copy instruction a tile, the next tile's during this one's
+# MMAs, then a conversion from shared memory (36 instructions a halo pixel in the SASS against
+# 98 for the plain loads, whose latency Nsight Compute found the kernel stalled on). Offered
+# where the wgmma tiles are (:func:`wgmma_available`), as ``Config.tma`` on the input step.
+INPUT_KERNELS_TMA: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
+    (9, 64): ((8, 16), (4, 32))}
 
 # Channels of a residual block's two 3×3 convolutions → the tiles of the pair kernel compiled
 # for it (rows, columns of output pixels): 16 at full resolution, 32 at half.
@@ -396,7 +406,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
     "ttball_conv3x3_direct": [_P] * 5 + [_I] * 14 + [_P],
     "ttball_conv3x3_pair": [_P] * 7 + [_I] * 11 + [_P],
-    "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 11 + [_P],
+    "ttball_conv3x3_direct_input": [_P] * 4 + [_I] * 12 + [_P],
 }
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
 _FAILED: dict[str, str] = {}  # arch → why its build failed: not tried again in this process
@@ -520,23 +530,34 @@ def conv3x3_pair(out: Tensor, x: Tensor, w1: Tensor, bias1: Tensor, w2: Tensor, 
 
 def conv3x3_direct_input(out: Tensor, x: Tensor, w: Tensor, bias: Tensor,
                          tile: tuple[int, int], relu: bool, pipelined: bool = False,
-                         skip_mma: bool = False, max_blocks: int = 0) -> None:
+                         skip_mma: bool = False, max_blocks: int = 0, tma: bool = False) -> None:
     """The stem's first convolution from the network's input, on the current CUDA stream:
     ``out = relu?(conv3x3(x, w) + bias)`` with ``x`` the contiguous FP32 NCHW batch (its
     channels one of :data:`INPUT_KERNELS`, converted to FP16 and padded to 16 on chip) and
     ``out`` contiguous NHWC FP16. ``w``: :func:`ttball.kernels.conv.pack_weight` of the
     weight (16 rows per tap); the rest as for :func:`conv3x3_direct` (``pipelined``: a
-    persistent grid, each block loading its weights once; the halo loads are not overlapped)."""
+    persistent grid, each block loading its weights once; the halo loads are not overlapped).
+    ``tma`` (tiles of :data:`INPUT_KERNELS_TMA`, H100/H200): each tile's input staged by TMA,
+    the next tile's while this one computes (the width a multiple of 4)."""
     if x.dim() != 4 or out.dim() != 4 or (out.shape[0], out.shape[1], out.shape[2]) != (
             x.shape[0], x.shape[2], x.shape[3]):
         raise ValueError(f"x {tuple(x.shape)} (NCHW) and out {tuple(out.shape)} (NHWC): the "
                          "same batch, height and width expected")
+    (rows, cols), (batch, channels, height, width), cout = tile, x.shape, out.shape[3]
+    if tma and (rows, cols) not in INPUT_KERNELS_TMA.get((channels, cout), ()):
+        raise ValueError(f"tma: only for the tiles of INPUT_KERNELS_TMA, not {channels} -> "
+                         f"{cout} with {rows}x{cols}")
+    if tma and width % 4:
+        raise ValueError(f"tma: the tensor map's rows must be 16-byte multiples: width {width} "
+                         "is not a multiple of 4")
     for name, t, dtype in (("x", x, torch.float32), ("out", out, torch.float16),
                            ("w", w, torch.float16), ("bias", bias, torch.float32)):
         _check(name, t, dtype, x.device)
-    (rows, cols), (batch, channels, height, width), cout = tile, x.shape, out.shape[3]
+    if tma and not wgmma_available(x.device):
+        raise ValueError("tma: the input's TMA staging is built for sm_90a (H100/H200) only")
     stream = torch.cuda.current_stream(x.device).cuda_stream
     rc = direct_library(x.device).ttball_conv3x3_direct_input(
         out.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(), batch, height, width,
-        channels, cout, rows, cols, relu, pipelined, skip_mma, max_blocks, stream)
-    _result(rc, f"conv3x3_direct_input for {channels} -> {cout} channels, tile {rows}x{cols}")
+        channels, cout, rows, cols, int(tma), relu, pipelined, skip_mma, max_blocks, stream)
+    _result(rc, f"conv3x3_direct_input for {channels} -> {cout} channels, tile {rows}x{cols}"
+            + (" (TMA)" if tma else ""))

@@ -173,7 +173,8 @@ class ConvLaunch:
             src, tile = bufs[step.terms[0].src], (cfg.direct, cfg.block_m)
             if step.terms[0].src == INPUT:  # the NHWC view of the FP32 NCHW batch
                 conv3x3_direct_input(bufs[step.out], src.permute(0, 3, 1, 2), self.weights[0],
-                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1)
+                                     self.bias, tile, step.relu, pipelined=cfg.num_stages > 1,
+                                     tma=cfg.tma)
                 return
             conv3x3_direct(bufs[step.out], _nhwc(src), self.weights[0], self.bias,
                            sums[step.se_sum] if step.se_sum else None, tile, step.relu,
