@@ -41,8 +41,9 @@ class SourceInfo:
     width: int
     height: int
     fps: float
-    frame_count: int
+    frame_count: int  # as the container declares it (a video) or the images found
     corrupt_frames: list[int] = field(default_factory=list)
+    ended_at: int | None = None  # a video that stopped before frame_count: where (truncated?)
 
 
 class FrameSource:
@@ -125,6 +126,9 @@ class FrameSource:
         # Trailing failures were the end of the stream, not corrupt frames.
         while self.info.corrupt_frames and self.info.corrupt_frames[-1] >= index - failures:
             self.info.corrupt_frames.pop()
+        # Cut short, not finished (containers may overstate their count by a frame or so)
+        if failures and self.info.frame_count - (index - failures) > max(1, self.info.frame_count // 100):
+            self.info.ended_at = index - failures
 
     def _more_expected(self, index: int) -> bool:
         return index < self.info.frame_count

@@ -63,6 +63,8 @@ class FrameResult:
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; cannot write a file in its place")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -129,6 +131,8 @@ def read_track_csv(path: str | os.PathLike[str]) -> list[FrameResult]:
             rows = list(reader)
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{path}: not a CSV text file ({exc})") from None
     if set(TRACK_COLUMNS) <= set(header):
         return [_parse_track_row(r, path) for r in rows]
     if set(BLURBALL_COLUMNS) <= set(header):

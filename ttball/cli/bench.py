@@ -164,6 +164,15 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     batches = parse_batches(args.batch)
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise UserError(f"--time-budget wants a positive number of seconds, got {args.time_budget}")
+    if args.out:  # before the first variant runs: its rows are written as they come
+        from ttball.cli import prepare_out_dir
+
+        for name in ("json", "csv", "md", "png"):
+            if (Path(args.out) / f"bench.{name}").is_dir():
+                raise UserError(f"--out {args.out}: bench.{name} there is a folder")
+        prepare_out_dir(args.out)
     patterns = [p.strip() for p in args.variants.split(",") if p.strip()]
     variants = select_variants(patterns, device)
     model, weights = _load(args.weights)
@@ -192,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
 
     def save_partial(partial: BenchResult) -> None:
-        if out is not None:
+        # (a run that measures nothing leaves an earlier report in --out as it was)
+        if out is not None and any(r["status"] == "ok" for r in partial.rows):
             partial.meta.update(about, partial=True)
             write_partial(out, partial)
 
@@ -206,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
     )
     result.meta.update(about, partial=False)
     print_table(result)
+    if not any(r["status"] == "ok" for r in result.rows):
+        why = "; ".join(sorted({f"{r['variant']}: {r['status']}" for r in result.rows}))
+        raise UserError(f"no variant measured anything ({why or 'none selected'}); "
+                        "no report written")
     if out is not None:
         paths = write_reports(out, result)
         print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -59,6 +59,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", help="input HxW (default: the weights' own, e.g. 288x512)")
 
 
+MIN_OPSET = 9  # the oldest opset with every operator the network exports to (Upsample, BN)
+
+
 def run(args: argparse.Namespace) -> int:
     return int(args._target(args) or 0)
 
@@ -92,6 +95,13 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
         raise UserError("--calibration-method only applies with --int8")
     if args.calibration_windows < 1:
         raise UserError("--calibration-windows must be at least 1")
+    if args.opset is not None:
+        import onnx
+
+        newest = onnx.defs.onnx_opset_version()
+        if not MIN_OPSET <= args.opset <= newest:
+            raise UserError(f"--opset must be between {MIN_OPSET} and {newest} (this onnx "
+                            f"package's newest), got {args.opset}")
     if args.out.suffix != ".onnx":
         raise UserError(f"--out must name a .onnx file, got {args.out}")
     if not args.out.parent.is_dir():

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--fps must be between 1 and 1000, got {args.fps}")
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be 0 or more, got {args.seed}")
     size = parse_size(args.size)
 
     from ttball.synth import ClipConfig, write_dataset

@@ -55,8 +55,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--batch must be at least 1, got {args.batch}")
     if args.threshold is not None and not 0 < args.threshold < 1:
         raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    if args.dedup_ssim is not None and not 0 < args.dedup_ssim <= 1:
+        raise UserError(f"--dedup-ssim must be in (0, 1], got {args.dedup_ssim}")
+    if args.backend != "auto":
+        from ttball.backends.base import spec
+
+        spec(args.backend)  # an unknown name fails before anything is loaded or created
     info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
     out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
+    targets = [out / "track.csv", out / "track.json"] + ([out / "overlay.mp4"] if args.overlay
+                                                         else [])
+    for target in targets:  # before tracking: a run writes all of its files or none
+        if target.is_dir():
+            raise UserError(f"{target} is a folder; cannot write the run's file there")
     model = load_model(args.weights)
     if model.config.name == "random-init":
         print("warning: no trained weights found; running freshly initialised weights, "
@@ -81,14 +92,18 @@ def run(args: argparse.Namespace) -> int:
                        dedup_ssim=args.dedup_ssim, on_frames=bar.update, cache_dir=cache)
     finally:
         bar.close()
-    writer = write_blurball_csv if args.csv_format == "blurball" else write_track_csv
-    writer(out / "track.csv", result.rows)
+    if result.source.ended_at is not None:
+        print(f"warning: {args.video} declares {result.source.frame_count} frames but ended "
+              f"after {result.source.ended_at} (a truncated file?); tracked what was there",
+              file=sys.stderr)
     payload = result.to_json()
     payload["settings"]["csv_format"] = args.csv_format
-    if args.overlay:
+    if args.overlay:  # first: the slowest to write and the likeliest to fail
         from ttball.overlay import write_overlay
 
         payload["overlay"] = str(write_overlay(args.video, result.rows, out / "overlay.mp4"))
+    writer = write_blurball_csv if args.csv_format == "blurball" else write_track_csv
+    writer(out / "track.csv", result.rows)
     write_json(out / "track.json", payload)
     if not args.quiet:
         _print_summary(result, out)

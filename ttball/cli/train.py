@@ -54,11 +54,25 @@ def run(args: argparse.Namespace) -> int:
     from ttball.results import write_json
     from ttball.train import TrainConfig, train
 
-    for name in ("steps", "batch", "windows_per_clip"):
+    for name in ("steps", "batch", "windows_per_clip", "checkpoint_every"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.no_synth and args.synth_frames < 3:
+        raise UserError(f"--synth-frames must be at least 3 (a window), got {args.synth_frames}")
+    if args.full_frame_every < 0:
+        raise UserError(f"--full-frame-every must be 0 (never) or more, got {args.full_frame_every}")
+    if args.workers < 0:
+        raise UserError(f"--workers must be 0 (load in this process) or more, got {args.workers}")
+    if not args.lr > 0:
+        raise UserError(f"--lr must be a positive number, got {args.lr}")
+    if not args.max_minutes >= 0:
+        raise UserError(f"--max-minutes must be 0 (no limit) or more, got {args.max_minutes}")
     if args.profile < 0:
         raise UserError("--profile must be 0 (off) or a number of steps")
+    if not args.data_only:
+        from ttball.cli import prepare_out_dir
+
+        prepare_out_dir(args.out)
     cfg = TrainConfig(
         out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, crop=args.crop,
         full_frame_every=args.full_frame_every, windows_per_clip=args.windows_per_clip,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 from torch import nn
 
 from ttball.errors import UserError
@@ -47,7 +48,12 @@ class TensorSpec:
 
 def tensor_specs(model_path: str | os.PathLike[str]) -> tuple[TensorSpec, TensorSpec]:
     """The (input, output) of the ONNX file, checked to have a dynamic batch dimension."""
-    graph = onnx.load(str(model_path), load_external_data=False).graph
+    if not Path(model_path).is_file():
+        raise UserError(f"ONNX file not found: {model_path}")
+    try:
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+    except (DecodeError, OSError, ValueError) as exc:  # not protobuf, unreadable, truncated
+        raise UserError(f"{model_path}: not an ONNX model ({type(exc).__name__})") from None
     if len(graph.input) != 1 or len(graph.output) != 1:
         raise UserError(f"{model_path}: expected one input and one output")
     return _spec(graph.input[0], model_path), _spec(graph.output[0], model_path)
@@ -126,6 +132,8 @@ def write_triton_repo(
         raise UserError("give either a model to export or an ONNX file to copy, not both")
     if max_batch_size < max(WARMUP_BATCHES):
         raise UserError(f"max batch size must be at least {max(WARMUP_BATCHES)}")
+    if source is not None:
+        tensor_specs(source)  # refuse a file Triton could not batch before writing anything
     model_dir = Path(repo) / MODEL_NAME
     version_dir = model_dir / "1"
     try:
@@ -135,7 +143,6 @@ def write_triton_repo(
     target = version_dir / "model.onnx"
     result = None
     if source is not None:
-        tensor_specs(source)  # refuse a file Triton could not batch before copying it
         _copy(Path(source), target)
     else:
         assert model is not None
