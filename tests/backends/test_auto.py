@@ -111,3 +111,45 @@ def test_fast_candidates_are_timed_over_more_calls_slow_ones_over_three(monkeypa
     auto._time_one_window(slow, 8, 8)
     assert fast.calls == 1 + auto.TIMED_CALLS[1]  # a warm-up call, then the most
     assert slow.calls == 1 + auto.TIMED_CALLS[0]  # past TIMED_S after the fewest
+
+
+def test_own_clips_are_what_the_candidates_are_verified_on_and_key_the_choice(
+        isolated, trained_small, tmp_path, monkeypatch) -> None:
+    """``--auto-clips``: the trials verify on the user's clips (not the bundled ones), and the
+    choice is cached apart from the bundled clips' (by the clips' contents)."""
+    from conftest import draw_clip
+
+    import ttball.verify
+
+    own = tmp_path / "own.mp4"
+    draw_clip(own, frames=12)
+    seen = []
+    real = ttball.verify.verify_backend
+
+    def spy(backend, reference, clips, **kwargs):
+        seen.append([str(c) for c in clips])
+        return real(backend, reference, clips, **kwargs)
+
+    monkeypatch.setattr(ttball.verify, "verify_backend", spy)
+    mine = auto.choose_backend(trained_small, "cpu", candidates=("folded-fp32", "eager-fp32"),
+                               clips=[own])
+    assert seen == [[str(own)]] and not mine.cached
+    assert auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",),
+                               clips=[own]).cached
+    bundled = auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",))
+    assert not bundled.cached and len(seen) == 1  # another key: chosen again (no trial to verify)
+    assert len(json.loads(isolated.read_text())) == 2
+    draw_clip(own, frames=9)  # other contents: chosen again
+    assert not auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",),
+                                   clips=[own]).cached
+    with pytest.raises(auto.UserError, match="--auto-clips .*no such file"):
+        auto.choose_backend(trained_small, "cpu", clips=[tmp_path / "missing.mp4"])
+
+
+def test_auto_clips_only_with_auto(tmp_path, clip, capsys) -> None:
+    assert main(["track", str(clip), "--backend", "eager-fp32", "--auto-clips", str(clip),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "--auto-clips only applies with --backend auto" in capsys.readouterr().err
+    assert main(["track", str(clip), "--auto-clips", str(tmp_path / "nope.mp4"),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "no such file or folder" in capsys.readouterr().err

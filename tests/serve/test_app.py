@@ -374,3 +374,13 @@ def test_readyz_names_the_event_loop(start) -> None:
     body = start().readiness()
     want = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     assert body["event_loop"] == want
+
+
+def test_auto_clips_only_with_auto_and_only_clips_that_exist(tmp_path) -> None:
+    from ttball.errors import UserError
+
+    with pytest.raises(UserError, match="--auto-clips only applies with --backend auto"):
+        ServeSettings(backend="eager-fp32", auto_clips=(str(tmp_path),)).validate()
+    with pytest.raises(UserError, match="no such file or folder"):
+        ServeSettings(backend="auto", auto_clips=(str(tmp_path / "nope.mp4"),)).validate()
+    ServeSettings(backend="auto", auto_clips=(str(tmp_path),)).validate()

@@ -1,7 +1,9 @@
 """``--backend auto``: the fastest backend that passes verification on this machine, chosen once.
 
-The first run on a machine (for given weights) verifies each candidate against eager FP32 on a
-short bundled synthetic clip, times the ones that pass on one window, and caches the winner
+The first run on a machine (for given weights) verifies each candidate against eager FP32 on
+two short bundled synthetic clips (or on ``--auto-clips``, your own footage: a backend can pass
+the synthetic clips and still miss on broadcast video), times the ones that pass on one
+window, and caches the winner
 in ``$TTBALL_CACHE_DIR/auto-backend.json`` (default ``~/.cache/ttball``), keyed by the
 processor or GPU, the core count, the torch version and the weights' hash. Later runs read the
 cache. ``ttball track --backend auto --reselect`` chooses again.
@@ -92,6 +94,24 @@ def machine_key(device: torch.device, weights_sha256: str) -> str:
                      weights_sha256[:16]])
 
 
+def clips_digest(clips: Sequence[Path]) -> str:
+    """What a choice verified on ``clips`` depends on: their contents (each file of a folder),
+    as 16 hex digits; a clip that can't be read is a one-line error."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for clip in clips:
+        files = sorted(p for p in clip.rglob("*") if p.is_file()) if clip.is_dir() else [clip]
+        if not clip.exists() or not files:
+            raise UserError(f"--auto-clips {clip}: no such file or folder, or an empty folder")
+        for f in files:
+            try:
+                digest.update(f.name.encode() + b"\0" + f.read_bytes())
+            except OSError as exc:
+                raise UserError(f"--auto-clips {f}: {exc.strerror or exc}") from None
+    return digest.hexdigest()[:16]
+
+
 def _read_cache(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
@@ -156,16 +176,22 @@ def choose_backend(
     reselect: bool = False,
     log: Callable[[str], None] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    clips: Sequence[str | os.PathLike[str]] | None = None,
 ) -> Choice:
     """The cached choice for this machine and weights, or a new one (and cache it).
     ``cache_dir``: handed to the candidates tagged ``disk-cache`` (``serve --compile-cache``),
     so what a trial compiles and tunes (the Triton backends' tuning records among it) is there
     for the backend then built with the same folder; the choice itself stays in
-    ``$TTBALL_CACHE_DIR``."""
+    ``$TTBALL_CACHE_DIR``. ``clips``: verify the candidates on these videos or image folders
+    (their first :data:`CLIP_FRAMES` frames; ``--auto-clips``, your own footage) instead of the
+    bundled synthetic clips; the choice is then cached for them (by their contents)."""
     from ttball.verify import bundled_reference_clips
 
     dev = base.resolve_device(device)
     key = machine_key(dev, model.config.sha256 or "unhashed")
+    own = [Path(c) for c in clips or ()]
+    if own:
+        key += "|clips " + clips_digest(own)
     path = cache_file()
     entry = _read_cache(path).get(key)
     names = list(candidates or CANDIDATES.get(dev.type, (REFERENCE,)))
@@ -174,10 +200,10 @@ def choose_backend(
     say = log or (lambda _msg: None)
     say(f"choosing the fastest verified backend for this machine (once; cached in {path})")
     reference = base.create(REFERENCE, copy.deepcopy(model), dev)
-    clips = bundled_reference_clips(count=CLIPS, frames=CLIP_FRAMES)
+    on = own or bundled_reference_clips(count=CLIPS, frames=CLIP_FRAMES)
     trials = []
     for name in names:
-        trial = _try(name, model, dev, reference, clips, cache_dir)
+        trial = _try(name, model, dev, reference, on, cache_dir)
         say(f"  {name}: {trial.status}" + (f", {trial.ms:.1f} ms" if trial.ms else "")
             + (f" ({trial.reason})" if trial.reason else ""))
         trials.append(trial)

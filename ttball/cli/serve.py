@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backend name (ttball bench --list shows them), e.g. triton-fp16-branches "
                         "on a GPU, or auto: the fastest that passes verification on this machine, "
                         "chosen during start-up and cached, as ttball track does")
+    p.add_argument("--auto-clips", nargs="+", metavar="CLIP", default=(),
+                   help="with --backend auto: verify the candidates on these videos or image "
+                        "folders (your own footage; their first 48 frames) instead of two "
+                        "bundled synthetic clips")
     p.add_argument("--weights", help="checkpoint; default: the shipped weights")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--host", default="127.0.0.1",
@@ -148,7 +152,8 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         except OSError as exc:
             raise UserError(f"cannot read --token-file: {exc.strerror or exc}") from None
     settings = ServeSettings(
-        backend=args.backend, weights=args.weights, device=args.device, host=args.host,
+        backend=args.backend, weights=args.weights, device=args.device,
+        auto_clips=tuple(args.auto_clips), host=args.host,
         port=args.port, warmup_batches=parse_batches(args.warmup_batches),
         max_batch=args.max_batch, max_delay_ms=args.max_delay_ms, max_queue=args.max_queue,
         compile_cache=args.compile_cache, max_sessions=args.max_sessions,

@@ -17,6 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backend name (ttball bench --list shows them); auto: the fastest that "
                         "passed verification on this machine, chosen once and cached")
     p.add_argument("--reselect", action="store_true", help="with --backend auto: choose again")
+    p.add_argument("--auto-clips", nargs="+", metavar="CLIP", default=None,
+                   help="with --backend auto: verify the candidates on these videos or image "
+                        "folders (your own footage; their first 48 frames) instead of two "
+                        "bundled synthetic clips; the choice is cached for them")
     p.add_argument("--compile-cache", default=None, metavar="DIR",
                    help="keep compiled kernels, tuning records and --backend auto's trials' "
                         "caches in DIR (as serve --compile-cache; ttball cache --dir DIR lists "
@@ -61,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
         from ttball.backends.base import spec
 
         spec(args.backend)  # an unknown name fails before anything is loaded or created
+        if args.auto_clips:
+            raise UserError("--auto-clips only applies with --backend auto")
+    for clip in args.auto_clips or ():
+        if not Path(clip).exists():
+            raise UserError(f"--auto-clips {clip}: no such file or folder")
     info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
     out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
     targets = [out / "track.csv", out / "track.json"] + ([out / "overlay.mp4"] if args.overlay
@@ -83,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
         log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
         backend = choose_backend(model, args.device, reselect=args.reselect, log=log,
+                                 clips=args.auto_clips,
                                  cache_dir=cache).backend
     bar = tqdm(total=info.frame_count or None, unit="frame", disable=args.quiet,
                desc="tracking", dynamic_ncols=True)

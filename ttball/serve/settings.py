@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ttball.errors import UserError
@@ -33,6 +34,7 @@ class ServeSettings:
     backend: str = "eager-fp32"
     weights: str | None = None
     device: str = "auto"
+    auto_clips: tuple[str, ...] = ()  # --backend auto verifies on these (default: bundled)
     host: str = "127.0.0.1"
     port: int = 8000
     warmup_batches: tuple[int, ...] = (1, 2, 3)
@@ -122,6 +124,11 @@ class ServeSettings:
 
     def validate(self) -> None:
         """Refuse settings that can't work; the message says which option to change."""
+        if self.auto_clips and self.backend != "auto":
+            raise UserError("--auto-clips only applies with --backend auto")
+        for clip in self.auto_clips:
+            if not Path(clip).exists():
+                raise UserError(f"--auto-clips {clip}: no such file or folder")
         if not self.warmup_batches or min(self.warmup_batches) < 1:
             raise UserError("--warmup-batches needs one or more batch sizes >= 1, e.g. 1,2,3")
         if self.batch_limit < 1:

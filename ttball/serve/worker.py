@@ -244,7 +244,8 @@ class Worker:
 
         return choose_backend(self.model, resolve_device(self.settings.device),
                               log=lambda msg: print(f"ttball serve: {msg}", flush=True),
-                              cache_dir=self._compile_cache())
+                              cache_dir=self._compile_cache(),
+                              clips=self.settings.auto_clips or None)
 
     def _build_backend(self) -> Any:
         from ttball.backends import create
