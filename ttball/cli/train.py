@@ -20,26 +20,29 @@ def _size(text: str) -> tuple[int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/train", help="run folder: weights.safetensors, last.pt")
-    p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--steps", type=int, default=4000, help="optimizer steps (default 4000)")
+    p.add_argument("--batch", type=int, default=16, help="windows a step (default 16)")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
     p.add_argument("--crop", type=_size, default=(144, 256), help="training crop HxW")
     p.add_argument("--full-frame-every", type=int, default=4,
                    help="every Nth step trains on whole 288x512 frames (0: never)")
-    p.add_argument("--windows-per-clip", type=int, default=48)
+    p.add_argument("--windows-per-clip", type=int, default=48,
+                   help="training windows drawn from each clip a worker renders (default 48)")
     p.add_argument("--clips", nargs="*", default=[], help="folders of labelled clips (VIDEO + CSV)")
     p.add_argument("--no-synth", action="store_true", help="train on --clips only")
     p.add_argument("--synth-seed", type=int, default=1, help="seed of the synthetic clip stream")
-    p.add_argument("--synth-frames", type=int, default=120)
+    p.add_argument("--synth-frames", type=int, default=120,
+                   help="frames of each synthetic clip (default 120)")
     p.add_argument("--workers", type=int, default=4, help="data-loader processes")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the run's random seed (default 0)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-amp", action="store_true", help="no bf16 autocast on the GPU")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the network for training (worth it when --profile says "
                         "the host, not the data, limits the steps; costs a compile per crop size)")
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
-    p.add_argument("--checkpoint-every", type=int, default=500)
+    p.add_argument("--checkpoint-every", type=int, default=500,
+                   help="write last.pt (to resume from) every this many steps (default 500)")
     p.add_argument("--init", help="fine-tune from these weights")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--profile", type=int, default=0, metavar="N",

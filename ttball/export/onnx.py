@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import io
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -127,6 +128,9 @@ def _trace(
 ) -> onnx.ModelProto:
     if exporter == "dynamo":
         shapes = {INPUT_NAME: {0: torch.export.Dim("batch", min=1, max=1024)}} if dynamic_batch else None
+        # four "torchvision is not installed. Skipping torchvision::nms" lines an export: its
+        # operator registry's notice about operators this network never uses
+        logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own pytree notices
             program = torch.onnx.export(
