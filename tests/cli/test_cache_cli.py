@@ -109,5 +109,8 @@ def test_a_dir_that_is_a_file_or_empty(tmp_path, capsys) -> None:
     (tmp_path / "f").write_text("")
     assert main(["cache", "--dir", str(tmp_path / "f")]) == 2
     assert "not a folder" in capsys.readouterr().err
-    assert main(["cache", "--dir", str(tmp_path / "none")]) == 0
+    assert main(["cache", "--dir", str(tmp_path / "none")]) == 2  # a typo, not "empty"
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "fresh").mkdir()
+    assert main(["cache", "--dir", str(tmp_path / "fresh")]) == 0
     assert "empty" in capsys.readouterr().out

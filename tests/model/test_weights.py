@@ -101,8 +101,12 @@ def test_garbage_safetensors(tmp_path) -> None:
 def test_pickled_objects_are_refused(tmp_path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"model_state_dict": BlurBall().state_dict(), "hook": object()}, path)
-    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+    with pytest.raises(CheckpointError, match="cannot read checkpoint") as refused:
         load_model(path)
+    # one short line: not torch's advice to load it with weights_only=False, no colour codes
+    message = str(refused.value)
+    assert "weights_only" not in message and "\x1b" not in message and len(message) < 300
+    assert "not a .safetensors file or a PyTorch state dict (UnpicklingError" in message
 
 
 def test_not_a_state_dict(tmp_path) -> None:

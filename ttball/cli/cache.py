@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     root = (args.dir if args.dir is not None else cachedir.cache_dir()).expanduser()
     if root.exists() and not root.is_dir():
         raise UserError(f"--dir {root}: not a folder")
+    if args.dir is not None and not root.exists():  # a typo, most likely: not "empty"
+        raise UserError(f"--dir {root}: no such folder")
     if args.action == "list":
         if args.parts:
             raise UserError("list takes no parts (did you mean: ttball cache clear "

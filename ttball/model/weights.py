@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,14 @@ def _read(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle an untrusted file
         # (UnpicklingError, struct.error, EOFError, RuntimeError, ...) means "not a checkpoint".
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"cannot read checkpoint {path}: {first}") from None
+        # torch's own message suggests weights_only=False (never, for a file from elsewhere),
+        # may hold terminal colour codes and runs to hundreds of characters: its kind and the
+        # start of its first line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = re.sub(r"\x1b\[[0-9;]*m", "", first).split(". ")[0][:120]
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: not a .safetensors file or a PyTorch state dict "
+            f"({type(exc).__name__}{': ' + first if first else ''})") from None
     return _unwrap(obj, path), None
 
 
