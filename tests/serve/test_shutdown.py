@@ -43,3 +43,40 @@ def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path)
               for v in (1, 2, 3)]
     assert_sigterm_finishes_in_flight(SERVER, small_weights, tmp_path, frames,
                                       'ttball_stage_seconds_count{stage="queue"} 1.0')
+
+
+def test_a_video_stream_cut_by_shutdown_ends_with_an_error_line(tmp_path) -> None:
+    """uvicorn cancels what still runs when its graceful shutdown times out: a /v1/track
+    stream then ends with a ``shutting_down`` line (not cut without one), and its queued
+    steps are cancelled and its upload removed."""
+    import asyncio
+    import json
+
+    from ttball.serve.track import track_lines
+
+    upload = tmp_path / "upload.mp4"
+    upload.write_bytes(b"video")
+    pending: list[asyncio.Task[None]] = []
+
+    class NeverDone:  # a feeder whose windows never come back
+        async def push_frames(self, session, frames):
+            pending.append(asyncio.get_running_loop().create_task(asyncio.Event().wait()))
+            return pending[-1]
+
+    async def consume() -> list[bytes]:
+        lines = []
+        stream = track_lines(iter(range(10)), None, NeverDone(), 1, upload)
+        task = asyncio.get_running_loop().create_task(_collect(stream, lines))
+        await asyncio.sleep(0.05)  # blocked on its first steps
+        task.cancel()
+        await task
+        return lines
+
+    lines = asyncio.run(consume())
+    assert [json.loads(line)["error"]["code"] for line in lines] == ["shutting_down"]
+    assert not upload.exists() and all(t.cancelled() for t in pending)
+
+
+async def _collect(stream, lines: list[bytes]) -> None:
+    async for line in stream:
+        lines.append(line)

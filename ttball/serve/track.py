@@ -100,6 +100,11 @@ async def track_lines(source: Any, session: Session, feeder: Feeder, inflight: i
                                  "frames_per_s": round(count / elapsed, 2) if elapsed else 0.0}})
     except ApiError as exc:
         yield _line(exc.body())
+    except asyncio.CancelledError:
+        # the server's graceful shutdown ran out (uvicorn cancels what is still running): say
+        # so as the last line, as for any other error, instead of a stream cut without one
+        yield _line(ApiError(503, "shutting_down", f"the worker stopped after {count} rows; "
+                             "send the video again").body())
     finally:
         for step in steps:
             step.cancel()
