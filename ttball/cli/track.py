@@ -116,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
     writer(out / "track.csv", result.rows)
     write_json(out / "track.json", payload)
     if not args.quiet:
-        _print_summary(result, out)
+        _print_summary(result, out, args.overlay)
     return 0
 
 
-def _print_summary(result, out: Path) -> None:  # type: ignore[no-untyped-def]
+def _print_summary(result, out: Path, overlay: bool) -> None:  # type: ignore[no-untyped-def]
     s = result.summary()
     t = result.timing
     lines = [
@@ -130,6 +130,7 @@ def _print_summary(result, out: Path) -> None:  # type: ignore[no-untyped-def]
         (f"speed         {s['frames_per_s']} frames/s ({t['windows']} windows; network "
          f"{t['network_s']:.2f} s, decode {t['decode_s']:.2f} s, post {t['post_s']:.2f} s)"),
         f"device        {s['device']} ({s['backend']}, weights {result.weights.name})",
-        f"written       {out / 'track.csv'}, {out / 'track.json'}",
+        f"written       {out / 'track.csv'}, {out / 'track.json'}"
+        + (f", {out / 'overlay.mp4'}" if overlay else ""),
     ]
     print("\n".join(lines))
