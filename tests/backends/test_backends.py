@@ -266,3 +266,14 @@ def test_onnx_export_for_tensorrt_matches(
     with torch.inference_mode():
         ref = model(batch)[0]
     assert agreement(torch.from_numpy(out), ref)["rel_err"] < 1e-5
+
+
+def test_a_familys_description_says_each_thing_once() -> None:
+    """``bench --list``: the folded family says "BN folded" in its own words; its recipes do
+    not repeat it."""
+    from ttball.backends.base import _REGISTRY, _load_all
+
+    _load_all()
+    for name in ("folded-fp32", "folded-fp16-cl"):
+        assert _REGISTRY[name].description.count("BN folded") == 1, _REGISTRY[name].description
+    assert "BN folded" in _REGISTRY["compile-default-fp32-folded"].description

@@ -65,10 +65,12 @@ class Recipe:
         ]
         return "-".join([self.precision] + [w for w, on in words if on and w not in omit])
 
-    def describe(self) -> str:
+    def describe(self, omit: tuple[str, ...] = ()) -> str:
+        """``FP16 weights, BN folded, channels_last``: what the recipe does (without what the
+        words in ``omit`` say the family's own description already says)."""
         how = f"{self.precision.upper()} " + ("autocast" if self.autocast else "weights")
         extras = [
-            ("BN folded", self.fold),
+            ("BN folded", self.fold and "folded" not in omit),
             ("channels_last", self.channels_last),
             ("cudnn.benchmark", self.cudnn_benchmark),
         ]
@@ -189,7 +191,7 @@ def register_recipes(
     for recipe in recipes:
         register(
             f"{family}-{recipe.suffix(omit)}",
-            description=f"{what}, {recipe.describe()}",
+            description=f"{what}, {recipe.describe(omit)}",
             requires=requirement(recipe, requires),
             tags=recipe.tags() + tags,
         )(preset(factory, recipe=recipe, **fixed))
