@@ -153,3 +153,30 @@ def test_auto_clips_only_with_auto(tmp_path, clip, capsys) -> None:
     assert main(["track", str(clip), "--auto-clips", str(tmp_path / "nope.mp4"),
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_the_reference_runs_once_per_window_over_all_the_trials(isolated, trained_small,
+                                                                monkeypatch) -> None:
+    """Every trial verifies on the same windows: the reference (eager FP32, the slowest) is
+    run for them once, not once a trial, and gives the same outputs each time."""
+    calls = []
+    real = EagerBackend.__call__
+
+    def counted(self, batch):
+        calls.append(getattr(self, "name", ""))
+        return real(self, batch)
+
+    monkeypatch.setattr(EagerBackend, "__call__", counted)
+    reference_calls = []
+    for candidates in (("folded-fp32", "eager-fp32"),
+                       ("folded-fp32", "folded-fp32-cl", "eager-fp32")):
+        calls.clear()
+        auto.choose_backend(trained_small, "cpu", candidates=candidates, reselect=True)
+        assert calls.count("folded-fp32") > 1  # (its verification went through __call__)
+        reference_calls.append(calls.count("eager-fp32"))
+    assert reference_calls[0] == reference_calls[1]  # a second trial ran no reference again
+    remembered = auto.Remembered(auto.base.create("eager-fp32", trained_small, "cpu"))
+    x = torch.randn(1, 9, 72, 128)
+    first = remembered(x)
+    first.add_(1.0)  # the caller's copy: the kept output stays as it was
+    assert torch.equal(remembered(x), first - 1.0) and remembered.name == "eager-fp32"
