@@ -126,3 +126,27 @@ def test_a_video_cut_short_says_where_it_ended(tmp_path: Path) -> None:
             assert read == 40 and source.info.ended_at is None
         else:
             assert 3 <= read < 30 and source.info.ended_at == read
+
+
+def test_a_failed_run_leaves_no_empty_output_folder_behind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The folders a run created for its outputs go again when it fails (and stay empty);
+    a folder that was there already stays."""
+    import cv2
+    import numpy as np
+
+    assert "no variant measured anything" in _fails_in_one_line(
+        capsys, "bench", "--device", "cpu", "--variants", "cudagraph-fp32", "--quick",
+        "--out", tmp_path / "new" / "bench")
+    assert not (tmp_path / "new").exists()
+    images = tmp_path / "images"
+    images.mkdir()
+    cv2.imwrite(str(images / "0.png"), np.zeros((72, 128, 3), np.uint8))
+    assert "at least 3 are needed" in _fails_in_one_line(
+        capsys, "track", images, "--backend", "eager-fp32", "--device", "cpu",
+        "--out", tmp_path / "out" / "run", "--quiet")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "kept").mkdir()
+    _fails_in_one_line(capsys, "track", images, "--backend", "eager-fp32", "--device", "cpu",
+                       "--out", tmp_path / "kept", "--quiet")
+    assert (tmp_path / "kept").is_dir()

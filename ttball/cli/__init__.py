@@ -31,11 +31,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Folders prepare_out_dir created in this run, outermost new one first: a run that then fails
+# with a one-line error removes those it left empty (main), so bad input leaves nothing behind.
+_CREATED: list[Path] = []
+
+
 def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
     """Create an output folder (and parents) and check it is writable; one-line errors."""
     out = Path(path)
+    new = [d for d in (out, *out.parents) if not d.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
+        _CREATED.extend(reversed(new))
     except OSError as exc:
         raise UserError(f"--out {out}: cannot create output folder: {exc.strerror or exc}") from None
     if not os.access(out, os.W_OK):
@@ -66,14 +73,27 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    _CREATED.clear()
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except UserError as exc:
+        _remove_empty_created()
         print(f"ttball {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        _remove_empty_created()
         print(f"ttball {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _remove_empty_created() -> None:
+    """The folders this run created and left empty, innermost first."""
+    for folder in reversed(_CREATED):
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            pass
+    _CREATED.clear()
 
 
 def entry() -> None:
