@@ -248,6 +248,7 @@ BAD_OPTIONS = [
     pytest.param(b'{"width": 1280.7, "height": 720}', 422, "bad_options", id="width-fraction"),
     pytest.param(b'{"width": 1e12, "height": 1e12}', 422, "bad_options", id="width-huge"),
     pytest.param(b'{"threshold": "0.5"}', 422, "bad_options", id="threshold-string"),
+    pytest.param(b'{"step": "' + b"x" * 50_000 + b'"}', 422, "bad_options", id="long-string"),
 ]
 
 

@@ -94,7 +94,7 @@ class SessionOptions:
 
 def _opt(kind: Callable[[Any], T], value: Any) -> T | None:
     if isinstance(value, (bool, str)):
-        raise TypeError(f"expected a number, got {value!r}")
+        raise TypeError(f"expected a number, got {clip(repr(value))}")
     if value is None:
         return None
     result = kind(value)
@@ -106,7 +106,7 @@ def _opt(kind: Callable[[Any], T], value: Any) -> T | None:
 def _integer(name: str, value: Any) -> int:
     """A JSON number that is a whole number (``3`` or ``3.0``), else TypeError/ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
+        raise TypeError(f"{name} must be an integer, got {clip(repr(value))}")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{name} must be an integer, got {value}")
     return int(value)
