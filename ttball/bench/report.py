@@ -265,9 +265,12 @@ def write_partial(out_dir: Path, result: BenchResult) -> None:
     write_markdown(out_dir / "bench.md", result)
 
 
+REPORT_EXTENSIONS = ("json", "csv", "md", "png")  # what write_reports writes: bench.<ext>
+
+
 def write_reports(out_dir: Path, result: BenchResult) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {ext: out_dir / f"bench.{ext}" for ext in ("json", "csv", "md", "png")}
+    paths = {ext: out_dir / f"bench.{ext}" for ext in REPORT_EXTENSIONS}
     write_json(paths["json"], {"meta": result.meta, "rows": result.rows})
     write_csv(paths["csv"], result)
     write_markdown(paths["md"], result)

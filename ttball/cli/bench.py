@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from ttball import __version__
     from ttball.backends import resolve_device
     from ttball.bench import FULL, QUICK, BenchConfig, BenchResult, run_bench, select_variants
-    from ttball.bench.report import print_table, write_partial, write_reports
+    from ttball.bench.report import REPORT_EXTENSIONS, print_table, write_partial, write_reports
 
     if args.list:
         return _list(args.device)
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before the first variant runs: its rows are written as they come
         from ttball.cli import prepare_out_dir
 
-        for name in ("json", "csv", "md", "png"):
+        for name in REPORT_EXTENSIONS:
             if (Path(args.out) / f"bench.{name}").is_dir():
                 raise UserError(f"--out {args.out}: bench.{name} there is a folder")
         prepare_out_dir(args.out)
@@ -200,9 +200,12 @@ def run(args: argparse.Namespace) -> int:
     }
     out = Path(args.out) if args.out else None
 
-    def save_partial(partial: BenchResult) -> None:
+    def measured(result: BenchResult) -> bool:
         # (a run that measures nothing leaves an earlier report in --out as it was)
-        if out is not None and any(r["status"] == "ok" for r in partial.rows):
+        return any(r["status"] == "ok" for r in result.rows)
+
+    def save_partial(partial: BenchResult) -> None:
+        if out is not None and measured(partial):
             partial.meta.update(about, partial=True)
             write_partial(out, partial)
 
@@ -216,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result.meta.update(about, partial=False)
     print_table(result)
-    if not any(r["status"] == "ok" for r in result.rows):
+    if not measured(result):
         why = "; ".join(sorted({f"{r['variant']}: {r['status']}" for r in result.rows}))
         raise UserError(f"no variant measured anything ({why or 'none selected'}); "
                         "no report written")

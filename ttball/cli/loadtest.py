@@ -156,8 +156,7 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
             except TimeoutError:
                 receiver.cancel()
     except (ConnectionClosed, OSError) as exc:  # refused or dropped: counted, the run goes on
-        code = _closed_code(exc)
-        log.errors[code] = log.errors.get(code, 0) + 1
+        _count_closed(log, exc)
     log.unanswered = len(log.sent)
     return log
 
@@ -165,14 +164,16 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
 SESSION_ERRORS = ("open_", "closed_", "connection_error")  # error codes that are no frame's
 
 
-def _closed_code(exc: BaseException) -> str:
-    """An error count's key for a stream that ended abnormally: ``closed_<close code>``."""
+def _count_closed(log: SessionLog, exc: BaseException) -> None:
+    """Count a stream that ended abnormally under ``closed_<close code>`` (or
+    ``connection_error``: it never opened)."""
     from websockets.exceptions import ConnectionClosed
 
+    code = "connection_error"
     if isinstance(exc, ConnectionClosed):
         frame = exc.rcvd or exc.sent
-        return f"closed_{frame.code if frame is not None else 1006}"
-    return "connection_error"
+        code = f"closed_{frame.code if frame is not None else 1006}"
+    log.errors[code] = log.errors.get(code, 0) + 1
 
 
 async def _send(ws: Any, clip: list[bytes], args: argparse.Namespace, start_at: float,
@@ -220,8 +221,7 @@ async def _receive(ws: Any, log: SessionLog) -> None:
     try:
         await _read(ws, log)
     except ConnectionClosed as exc:  # not `end`: the worker (or the network) ended the stream
-        code = _closed_code(exc)
-        log.errors[code] = log.errors.get(code, 0) + 1
+        _count_closed(log, exc)
 
 
 async def _read(ws: Any, log: SessionLog) -> None:

@@ -270,11 +270,6 @@ def next_chosen() -> frozenset[tuple[int, int, int, int, int, bool, bool]]:
     return frozenset(by_id[name] for name in names)
 
 
-def next_offered() -> bool:
-    """Whether the tuner also offers any candidate of :data:`UNTESTED` (:func:`next_chosen`)."""
-    return bool(next_chosen())
-
-
 def offered(shape: tuple[int, int], rows: int, cols: int, groups: int, tma: bool = False,
             taps: bool = False) -> bool:
     """Whether the tuner may offer this compiled tile: not one of :data:`UNTESTED`, or one of
