@@ -111,6 +111,24 @@ def rate(fn: Callable[[], Any], items: int, min_s: float = 1.0) -> dict[str, flo
     return {"per_s": calls * items / seconds, "ms_per_call": 1e3 * seconds / calls, "calls": calls}
 
 
+def gpu_rate(fn: Callable[[], Any], items: int, calls: int = 20) -> dict[str, float]:
+    """``fn``'s GPU time alone (CUDA): ``calls`` calls queued behind a ~0.1 s sleep kernel, so
+    that the host has issued them all before the GPU reaches the first; the events between
+    them then time the GPU's work, not the host's launches (compare :func:`rate`'s wall time:
+    the larger of the two)."""
+    fn()
+    sync()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(200_000_000)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end) / calls
+    return {"gpu_ms_per_call": ms, "gpu_us_per_item": 1e3 * ms / items}
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     try:
         import torchvision
@@ -214,6 +232,12 @@ def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig
                       "bit_exact_vs_cv2": exact, "list_equal": exact_list,
                       "running": resizer.running, "compile_error": resizer.compile_error}
         out[f"{label}_list"] = rate(lambda r=resizer: r(listed), batch)
+        if device.type == "cuda":  # the forty-fourth session's list miss: host or GPU time?
+            out[label].update(gpu_rate(lambda r=resizer: r(stacked), batch))
+            out[f"{label}_list"].update(gpu_rate(lambda r=resizer: r(listed), batch))
+    from ttball.kernels.prepost_pixels import runs
+
+    out["runs_host"] = rate(lambda: runs(listed), batch)  # finding the runs alone, on the host
     # the windows of those frames normalised: eager torch ops against the lookup kernel
     from ttball.kernels.prepost_pixels import Normalizer
 

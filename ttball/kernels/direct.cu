@@ -211,12 +211,18 @@ __device__ __forceinline__ void load_halo_nchw(half* halo, const float* __restri
 // plain global loads (fourteenth session: 6.1 of 13.8 cycles an instruction at batch 1); the
 // same staging by 4-byte cp.async cost more instructions than it hid (fifteenth session). Here
 // the copy is one instruction a tile.
+// The box starts LEAD = 4 columns left of the tile, not 1: TMA faults ("illegal instruction",
+// forty-fourth session's GPU test) unless the box's first element is 16-byte aligned in global
+// memory, as a tile's first column is; the halo's first column is the box's column 3.
 template <int TH, int TW, int SRC_C>
 struct InputStage {
-  static constexpr int BOXW = (TW + 2 + 3) / 4 * 4;  // the box's rows in 16-byte multiples
+  static constexpr int LEAD = 4;                      // box columns before the tile's first
+  static constexpr int BOXW = (LEAD + TW + 1 + 3) / 4 * 4;  // through the halo's last column,
+                                                      // in 16-byte multiples
   static constexpr int PLANE = (TH + 2) * BOXW;       // floats of one channel
   static constexpr int BYTES = SRC_C * PLANE * 4;     // what the barrier expects a tile
   static constexpr int STRIDE = (BYTES + 127) / 128 * 128;  // the two stages 128-byte aligned
+  static_assert(TW % 4 == 0, "a tile's first column 16-byte aligned");
 };
 
 // Tile t's input box into `stage`, completing on `bar` (one thread calls it)
@@ -224,10 +230,11 @@ template <int TH, int TW, int SRC_C>
 __device__ __forceinline__ void issue_input_tma(float* stage, const CUtensorMap* map,
                                                 uint64_t* bar, int t, int tiles_w,
                                                 int tiles_img) {
+  using St = InputStage<TH, TW, SRC_C>;
   const int b = t / tiles_img, rem = t % tiles_img;
-  mbar_expect_tx(bar, InputStage<TH, TW, SRC_C>::BYTES);
-  tma_load_4d(smem_addr(stage), map, bar, (rem % tiles_w) * TW - 1, (rem / tiles_w) * TH - 1,
-              0, b);
+  mbar_expect_tx(bar, St::BYTES);
+  tma_load_4d(smem_addr(stage), map, bar, (rem % tiles_w) * TW - St::LEAD,
+              (rem / tiles_w) * TH - 1, 0, b);
 }
 
 // The staged box as the FP16 halo: pixel p's SRC_C values converted, padded to CIN with
@@ -237,7 +244,7 @@ __device__ __forceinline__ void convert_input_stage(half* halo, const float* sta
   using St = InputStage<TH, TW, SRC_C>;
   constexpr int HALO_W = TW + 2, HALO = (TH + 2) * HALO_W, CH = CIN / 8;
   for (int p = threadIdx.x; p < HALO; p += blockDim.x) {
-    const float* src = stage + (p / HALO_W) * St::BOXW + p % HALO_W;
+    const float* src = stage + (p / HALO_W) * St::BOXW + St::LEAD - 1 + p % HALO_W;
     __align__(16) half v[CIN];
 #pragma unroll
     for (int c = 0; c < CIN; ++c) v[c] = __float2half_rn(c < SRC_C ? src[c * St::PLANE] : 0.f);
