@@ -257,6 +257,49 @@ def test_websocket_client_gone_while_its_windows_wait_is_cleaned_up(start) -> No
     assert [other.send(png(v)) for v in (1, 2, 3)][-1][0]["frame"] == 0
 
 
+def test_shutdown_lets_a_finishing_websocket_session_send_its_last_rows(small_weights) -> None:
+    """A session that sent ``finish`` before shutdown gets its last rows, ``end`` and a normal
+    close (uvicorn alone closed every WebSocket with 1012 as shutdown began); a stream that has
+    not finished is closed with 1012 once the finishing ones are done."""
+    from websockets.exceptions import ConnectionClosed
+
+    backend = GatedBackend()
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
+                             backend_factory=lambda model, device: backend)
+    server = serve_in_thread(create_app(settings))
+    url = server.__enter__()
+    stopped = threading.Event()
+    try:
+        with Client(url) as client:
+            client.wait_ready(timeout=60, poll=0.05)
+            gate = backend.run_gate = threading.Event()  # every window waits from now on
+            finishing, live = client.open_session(step=3), client.open_session(step=3)
+            with finishing.stream() as ws, live.stream() as other:
+                for value in (1, 2, 3, 4):
+                    ws.send(png(value))
+                other.send(png(5))
+                ws.ws.send(json.dumps({"type": "finish"}))
+                time.sleep(0.3)  # the finish is under way, its windows held by the gate
+                threading.Thread(target=lambda: (server.__exit__(None, None, None),
+                                                 stopped.set()), daemon=True).start()
+                time.sleep(0.5)  # shutdown has begun and waits for the finishing session
+                assert not stopped.is_set()
+                gate.set()
+                messages = []
+                while (message := ws.recv(timeout=30))["type"] != "end":
+                    messages.append(message)
+                assert [m["frame"] for m in messages if m["type"] == "result"] == [0, 1, 2, 3]
+                with pytest.raises(ConnectionClosed):
+                    ws.ws.recv(timeout=10)
+                assert ws.ws.close_code == 1000
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        other.ws.recv(timeout=10)
+                assert other.ws.close_code == 1012
+    finally:
+        assert stopped.wait(60)
+
+
 def test_stream_app_serves_only_the_stream_with_the_same_token(small_weights) -> None:
     """What a --direct-streams replica serves on its own port, around the replica's worker."""
     from websockets.exceptions import InvalidStatus

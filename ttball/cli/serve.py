@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ttball.serve.app import UVICORN_WS, create_app
+        from ttball.serve.app import UVICORN_WS, create_app, draining_server
     except ImportError as exc:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     # was installed before it: make that one a no-op so a clean shutdown exits 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        uvicorn.Server(config).run()
+        draining_server(config, app.state.worker).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0

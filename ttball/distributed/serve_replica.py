@@ -90,11 +90,11 @@ class ReplicaWorker:
         of ``settings.host``, on this replica's event loop; returns its ``ws://`` base."""
         import uvicorn
 
-        from ttball.serve.app import UVICORN_WS, stream_app
+        from ttball.serve.app import UVICORN_WS, draining_server, stream_app
 
         config = uvicorn.Config(stream_app(self.worker), host=settings.host, port=0,
                                 lifespan="off", log_level="warning", **UVICORN_WS)
-        self._streams = uvicorn.Server(config)
+        self._streams = draining_server(config, self.worker)
         serving = asyncio.get_running_loop().create_task(self._streams.serve())
         while not self._streams.started:
             if serving.done():

@@ -273,6 +273,35 @@ def mount_web(app: FastAPI, settings: ServeSettings) -> None:
         app.mount("/", StaticFiles(directory=web, html=True), name="web")
 
 
+# How long shutdown waits for WebSocket sessions that sent ``finish`` when uvicorn has no
+# graceful timeout (``--graceful-timeout`` sets it otherwise)
+FINISHING_WAIT_S = 30.0
+
+
+def draining_server(config: Any, worker: Worker | None) -> Any:
+    """A ``uvicorn.Server`` for ``config`` whose shutdown first stops accepting connections and
+    waits (up to the graceful timeout) for ``worker``'s WebSocket sessions that have sent
+    ``finish`` to send their last rows and ``end``; then uvicorn's own shutdown, which closes
+    every WebSocket still open with 1012 (a stream that has not finished ends there), waits for
+    the HTTP requests in flight, and runs the lifespan's end. uvicorn alone sent 1012 at once,
+    so a session that had sent ``finish`` lost its last rows."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if worker is not None and worker.finishing.count:
+                for server in self.servers:
+                    server.close()  # (uvicorn's shutdown closes them again: harmless)
+                limit = self.config.timeout_graceful_shutdown
+                left = await worker.finishing.wait(FINISHING_WAIT_S if limit is None else limit)
+                if left:
+                    print(f"ttball serve: {left} WebSocket session(s) still finishing at "
+                          f"shutdown: closed (1012)", flush=True)
+            await super().shutdown(sockets)
+
+    return DrainingServer(config)
+
+
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
                     log_level: str = "warning", loop: str = "auto",
@@ -289,8 +318,9 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
-                                           ws=ws, **UVICORN_WS))
+    server = draining_server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
+                                            ws=ws, **UVICORN_WS),
+                             getattr(app.state, "worker", None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="ttball-uvicorn", daemon=True)
     thread.start()

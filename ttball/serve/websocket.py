@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, WebSocket
@@ -14,7 +15,7 @@ from starlette.websockets import WebSocketDisconnect
 from ttball.serve.sessions import Feeder, Session, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import parse_json, split_body
-from ttball.serve.worker import Worker
+from ttball.serve.worker import Finishing, Worker
 
 
 class Attachable(Protocol):
@@ -65,7 +66,8 @@ def add_stream(app: FastAPI, worker: Worker) -> None:
             return live[0][0].get(sid)
 
         async def run(session: Session) -> str:
-            return await websocket_session(ws, session, live[0][1], settings)
+            return await websocket_session(ws, session, live[0][1], settings,
+                                           worker.finishing)
 
         async def detach(session: Session, outcome: str) -> None:
             session.touch()
@@ -76,24 +78,26 @@ def add_stream(app: FastAPI, worker: Worker) -> None:
 
 
 async def websocket_session(ws: WebSocket, session: Session, feeder: Feeder,
-                             settings: ServeSettings) -> str:
+                             settings: ServeSettings, finishing: Finishing | None = None) -> str:
     """Binary messages: one JPEG/PNG frame each (every message takes the next frame number,
     even one refused). Text ``{"type": "finish"}``: run the last windows, send the last rows,
     ``{"type": "end"}`` and close. Out: ``{"type": "result", ...row}`` in frame order, and
     ``{"type": "error", "frame": N, "error": {...}}`` for a refused frame (the stream goes on).
 
     Returns ``finished`` or ``disconnected`` (the session is then removed: its queued windows
-    are dropped).
+    are dropped). From ``finish`` to ``end`` the session is held in ``finishing``, which
+    shutdown waits for.
     """
     outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(settings.max_ws_inflight)
     sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, outbox))
 
     async def finish() -> str:
-        try:
-            item: tuple[str, Any] = ("step", await feeder.finish(session))
-        except ApiError as exc:
-            item = ("error", (None, exc))
-        return await ws_end(ws, outbox, sender, item)
+        with finishing.hold() if finishing is not None else nullcontext():
+            try:
+                item: tuple[str, Any] = ("step", await feeder.finish(session))
+            except ApiError as exc:
+                item = ("error", (None, exc))
+            return await ws_end(ws, outbox, sender, item)
 
     try:
         return await ws_receive(ws, outbox, sender,

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,30 @@ def _ready(decoder: Any) -> Any:
     return decoder
 
 
+class Finishing:
+    """How many WebSocket sessions are between their ``finish`` message and their ``end``.
+    Shutdown waits for them (:func:`ttball.serve.app.draining_server`) before uvicorn closes
+    every WebSocket with 1012: a session that has sent ``finish`` gets its last rows."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.count += 1
+        try:
+            yield
+        finally:
+            self.count -= 1
+
+    async def wait(self, timeout: float) -> int:
+        """Until none is finishing or ``timeout`` seconds passed; how many still are."""
+        deadline = time.monotonic() + timeout
+        while self.count and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.count
+
+
 class Worker:
     """Start-up progress and, once ready, the parts the routes use."""
 
@@ -131,6 +155,7 @@ class Worker:
             initializer=_pool_thread, initargs=(threads,))
         self._torch_threads = threads
         self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
+        self.finishing = Finishing()  # WebSocket sessions between their finish and their end
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._loop_watch: asyncio.Task[None] | None = None  # ttball_event_loop_lag_seconds
