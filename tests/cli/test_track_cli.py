@@ -80,6 +80,23 @@ def test_not_a_video(tmp_path, capsys) -> None:
     assert "not a video OpenCV can decode" in _error(capsys)
 
 
+def test_not_a_video_is_one_line_on_stderr(tmp_path) -> None:
+    """FFmpeg's own line ("moov atom not found") no longer comes before ours (a process of its
+    own: OpenCV's FFmpeg log level is read once a process)."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("hello")
+    env = {k: v for k, v in os.environ.items() if k != "OPENCV_FFMPEG_LOGLEVEL"}
+    done = subprocess.run([sys.executable, "-m", "ttball", "track", str(bad), "--backend",
+                           "eager-fp32", "--device", "cpu", "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"ttball track: error: {bad}: not a video OpenCV can decode"]
+
+
 def test_too_few_frames(tmp_path, small_weights, capsys) -> None:
     assert run_cli(_clip(tmp_path, 2), "--weights", small_weights, "--out", tmp_path / "o") == 2
     assert "at least 3 are needed" in _error(capsys)

@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _CREATED.clear()
+    # FFmpeg's own log lines inside OpenCV ("moov atom not found", "corrupt decoded frame")
+    # would precede our one-line errors and warnings about the same video; a user's setting wins
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except UserError as exc:
