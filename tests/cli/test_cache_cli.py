@@ -91,6 +91,19 @@ def test_a_compile_cache_folder_lists_its_own_parts(tmp_path, capsys) -> None:
     assert list(folder.iterdir()) == []
 
 
+def test_parts_may_follow_the_options(cache, capsys) -> None:
+    """argparse alone took a command's positionals in one run: ``clear --dir X tuning`` was an
+    "unrecognized arguments" error; an unknown option still is one."""
+    assert main(["cache", "clear", "--dir", str(cache), "tuning", "--json", "kernels"]) == 0
+    removed = json.loads(capsys.readouterr().out)["removed"]
+    assert {p["name"] for p in removed} == {"tuning", "kernels"}
+    assert (cache / "auto-backend.json").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["cache", "clear", "--dir", str(cache), "auto", "--bogus"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert (cache / "auto-backend.json").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["cache", "clear"], "clear needs the parts to delete"),
     (["cache", "clear", "tuning", "bogus"], "unknown cache part 'bogus'"),

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, sys.argv[1:] if argv is None else argv)
     if args.version:
         from ttball import __version__
 
@@ -87,6 +87,21 @@ def main(argv: list[str] | None = None) -> int:
         _remove_empty_created()
         print(f"ttball {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; a command's positionals may come after its options as well as before
+    (``cache clear --dir X tuning``, ``verify a.mp4 --backend B b.mp4``): argparse takes a
+    command's positionals in one run, so the rest were "unrecognized"; the command's own parser
+    then parses them intermixed (and names any that is truly unknown)."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    if not args.command:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    own = sub.choices[args.command].parse_intermixed_args(argv[argv.index(args.command) + 1:])
+    return argparse.Namespace(**{**vars(args), **vars(own)})
 
 
 def _remove_empty_created() -> None:
