@@ -59,9 +59,10 @@ def test_cli_trains_saves_and_resumes(tmp_path) -> None:
     assert main([*args, "--steps", "2"]) == 0
     model = load_model(out / "weights.safetensors")
     assert model.config.name == "ttball-synth" and "2 steps" in model.config.source
-    assert main([*args, "--steps", "3"]) == 0
+    assert main([*args, "--steps", "3", "--name", "club-court-2"]) == 0
     summary = json.loads((out / "train.json").read_text())
     assert summary["steps"] == 3 and summary["windows"] == 2  # resumed: one more step only
+    assert load_model(out / "weights.safetensors").config.name == "club-court-2"
 
 
 @pytest.mark.slow

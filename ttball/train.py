@@ -73,6 +73,7 @@ class TrainConfig:
     max_minutes: float = 0.0  # 0: no limit
     checkpoint_every: int = 500
     init: str | None = None  # fine-tune from these weights
+    name: str = "ttball-synth"  # the weights' name in their config (reports, /readyz, track.json)
     compile: bool = False  # torch.compile the forward pass (and through it the backward)
     height: int = 288
     width: int = 512
@@ -134,7 +135,7 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
-    config = WeightsConfig(name="ttball-synth", input_height=cfg.height, input_width=cfg.width)
+    config = WeightsConfig(name=cfg.name, input_height=cfg.height, input_width=cfg.width)
     crops, fulls = make_loaders(cfg)
     amp = cfg.amp and dev.type == "cuda"
     started, seen, ema = time.perf_counter(), 0, None

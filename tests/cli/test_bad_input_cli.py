@@ -76,6 +76,7 @@ def test_bench_that_measures_nothing_keeps_the_report_there(
     ("--synth-frames", "0", "--synth-frames must be at least 3"),
     ("--max-minutes", "-1", "--max-minutes must be 0"),
     ("--full-frame-every", "-1", "--full-frame-every must be 0"),
+    ("--name", " ", "--name must be printable text"),
 ])
 def test_train_checks_its_numbers_before_it_starts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str,

@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=500,
                    help="write last.pt (to resume from) every this many steps (default 500)")
     p.add_argument("--init", help="fine-tune from these weights")
+    p.add_argument("--name", default="ttball-synth",
+                   help="the weights' name, as reports and the worker show it (default "
+                   "ttball-synth)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="print where step time goes (waiting for data, host, GPU) every N steps; "
@@ -72,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-minutes must be 0 (no limit) or more, got {args.max_minutes}")
     if args.profile < 0:
         raise UserError("--profile must be 0 (off) or a number of steps")
+    if not args.name.strip() or not args.name.isprintable():
+        raise UserError(f"--name must be printable text, got {args.name!r}")
     if not args.data_only:
         from ttball.cli import prepare_out_dir
 
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         synth_frames=args.synth_frames, workers=args.workers, seed=args.seed,
         amp=not args.no_amp, max_minutes=args.max_minutes,
         checkpoint_every=args.checkpoint_every, init=args.init, compile=args.compile,
+        name=args.name,
     )
     if args.data_only:
         from ttball.train_profile import data_only
