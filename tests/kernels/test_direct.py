@@ -639,8 +639,8 @@ def test_input_kernel_equals_the_convolution_of_the_fp32_batch(cin: int, cout: i
 def test_input_kernel_with_its_tma_staging_equals_the_convolution(cin: int, cout: int,
                                                                   tile: tuple[int, int]) -> None:
     """The same with each tile's input staged by TMA (H100/H200): 19 x 44 pixels (partial
-    tiles right and bottom; the tensor map's zero fill is the padding at all four edges and the
-    box's columns past the tile are ignored), one block per tile and a persistent grid of 3
+    tiles right and bottom; the tensor map's zero fill is the padding at all four edges, and the
+    box's columns before and past the halo, there for its 16-byte alignment, are ignored), one block per tile and a persistent grid of 3
     (the next tile's box copied into the other stage while this one computes: each stage's
     barrier phase alternating over several tiles a block); then a width that is not a
     multiple of 4 refused."""
