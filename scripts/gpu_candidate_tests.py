@@ -66,11 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, required=True, help="pytest's output goes here")
     parser.add_argument("--timeout", type=float, default=240, help="the run of all, seconds")
     parser.add_argument("--timeout-one", type=float, default=60, help="a test again alone")
+    parser.add_argument("--ids", help="the candidates' ids, comma-separated (default: "
+                        "ttball.kernels.direct.UNTESTED's)")
     args = parser.parse_args(argv)
 
     from ttball.kernels.direct import UNTESTED, candidate_id
 
-    untested_ids = sorted(candidate_id(*key) for key in UNTESTED)
+    untested_ids = sorted(i.strip() for i in args.ids.split(",") if i.strip()) if args.ids \
+        else sorted(candidate_id(*key) for key in UNTESTED)
     with open(args.log, "w") as log, tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "all.xml"
         run_pytest([args.file, "-k", args.k], junit, args.timeout, log)
