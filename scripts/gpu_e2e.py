@@ -235,12 +235,10 @@ def stage_resize(blobs: list[bytes], device: torch.device, config: WeightsConfig
         if device.type == "cuda":  # the forty-fourth session's list miss: host or GPU time?
             out[label].update(gpu_rate(lambda r=resizer: r(stacked), batch))
             out[f"{label}_list"].update(gpu_rate(lambda r=resizer: r(listed), batch))
-    from ttball.kernels.prepost_pixels import runs
+    from ttball.kernels.prepost_pixels import Normalizer, runs
 
     out["runs_host"] = rate(lambda: runs(listed), batch)  # finding the runs alone, on the host
     # the windows of those frames normalised: eager torch ops against the lookup kernel
-    from ttball.kernels.prepost_pixels import Normalizer
-
     windows = Resizer(config.input_height, config.input_width)(stacked)[: batch // 3 * 3]
     windows = windows.reshape(-1, 9, config.input_height, config.input_width)
     eager, kernel = normalizer(config, device), Normalizer(config, device)

@@ -19,13 +19,4 @@ TRITON_CACHE_DIR=/tmp/rz-tcache timeout -k 5 170 python3 scripts/gpu_e2e.py \
   --out "$OUT/resize/resize.json" --backend triton-fp16-direct --batches 16 \
   --stages frames,resize --budget-s 160 > "$OUT/resize/resize.log" 2>&1
 echo "resize rc=$? $(( $(date +%s) - S )) s"
-python3 - "$OUT/resize/resize.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1])).get("resize", {})
-n = r.get("batch", 48)
-for key, v in r.items():
-    if isinstance(v, dict) and "ms_per_call" in v:
-        gpu = f", GPU alone {v['gpu_us_per_item']:.2f}" if "gpu_us_per_item" in v else ""
-        print(f"{key:16} wall {1e3 * v['ms_per_call'] / n:.2f} us a frame{gpu}",
-              {k: v[k] for k in ("list_equal", "equal_cpu", "running") if k in v})
-PY
+python3 docs/benchmarks/h200-2026-12-05/resize/summary.py "$OUT/resize/resize.json"

@@ -23,13 +23,4 @@ timeout -k 5 "${STAGE_S:-150}" python3 scripts/gpu_e2e.py --out "$OUT/resize.jso
   --backend triton-fp16-direct --batches 16 --stages frames,resize \
   --budget-s $(( ${STAGE_S:-150} - 10 )) > "$OUT/resize.log" 2>&1
 echo "stage rc=$?"
-python3 - "$OUT/resize.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1])).get("resize", {})
-n = r.get("batch", 48)
-for key, v in r.items():
-    if isinstance(v, dict) and "ms_per_call" in v:
-        extra = {k: v[k] for k in ("bit_exact_vs_cv2", "list_equal", "equal_cpu", "running",
-                                   "compile_error", "error", "first_call_s") if k in v}
-        print(f"{key:14} {v['ms_per_call']:.4f} ms / {n} = {1e3 * v['ms_per_call'] / n:.2f} us a frame", extra)
-PY
+python3 docs/benchmarks/h200-2026-12-05/resize/summary.py "$OUT/resize.json"
