@@ -397,6 +397,8 @@ def test_a_refused_frame_leaves_the_other_uploads_of_its_push_alone(small_model,
     settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True)
     path = DevicePath(backend, small_config, settings, Metrics(), ThreadPoolExecutor(1))
     assert path.describe()["carry_windows"] is False  # on by default, but no overlap to carry to
+    # --pipeline-resize auto on the CPU: the torch ops, not a Triton kernel that would fail
+    assert path.describe()["resize"] == "eager" and path.describe()["compile_resize_error"] is None
     rows: dict[str, list] = {"a": [], "b": [], "alone": []}
 
     def upload(name, key, blobs, first):
@@ -681,13 +683,22 @@ def test_cli_flag_sets_the_mode() -> None:
     with pytest.raises(UserError, match="--pipeline-overlap needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-overlap"]))
     fused = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-compile-resize"]))
-    assert fused.pipeline_resize == "compile" and both.pipeline_resize == "eager"
+    assert fused.pipeline_resize == "compile" and both.pipeline_resize == "auto"
     kernel = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-resize", "triton"]))
     assert kernel.pipeline_resize == "triton"
     with pytest.raises(UserError, match="--pipeline-resize needs --device-pipeline"):
         settings_from(parser.parse_args(["--pipeline-compile-resize"]))
-    with pytest.raises(UserError, match="--pipeline-resize must be one of eager, compile, triton"):
+    with pytest.raises(UserError, match="--pipeline-resize needs --device-pipeline"):
+        settings_from(parser.parse_args(["--pipeline-resize", "eager"]))
+    with pytest.raises(UserError,
+                       match="--pipeline-resize must be one of auto, eager, compile, triton"):
         dataclasses.replace(both, pipeline_resize="fast").validate()
+    # auto: the Triton kernel on CUDA (the eight-replica A/B, forty-sixth session), torch ops
+    # elsewhere; a mode asked for is kept
+    from ttball.serve.settings import resize_mode
+
+    assert resize_mode("auto", "cuda") == "triton" and resize_mode("auto", "cpu") == "eager"
+    assert resize_mode("compile", "cuda") == "compile" and resize_mode("eager", "cuda") == "eager"
     assert both.pipeline_depth == 1 and not both.pipeline_stats_stream
     deep = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
                                             "--pipeline-depth", "2", "--stats-stream"]))

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 from ttball.errors import UserError
-from ttball.serve.settings import JPEG_DECODERS, RESIZE_MODES
+from ttball.serve.settings import JPEG_DECODERS, RESIZE_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,10 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --pipeline-overlap on CUDA and a CUDA-graph backend: each call's "
                         "candidate statistics on a stream of their own, so a lane's next network "
                         "does not queue behind them (docs/serve.md)")
-    p.add_argument("--pipeline-resize", default="eager", choices=RESIZE_MODES,
-                   help="with --device-pipeline: the device resize as torch ops (default), fused "
-                        "by torch.compile (compiles for a few seconds during warm-up) or one "
-                        "Triton kernel (and the normalisation one too); all bit-exact with cv2 "
+    p.add_argument("--pipeline-resize", default="auto", choices=RESIZE_CHOICES,
+                   help="with --device-pipeline: the device resize as torch ops, fused by "
+                        "torch.compile (compiles for a few seconds during warm-up) or one Triton "
+                        "kernel (and the normalisation one too); all bit-exact with cv2; auto "
+                        "(default): the Triton kernel on CUDA, torch ops elsewhere "
                         "(docs/serve.md)")
     p.add_argument("--pipeline-compile-resize", dest="pipeline_resize", action="store_const",
                    const="compile", help="the same as --pipeline-resize compile")

@@ -146,8 +146,10 @@ WGMMA_MIN_PIXELS = 1 << 17
 # except 64 -> 64, where the alternative is Triton, not the mma.sync kernel: from the third
 # level at batch 64 (72 x 128 x 64 = 0.59 M pixels; alone there the wgmma kernel took 119 us
 # against cuDNN's 247 in the eighteenth session), not at batch 1. (Since the nineteenth
-# session's 2^17 for the others this keeps 64 -> 64 off at batch 1, where it was never timed;
-# branch wgmma64-b1 offers it there.)
+# session's 2^17 for the others this keeps 64 -> 64 off at batch 1: branch wgmma64-b1 offered it
+# there, 0.411 against 0.410 ms; with its TMA-halo tiles too, in the forty-sixth session on an
+# H100, the tuner took a wgmma tile for step 1 (37.3 us against Triton's 39.2) and the network
+# ran 0.407 / 0.407 ms against 0.406 / 0.411: no gain, docs/benchmarks/h100-2026-12-05/.)
 WGMMA_MIN_PIXELS_OF: dict[tuple[int, int], int] = {(64, 64): 1 << 19}
 # The wgmma tiles also compiled with the halo copied by TMA (one bulk-tensor copy a channel
 # plane, zero fill outside the image, an mbarrier per halo buffer) instead of a cp.async per

@@ -53,7 +53,7 @@ from ttball.serve.batcher import WINDOW, Batcher
 from ttball.serve.metrics import Metrics
 from ttball.serve.push_profile import PushProfiler
 from ttball.serve.sessions import Session
-from ttball.serve.settings import ApiError, ServeSettings
+from ttball.serve.settings import ApiError, ServeSettings, resize_mode
 from ttball.serve.uploads import PNG_MAGIC, Part, header_size
 from ttball.stream import StreamOptions
 
@@ -108,7 +108,8 @@ class DevicePath:
                                     overlap=settings.pipeline_overlap,
                                     depth=settings.pipeline_depth,
                                     stats_stream=settings.pipeline_stats_stream,
-                                    resize=settings.pipeline_resize,
+                                    resize=resize_mode(settings.pipeline_resize,
+                                                       backend.device.type),
                                     decode_early=settings.pipeline_decode_early,
                                     carry=settings.pipeline_carry)
         self.config = config

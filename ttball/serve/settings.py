@@ -21,6 +21,10 @@ MiB = 1 << 20
 JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
 # ttball.kernels.prepost_image.RESIZE_MODES, likewise
 RESIZE_MODES = ("eager", "compile", "triton")
+# --pipeline-resize's choices: "auto" (the default) is "triton" on a CUDA device, else "eager"
+# (:func:`resize_mode`): eight `serve --ray` replicas served 7,361-7,906 frames/s with it
+# against 7,069-7,293 with "compile" (forty-sixth session, docs/benchmarks/h100-2026-12-05/)
+RESIZE_CHOICES = ("auto", *RESIZE_MODES)
 # --backend auto: the fastest backend that passes verification here (ttball.backends.auto)
 AUTO = "auto"
 # a CUDA MPS client's cap on its GPU's multiprocessors, in % (`serve --ray --mps-sm-percent`)
@@ -76,7 +80,8 @@ class ServeSettings:
     # all bit-exact with cv2): "eager" (torch ops), "compile" (fused by torch.compile; compiles
     # during warm-up) or "triton" (one Triton kernel that reads a decode call's frames in place,
     # and the normalisation as a lookup kernel); falls back to eager if the chosen one fails.
-    pipeline_resize: str = "eager"
+    # "auto": "triton" on a CUDA device, else "eager" (resize_mode).
+    pipeline_resize: str = "auto"
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
     # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
     # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
@@ -151,10 +156,10 @@ class ServeSettings:
             raise UserError("--pipeline-depth needs --pipeline-overlap")
         if self.pipeline_stats_stream and not self.pipeline_overlap:
             raise UserError("--stats-stream needs --pipeline-overlap")
-        if self.pipeline_resize not in RESIZE_MODES:
-            raise UserError(f"--pipeline-resize must be one of {', '.join(RESIZE_MODES)}, got "
-                            f"{self.pipeline_resize!r}")
-        if self.pipeline_resize != "eager" and not self.device_pipeline:
+        if self.pipeline_resize not in RESIZE_CHOICES:
+            raise UserError(f"--pipeline-resize must be one of {', '.join(RESIZE_CHOICES)}, "
+                            f"got {self.pipeline_resize!r}")
+        if self.pipeline_resize != "auto" and not self.device_pipeline:
             raise UserError("--pipeline-resize needs --device-pipeline")
         if self.pipeline_decoder not in JPEG_DECODERS:
             raise UserError(f"--jpeg-decoder must be one of {', '.join(JPEG_DECODERS)}, got "
@@ -186,6 +191,15 @@ class ServeSettings:
                 f"refusing to listen on {self.host} (not loopback) without --token; "
                 "bind 127.0.0.1 or give a bearer token"
             )
+
+
+def resize_mode(setting: str, device_type: str) -> str:
+    """The device resize's mode (:data:`RESIZE_MODES`) for a ``--pipeline-resize`` setting on a
+    device of this type (``"cuda"``, ``"cpu"``): ``"auto"`` is the Triton kernel on CUDA, the
+    torch ops elsewhere (Triton's kernels need a GPU); any other setting is itself."""
+    if setting != "auto":
+        return setting
+    return "triton" if device_type == "cuda" else "eager"
 
 
 def is_loopback(host: str) -> bool:
