@@ -235,6 +235,25 @@ def test_quick_bench_writes_every_report(
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_profilers_own_log_lines_stay_out_of_the_output(tmp_path: Path) -> None:
+    """Kineto prints "USDT: ... profiler_start" / "profiler_stop" to the process's stderr for
+    every profiled call (torch 2.13); the CLI sets KINETO_LOG_LEVEL unless the user did. In a
+    process of its own: the level is read when the first profiler starts."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "ttball", "bench", "--quick", "--device", "cpu",
+                           "--size", "48x64", "--batch", "1", "--variants", "eager-fp32",
+                           "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "bench.json").exists()
+    noise = [line for line in done.stderr.splitlines() if "SyncActivityProfilerHandler" in line]
+    assert noise == []
+
+
 def test_unknown_variant_is_a_user_error(
     bench_command: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     # FFmpeg's own log lines inside OpenCV ("moov atom not found", "corrupt decoded frame")
     # would precede our one-line errors and warnings about the same video; a user's setting wins
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+    # and the PyTorch profiler's (Kineto's) "USDT: ... profiler_start" lines, two a profiled
+    # call on torch 2.13, in the middle of `bench`'s progress bar; 6 is above every level it
+    # prints (errors included, which its default already hides); read when a profiler starts
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except UserError as exc:
