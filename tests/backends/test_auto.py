@@ -34,17 +34,42 @@ def trained_small():
     return model
 
 
-def test_failing_candidate_is_never_chosen_and_choice_is_cached(isolated, trained_small) -> None:
-    choice = auto.choose_backend(trained_small, "cpu",
-                                 candidates=("test-shifted", "folded-fp32", "eager-fp32"))
+def test_failing_candidate_is_never_chosen_and_choice_is_cached(isolated, trained_small,
+                                                                monkeypatch) -> None:
+    names = ("test-shifted", "folded-fp32", "eager-fp32")
+    choice = auto.choose_backend(trained_small, "cpu", candidates=names)
     status = {t.name: t.status for t in choice.trials}
     assert status["test-shifted"] == "failed"
     assert choice.backend in {"folded-fp32", "eager-fp32"}
     assert status[choice.backend] == "chosen"
     saved = json.loads(isolated.read_text())
     assert [v["backend"] for v in saved.values()] == [choice.backend]
-    again = auto.choose_backend(trained_small, "cpu", candidates=("test-shifted",))
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a cached choice ran a trial")
+
+    monkeypatch.setattr(auto, "_try", no_trial)
+    again = auto.choose_backend(trained_small, "cpu", candidates=tuple(reversed(names)))
     assert again.cached and again.backend == choice.backend  # read back, nothing re-run
+
+
+def test_a_choice_among_other_candidates_is_made_again(isolated, trained_small) -> None:
+    """A cached choice stands only for the candidates it was chosen among: a release that drops
+    the chosen backend from the list (openvino-bf16, forty-fifth session: it failed verify) or
+    changes the list chooses again instead of running the old choice forever."""
+    first = auto.choose_backend(trained_small, "cpu", candidates=("folded-fp32", "eager-fp32"))
+    assert not first.cached
+    # the chosen backend no longer a candidate
+    dropped = auto.choose_backend(trained_small, "cpu", candidates=("test-shifted", "eager-fp32"))
+    assert not dropped.cached and dropped.backend == "eager-fp32"
+    assert {t.name for t in dropped.trials} == {"test-shifted", "eager-fp32"}
+    # the chosen backend still one, but a candidate added
+    added = auto.choose_backend(trained_small, "cpu",
+                                candidates=("test-shifted", "eager-fp32", "folded-fp32"))
+    assert not added.cached and "folded-fp32" in {t.name for t in added.trials}
+    # the same candidates: cached
+    assert auto.choose_backend(trained_small, "cpu",
+                               candidates=("folded-fp32", "eager-fp32", "test-shifted")).cached
 
 
 def test_unavailable_candidates_are_skipped_with_their_reason(isolated, trained_small) -> None:
@@ -134,7 +159,7 @@ def test_own_clips_are_what_the_candidates_are_verified_on_and_key_the_choice(
     mine = auto.choose_backend(trained_small, "cpu", candidates=("folded-fp32", "eager-fp32"),
                                clips=[own])
     assert seen == [[str(own)]] and not mine.cached
-    assert auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",),
+    assert auto.choose_backend(trained_small, "cpu", candidates=("folded-fp32", "eager-fp32"),
                                clips=[own]).cached
     bundled = auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",))
     assert not bundled.cached and len(seen) == 1  # another key: chosen again (no trial to verify)

@@ -146,6 +146,18 @@ def _read_cache(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _still_valid(entry: dict[str, Any], names: Sequence[str]) -> bool:
+    """Whether a cached choice stands for today's candidates ``names``: its backend is still
+    registered and one of them, and it was chosen among the same candidates (a release that
+    drops one, as openvino-bf16 after it failed verify, or adds one, chooses again; a choice
+    cached without its trials is kept if its backend is still a candidate)."""
+    backend = entry.get("backend")
+    if backend not in base.names() or backend not in names:
+        return False
+    tried = {t.get("name") for t in entry.get("trials", []) if isinstance(t, dict)}
+    return not tried or tried == set(names)
+
+
 def _write_cache(path: Path, key: str, choice: Choice) -> None:
     from ttball.results import write_json
 
@@ -222,7 +234,7 @@ def choose_backend(
     path = cache_file()
     entry = _read_cache(path).get(key)
     names = list(candidates or CANDIDATES.get(dev.type, (REFERENCE,)))
-    if entry and not reselect and entry.get("backend") in base.names():
+    if entry and not reselect and _still_valid(entry, names):
         return Choice(entry["backend"], key, [Trial(**t) for t in entry.get("trials", [])], True)
     say = log or (lambda _msg: None)
     say(f"choosing the fastest verified backend for this machine (once; cached in {path})")
