@@ -38,6 +38,19 @@ def test_export_onnx_checks_the_opset_before_exporting(
     assert not (tmp_path / "x.onnx").exists()
 
 
+def test_an_unknown_option_of_a_nested_command_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``export onnx --precision int9`` raised argparse's TypeError (a parser with commands of
+    its own can't parse intermixed): now the nested command's usage error, exit code 2."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "onnx", "--out", str(tmp_path / "x.onnx"), "--precision", "int9"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == ("ttball export onnx: error: unrecognized arguments: "
+                                    "--precision int9")
+    assert not (tmp_path / "x.onnx").exists()
+
+
 def test_eval_refuses_a_binary_file_and_a_folder_for_its_json(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     binary = tmp_path / "frame.csv"
