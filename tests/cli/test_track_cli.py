@@ -29,6 +29,8 @@ def test_track_writes_csv_json_and_overlay(tmp_path, clip, small_weights) -> Non
     assert meta["settings"]["step"] == 3 and meta["weights"]["name"] == "test-small"
     cap = cv2.VideoCapture(str(out / "overlay.mp4"))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 12
+    fourcc = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode().lower()
+    assert fourcc in ("avc1", "h264")  # PyAV is a dependency: browsers play the overlay
     assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temporary files left
 
 
