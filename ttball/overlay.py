@@ -50,8 +50,6 @@ def draw(bgr: np.ndarray, row: FrameResult | None, trail: Sequence[tuple[float, 
 
 
 class _Writer(Protocol):
-    codec: str
-
     def write(self, bgr: np.ndarray) -> None: ...
 
     def close(self) -> None: ...
@@ -59,8 +57,6 @@ class _Writer(Protocol):
 
 class _H264Writer:
     """H.264 through PyAV (libx264): ``write`` BGR frames, then ``close`` (flushes)."""
-
-    codec = "h264"
 
     def __init__(self, path: Path, fps: float, width: int, height: int) -> None:
         import av
@@ -96,8 +92,6 @@ class _H264Writer:
 
 class _Mpeg4Writer:
     """MPEG-4 Part 2 through OpenCV (``mp4v``), the fallback."""
-
-    codec = "mpeg4"
 
     def __init__(self, path: Path, fps: float, width: int, height: int) -> None:
         self._writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), fps,
