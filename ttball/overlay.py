@@ -3,9 +3,10 @@
 Encoded as H.264 (PyAV's libx264, yuv420p, the index at the front) so browsers and phones play
 it; where PyAV or its H.264 encoder is missing, or a frame side is odd (4:2:0 needs even
 ones), as MPEG-4 Part 2 by OpenCV, which most browsers do not play. On the 2-core
-development CPU, the real rally's 117 frames of 1280×720: libx264 at preset veryfast 92
-frames/s and 527 KB, OpenCV's mp4v 318 frames/s and 1,797 KB (forty-sixth session; the
-overlay follows the tracking, which runs 13-43 frames/s there).
+development CPU, the real rally's 117 frames of 1280×720, encoding alone: libx264 at preset
+veryfast 123-130 frames/s and 566 KB, OpenCV's mp4v 332-335 frames/s and 1,797 KB
+(forty-sixth session, `PYTHONPATH=. python scripts/overlay_encode_rate.py
+../shared/data/real_rally_a.mp4`; the overlay follows the tracking, 13-43 frames/s there).
 """
 
 from __future__ import annotations
