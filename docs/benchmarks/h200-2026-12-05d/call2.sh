@@ -4,10 +4,10 @@
 # cache folder (the first run tunes 128); batch 128 had never been measured; (2) the latency
 # shape at 64 sessions with three lanes a replica beside two (Triton resize), alternated.
 #   TOTAL=330 OUT=$OUT bash docs/benchmarks/h200-2026-12-05d/call2.sh > $OUT/call.log 2>&1
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/rtcache
 mkdir -p /tmp/b128
 for r in 1 2; do
-  timeout 170 python3 -m ttball bench --variants triton-fp16-direct --batch 64,128 --no-profile \
+  timeout 230 python3 -m ttball bench --variants triton-fp16-direct --batch 64,128 --no-profile \
     --cache-dir /tmp/bc128 --out /tmp/b128/r$r > /tmp/b128/r$r.log 2>&1; echo "bench r$r rc=$?"
 done
 tar -czf "$OUT/b128.tgz" -C /tmp b128
