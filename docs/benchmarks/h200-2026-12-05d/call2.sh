@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Forty-seventh session, second call on the warm H200 (after h100-2026-12-05/p99/ab.sh, whose
-# caches it reuses): (1) `ttball bench` of triton-fp16-direct at batch 64 and 128, twice, one
+# Forty-seventh session, second call (a fresh H200: the bench's first run and the first load
+# test tune): (1) `ttball bench` of triton-fp16-direct at batch 64 and 128, twice, one
 # cache folder (the first run tunes 128); batch 128 had never been measured; (2) the latency
-# shape at 64 sessions with three lanes a replica beside two (Triton resize), alternated.
+# shape at 64 sessions (Triton resize) as it is, with three lanes a replica, and with each
+# lane's decode in a child process (--decode-processes 1), then as it is again.
 #   TOTAL=560 OUT=$OUT bash docs/benchmarks/h200-2026-12-05d/call2.sh > $OUT/call.log 2>&1
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/rtcache
 S0=$(date +%s); mkdir -p /tmp/b128
 for r in 1 2; do
-  timeout 230 python3 -m ttball bench --variants triton-fp16-direct --batch 64,128 --no-profile \
+  timeout $(( r == 1 ? 260 : 150 )) python3 -m ttball bench --variants triton-fp16-direct --batch 64,128 --no-profile \
     --cache-dir /tmp/bc128 --out /tmp/b128/r$r > /tmp/b128/r$r.log 2>&1; echo "bench r$r rc=$?"
 done
 tar -czf "$OUT/b128.tgz" -C /tmp b128
@@ -15,10 +16,14 @@ TOTAL=$(( ${TOTAL:-560} - ($(date +%s) - S0) ))
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
 RUNS=""
-for label in lanes3 lanes2 lanes3b; do
-  LEFT=$(left); [ "$LEFT" -ge 90 ] || break
-  L=${label#lanes}; L=${L%b}
-  R "$label" "$LEFT" RESIZE=triton MPS_PCT=50 LANES=$L SESSIONS_4="64" CACHE=/tmp/rcache
+run() {  # label, then R's settings beyond the shape's
+  local label=$1; shift
+  LEFT=$(left); [ "$LEFT" -ge 90 ] || return 0
+  R "$label" "$LEFT" RESIZE=triton MPS_PCT=50 SESSIONS_4="64" CACHE=/tmp/rcache "$@"
   RUNS="$RUNS $label"
-done
+}
+run base LANES=2
+run lanes3 LANES=3
+run dec1 LANES=2 DECODE_PROCESSES=1
+run base2 LANES=2
 finish $RUNS
