@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Forty-seventh session, second call (a fresh H200: the bench's first run and the first load
+# Forty-seventh session, second call (prepared for an H200, ran on a fresh H100: the bench's first run and the first load
 # test tune): (1) `ttball bench` of triton-fp16-direct at batch 64 and 128, twice, one
 # cache folder (the first run tunes 128); batch 128 had never been measured; (2) the latency
 # shape at 64 sessions (Triton resize) as it is, with three lanes a replica, and with each
 # lane's decode in a child process (--decode-processes 1), then as it is again.
-#   TOTAL=560 OUT=$OUT bash docs/benchmarks/h200-2026-12-05d/call2.sh > $OUT/call.log 2>&1
+#   TOTAL=560 OUT=$OUT bash docs/benchmarks/h100-2026-12-05b/call2.sh > $OUT/call.log 2>&1
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/rtcache
 S0=$(date +%s); mkdir -p /tmp/b128
 for r in 1 2; do
