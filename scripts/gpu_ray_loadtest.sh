@@ -89,6 +89,8 @@ fi
 
 say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# the host: a latency tail differed 2.5x between two H100 machines (forty-seventh session)
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 timeout 60 python3 -c "import torch, ray, fastapi, uvicorn; print('torch', torch.__version__, 'ray', ray.__version__, 'fastapi', fastapi.__version__, 'gpus', torch.cuda.device_count())" || exit 1
 
 say "clip"
