@@ -1,6 +1,7 @@
 """Bad input to the commands other than ``track``'s main path: one line on stderr, exit code 2,
 nothing written or overwritten (found by a user audit: these printed Python tracebacks)."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,32 @@ def test_a_failed_run_leaves_no_empty_output_folder_behind(
     _fails_in_one_line(capsys, "track", images, "--backend", "eager-fp32", "--device", "cpu",
                        "--out", tmp_path / "kept", "--quiet")
     assert (tmp_path / "kept").is_dir()
+
+
+def test_serve_refuses_a_port_it_cannot_listen_on_before_loading_anything(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--port 99999`` was taken (uvicorn ran on something else), and a taken port was
+    uvicorn's log line after the model's load, then "start-up failed: RuntimeError: shutting
+    down during start-up": now one line, before the application is built."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import socket
+
+    import ttball.serve.app
+
+    def no_app(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the application was built before the port was checked")
+
+    monkeypatch.setattr(ttball.serve.app, "create_app", no_app)
+    for port in (99999, -1):
+        assert f"--port must be in 0..65535, got {port}" in _fails_in_one_line(
+            capsys, "serve", "--port", port)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err = _fails_in_one_line(capsys, "serve", "--port", port)
+        assert f"cannot listen on 127.0.0.1 port {port}:" in err
+        if importlib.util.find_spec("ray") is not None:  # before a private cluster starts
+            err = _fails_in_one_line(capsys, "serve", "--ray", "--port", port)
+            assert f"cannot listen on 127.0.0.1 port {port}:" in err

@@ -8,6 +8,7 @@ API reference: docs/serve.md. ``--ray`` runs replicas of the worker on Ray Serve
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 from pathlib import Path
 
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ttball.serve.app import UVICORN_WS, create_app, draining_server
+        from ttball.serve.app import UVICORN_WS, create_app, draining_server, listen_socket
     except ImportError as exc:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
@@ -200,15 +201,21 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if settings.backend_factory is None and settings.backend != AUTO:
         spec(settings.backend)  # an unknown name fails now, not in the background
+    sock = listen_socket(settings.host, settings.port)  # a taken port fails before the load
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
                             **UVICORN_WS)
+    # uvicorn logs its address only when it binds the socket itself (the actual port for 0)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)",
+                                            host, sock.getsockname()[1])
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler that
     # was installed before it: make that one a no-op so a clean shutdown exits 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        draining_server(config, app.state.worker).run()
+        draining_server(config, app.state.worker).run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sock.close()
     return 0

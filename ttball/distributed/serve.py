@@ -212,6 +212,10 @@ def run_serve(args: Any) -> int:
         raise UserError(f"--ray needs Ray Serve (pip install 'ray[serve]==2.60.0'): {exc}") from None
     settings = settings_from(args)
     settings.validate()
+    if settings.address is None:  # a private cluster's HTTP proxy listens here: fail now if it can't
+        from ttball.serve.app import listen_socket
+
+        listen_socket(settings.worker.host, settings.worker.port).close()
     t0 = time.monotonic()
     previous: dict[int, Any] = {}
 

@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttball import __version__
+from ttball.errors import UserError
 from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import SessionOptions, clip
 from ttball.serve.settings import ApiError, ServeSettings
@@ -302,6 +303,23 @@ def draining_server(config: Any, worker: Worker | None) -> Any:
     return DrainingServer(config)
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` for uvicorn's ``sockets``, SO_REUSEADDR as uvicorn
+    sets it. Bound by the caller before the application starts, so a taken or unusable address
+    is a one-line :class:`UserError` at once, not a log line after the model's load."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"cannot listen on {host} port {port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
                     log_level: str = "warning", loop: str = "auto",
@@ -315,9 +333,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     """
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = listen_socket(host, port)
     server = draining_server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
                                             ws=ws, **UVICORN_WS),
                              getattr(app.state, "worker", None))

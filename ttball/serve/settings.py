@@ -129,6 +129,8 @@ class ServeSettings:
 
     def validate(self) -> None:
         """Refuse settings that can't work; the message says which option to change."""
+        if not 0 <= self.port <= 65535:
+            raise UserError(f"--port must be in 0..65535, got {self.port}")
         if self.auto_clips and self.backend != "auto":
             raise UserError("--auto-clips only applies with --backend auto")
         for clip in self.auto_clips:
