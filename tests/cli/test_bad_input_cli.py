@@ -37,6 +37,11 @@ def test_export_onnx_checks_the_opset_before_exporting(
         assert "--opset must be between" in _fails_in_one_line(
             capsys, "export", "onnx", "--out", tmp_path / "x.onnx", "--opset", opset)
     assert not (tmp_path / "x.onnx").exists()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    assert "is not a folder" in _fails_in_one_line(capsys, "export", "onnx", "--out",
+                                                   a_file / "x.onnx")
+    assert a_file.read_text() == "kept"
 
 
 def test_an_unknown_option_of_a_nested_command_is_a_one_line_error(

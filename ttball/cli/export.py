@@ -105,7 +105,8 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
     if args.out.suffix != ".onnx":
         raise UserError(f"--out must name a .onnx file, got {args.out}")
     if not args.out.parent.is_dir():
-        raise UserError(f"--out: folder {args.out.parent} does not exist")
+        what = "is not a folder" if args.out.parent.exists() else "does not exist"
+        raise UserError(f"--out: folder {args.out.parent} {what}")
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
