@@ -202,20 +202,23 @@ def run(args: argparse.Namespace) -> int:
     if settings.backend_factory is None and settings.backend != AUTO:
         spec(settings.backend)  # an unknown name fails now, not in the background
     sock = listen_socket(settings.host, settings.port)  # a taken port fails before the load
-    app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
-                            **UVICORN_WS)
-    # uvicorn logs its address only when it binds the socket itself (the actual port for 0)
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)",
-                                            host, sock.getsockname()[1])
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler that
-    # was installed before it: make that one a no-op so a clean shutdown exits 0.
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        draining_server(config, app.state.worker).run(sockets=[sock])
+        app = create_app(settings)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                                log_level=args.log_level,
+                                timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
+                                **UVICORN_WS)
+        # uvicorn logs its address only when it binds the socket itself (the actual port for 0)
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        logging.getLogger("uvicorn.error").info(
+            "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", host, sock.getsockname()[1])
+        # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler
+        # that was installed before it: make that one a no-op so a clean shutdown exits 0.
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        try:
+            draining_server(config, app.state.worker).run(sockets=[sock])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         sock.close()
     return 0
