@@ -85,17 +85,29 @@ def test_duplicates_get_their_twins_result_and_are_not_windowed() -> None:
     assert stream.windows_out == 2  # five distinct frames: one full window + one trailing
 
 
-def test_results_wait_for_possible_duplicates() -> None:
+def test_a_windows_rows_leave_when_it_runs_and_a_later_twin_leaves_alone() -> None:
+    """Step 3: a window's last frame does not wait for the next frame (it did, in case a
+    duplicate of it came: the mean wait of a 60-fps session's rows 22.2 -> 16.7 ms). A
+    duplicate that comes after its twin's row left gets the same ball at the next drain, in
+    frame order, before any later frame's row."""
     stream = FrameStream(CFG, StreamOptions(step=3))
     out = []
     for i in range(3):
         for w in stream.push(frame(i)):
             out.extend(stream.complete(w, fake_probs(stream, w)))
-    # Frame 2 might still get a twin: it is held back until the next distinct frame.
-    assert [r.frame for r in out] == [0, 1]
-    assert stream.push(frame(3, value=2)) == []
-    assert stream.push(frame(4)) == []
-    assert [r.frame for r in stream.drain()] == [2, 3]
+    assert [r.frame for r in out] == [0, 1, 2]
+    assert stream.pending_frames == 0
+    assert stream.push(frame(3, value=2)) == []  # a twin of frame 2
+    assert stream.pending_frames == 1
+    [late] = stream.drain()
+    assert (late.frame, late.x, late.y, late.visible) == (3, out[2].x, out[2].y, out[2].visible)
+    assert late.time_s == pytest.approx(3 / 30)
+    assert stream.push(frame(4)) == [] and stream.push(frame(5, value=5)) == []
+    assert stream.push(frame(6, value=5)) == []  # a twin of frame 5 whose row has not left
+    [w] = stream.push(frame(7))
+    assert stream.push(frame(8, value=7)) == []  # its row has not left: joins frame 7's
+    assert [r.frame for r in stream.complete(w, fake_probs(stream, w))] == [4, 5, 6, 7, 8]
+    assert stream.duplicates == 3
 
 
 def test_frame_size_change_is_refused() -> None:

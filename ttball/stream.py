@@ -79,6 +79,8 @@ class FrameStream:
         self._tracker = OnlineTracker(self.options.max_jump_px)
         self._kept: list[_Kept] = []
         self._next_emit = 0
+        self._late: list[FrameResult] = []  # twins of a frame whose row had left: next out
+        self._last_ball: Detection | None = None
         self._finished = False
         self.frames_in = 0
         self.duplicates = 0
@@ -112,8 +114,11 @@ class FrameStream:
         """Keep a frame's resized ``pixels``, or, with ``None``, record it as a twin of the last
         kept frame (a duplicate); returns the window it completes, if any."""
         if pixels is None:
-            self._kept[-1].twins.append((index, time_s))
             self.duplicates += 1
+            if self._next_emit == len(self._kept):  # its twin's row has left: it leaves alone
+                self._late.append(_result(index, time_s, self._last_ball))
+            else:
+                self._kept[-1].twins.append((index, time_s))
             return []
         self._kept.append(_Kept(index, time_s, pixels))
         n = len(self._kept)
@@ -170,23 +175,25 @@ class FrameStream:
         return self._emit()
 
     def _final(self, slot: int) -> bool:
+        """Whether a kept frame's row can leave: its windows have run, and with step 1 no later
+        window can hold it. With step 3 it does not wait for the next frame: a duplicate that
+        comes after its row left gets the same ball on its own (``_late``)."""
         kept = self._kept[slot]
         if kept.open_windows > 0 or not kept.covered:
             return False
-        if self._finished:
+        if self._finished or self.options.step == 3:
             return True
-        n = len(self._kept)
-        later_windows = self.options.step == 1 and slot >= n - 2
-        return slot + 1 < n and not later_windows
+        return slot < len(self._kept) - 2
 
     def _emit(self) -> list[FrameResult]:
-        out: list[FrameResult] = []
+        out, self._late = self._late, []  # (frame order: a late twin precedes any later frame)
         while self._next_emit < len(self._kept) and self._final(self._next_emit):
             kept = self._kept[self._next_emit]
             ball = self._tracker.update(kept.candidates)
             out.append(_result(kept.index, kept.time_s, ball))
             out.extend(_result(i, t, ball) for i, t in kept.twins)
             kept.candidates = []
+            self._last_ball = ball
             self._next_emit += 1
         # A trailing window may still need the last three kept frames' pixels.
         last = min(self._next_emit, max(0, len(self._kept) - 3))
@@ -196,7 +203,7 @@ class FrameStream:
 
     @property
     def pending_frames(self) -> int:
-        return len(self._kept) - self._next_emit
+        return len(self._kept) - self._next_emit + len(self._late)
 
 
 def _result(index: int, time_s: float, ball: Detection | None) -> FrameResult:

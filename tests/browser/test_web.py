@@ -173,6 +173,8 @@ def test_js_ports_match_python() -> None:
         maps.append((prob, w, h, sw, sh, threshold))
     streams = [(_blob_frames(rng, n, (960, 540)), step) for n, step in
                [(1, 3), (2, 3), (7, 3), (11, 3), (12, 1), (5, 1)]]
+    base = _blob_frames(rng, 6, (960, 540))  # repeats of a window's last frame after it ran
+    streams.append(([*base[:3], base[2].copy(), *base[3:], base[5].copy()], 3))
     stream_config = WeightsConfig(input_height=36, input_width=64)
 
     out = _run_ports({

@@ -34,7 +34,7 @@ def assert_sigterm_finishes_in_flight(server: str, weights: Path, tmp_path: Path
                                       frames: list[bytes], queued: str) -> None:
     """Run the worker script ``server`` (argv: weights, port) in a subprocess; send frames 0 and
     1, then frame 2, and send SIGTERM once ``queued`` shows in ``/metrics`` (frame 2's work has
-    reached the slow backend). Frame 2's request still gets the rows of frames 0 and 1, the
+    reached the slow backend). Frame 2's request still gets the rows of frames 0 to 2, the
     worker exits 0, and its log holds no traceback."""
     port = free_port()
     log = (tmp_path / "server.log").open("w+")
@@ -54,7 +54,7 @@ def assert_sigterm_finishes_in_flight(server: str, weights: Path, tmp_path: Path
                     time.sleep(0.05)
                 proc.send_signal(signal.SIGTERM)
                 rows = in_flight.result(timeout=30)
-            assert [r["frame"] for r in rows] == [0, 1]
+            assert [r["frame"] for r in rows] == [0, 1, 2]
             assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:

@@ -3,8 +3,8 @@
 Each session opens ``/v1/sessions``, connects its WebSocket and sends one JPEG every ``1/fps``
 seconds (its clip, looped) for ``--duration`` seconds, then finishes. Latency is per frame:
 frame sent → its row received. It includes the window's own wait, which no server can avoid:
-with step 3 a window needs its third frame and a frame's row needs the next frame (see
-``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code, with
+with step 3 a window needs its third frame, with step 1 a frame's row needs the two frames
+after it (see ``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code, with
 sessions that could not open, ``open_<status>``, or whose stream ended abnormally,
 ``closed_<close code>``),
 ``dropped`` (refused, never answered, or ``unsent``), ``late`` (row later than ``--deadline-ms``)
@@ -269,7 +269,7 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
     # frames: its frames then count as never answered or unsent
     refused = sum(n for code, n in errors.items() if not code.startswith(SESSION_ERRORS))
     ms = [x * 1000 for x in latencies]
-    floor = [2, 1, 1] if args.step == 3 else [1]  # frames each position waits for
+    floor = [2, 1, 0] if args.step == 3 else [2]  # frames each position waits for
     return {
         "url": args.url, "sessions": args.sessions, "fps_per_session": args.fps,
         "duration_s": args.duration, "step": args.step, "elapsed_s": round(elapsed, 2),

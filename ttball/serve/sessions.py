@@ -196,7 +196,7 @@ class Session:
             for frame in frames:
                 windows.extend(self.stream.push(frame))
                 self.last_index = frame.index
-            # Rows a new frame made final (the last of a window waits for its successor).
+            # Rows a new frame made final (a duplicate of a frame whose row has left).
             # Below three kept frames nothing can be final, and FrameStream._emit's pixel
             # release would slice from the end, so don't ask.
             if self.stream.frames_in - self.stream.duplicates >= 3:

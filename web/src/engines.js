@@ -77,7 +77,8 @@ export class BrowserEngine {
   }
 
   async push(frame) {
-    return this.runAll(this.stream.push(frame));
+    const rows = await this.runAll(this.stream.push(frame));
+    return rows.concat(this.stream.drain()); // a duplicate of a frame whose row has left
   }
 
   async finish() {

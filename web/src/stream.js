@@ -67,6 +67,8 @@ export class FrameStream {
     this.kept = [];
     this.last = null; // RGBA bytes of the last kept frame (the duplicate filter)
     this.nextEmit = 0;
+    this.late = []; // rows of duplicates whose twin's row had left: out with the next emit
+    this.lastBall = null;
     this.finished = false;
     this.framesIn = 0;
     this.duplicates = 0;
@@ -86,8 +88,12 @@ export class FrameStream {
     }
     this.framesIn += 1;
     if (this.kept.length && sameRGB(this.last, frame.data)) {
-      this.kept[this.kept.length - 1].twins.push([frame.index, frame.time]);
       this.duplicates += 1;
+      if (this.nextEmit === this.kept.length) {  // its twin's row has left: it leaves alone
+        this.late.push(makeRow(frame.index, frame.time, this.lastBall));
+      } else {
+        this.kept[this.kept.length - 1].twins.push([frame.index, frame.time]);
+      }
       return [];
     }
     this.last = frame.data;
@@ -147,23 +153,25 @@ export class FrameStream {
     return this.emit();
   }
 
+  // Step 3: a row leaves when its window has run, without waiting for the next frame (a later
+  // duplicate then gets the same ball on its own); step 1: when no later window can hold it.
   isFinal(slot) {
     const kept = this.kept[slot];
     if (kept.openWindows > 0 || !kept.covered) return false;
-    if (this.finished) return true;
-    const n = this.kept.length;
-    const laterWindows = this.step === 1 && slot >= n - 2;
-    return slot + 1 < n && !laterWindows;
+    if (this.finished || this.step === 3) return true;
+    return slot < this.kept.length - 2;
   }
 
   emit() {
-    const out = [];
+    const out = this.late;  // (frame order: a late twin precedes any later frame)
+    this.late = [];
     while (this.nextEmit < this.kept.length && this.isFinal(this.nextEmit)) {
       const kept = this.kept[this.nextEmit];
       const ball = this.tracker.update(kept.candidates);
       out.push(makeRow(kept.index, kept.time, ball));
       for (const [i, t] of kept.twins) out.push(makeRow(i, t, ball));
       kept.candidates = [];
+      this.lastBall = ball;
       this.nextEmit += 1;
     }
     // A trailing window may still need the last three kept frames' pixels.
@@ -173,6 +181,6 @@ export class FrameStream {
   }
 
   get pendingFrames() {
-    return this.kept.length - this.nextEmit;
+    return this.kept.length - this.nextEmit + this.late.length;
   }
 }
