@@ -8,7 +8,9 @@
 # H100 of ../h100-2026-12-05b/ the children lowered p99 at both loads (137 -> 115 ms at 48,
 # 262 -> 179 at 64, one run each, a machine past the cliff). Predicted on an H200: the decode
 # stage 2.0 -> ~1 ms a push, p99 at 64 sessions 55-61 -> 50-55 ms. The load test's log now
-# names the host's CPU (scripts/gpu_ray_loadtest.sh). Carry [".raywhl", ".gpu"]:
+# names the host's CPU (scripts/gpu_ray_loadtest.sh). Since call 1 a window's rows leave when
+# it runs (LOG.md, forty-seventh session): p50 and the mean drop by ~5 ms against call 1's;
+# p99 should not move by it, so compare p99 with call 1 and both arms with each other. Carry [".raywhl", ".gpu"]:
 #   TOTAL=560 bash docs/benchmarks/h200-2026-12-05d/next.sh > $OUT/call.log 2>&1
 TOTAL=${TOTAL:-560}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
