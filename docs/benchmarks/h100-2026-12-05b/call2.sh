@@ -15,15 +15,9 @@ tar -czf "$OUT/b128.tgz" -C /tmp b128
 TOTAL=$(( ${TOTAL:-560} - ($(date +%s) - S0) ))
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
-RUNS=""
-run() {  # label, then R's settings beyond the shape's
-  local label=$1; shift
-  LEFT=$(left); [ "$LEFT" -ge 90 ] || return 0
-  R "$label" "$LEFT" RESIZE=triton MPS_PCT=50 SESSIONS_4="64" CACHE=/tmp/rcache "$@"
-  RUNS="$RUNS $label"
-}
-run base LANES=2
-run lanes3 LANES=3
-run dec1 LANES=2 DECODE_PROCESSES=1
-run base2 LANES=2
+SHAPE=(RESIZE=triton MPS_PCT=50 SESSIONS_4=64 CACHE=/tmp/rcache)
+RUN base 90 "${SHAPE[@]}" LANES=2
+RUN lanes3 90 "${SHAPE[@]}" LANES=3
+RUN dec1 90 "${SHAPE[@]}" LANES=2 DECODE_PROCESSES=1
+RUN base2 90 "${SHAPE[@]}" LANES=2
 finish $RUNS

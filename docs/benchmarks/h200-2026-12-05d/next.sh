@@ -15,15 +15,9 @@
 TOTAL=${TOTAL:-560}
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
-RUNS=""
-run() {  # label, then R's settings beyond the shape's
-  local label=$1; shift
-  LEFT=$(left); [ "$LEFT" -ge 110 ] || return 0
-  R "$label" "$LEFT" RESIZE=triton MPS_PCT=50 SESSIONS_4="48 64" CACHE=/tmp/rcache "$@"
-  RUNS="$RUNS $label"
-}
-run base LANES=2
-run dec LANES=2 DECODE_PROCESSES=1
-run base2 LANES=2
-run dec2 LANES=2 DECODE_PROCESSES=1
+SHAPE=(RESIZE=triton MPS_PCT=50 "SESSIONS_4=48 64" CACHE=/tmp/rcache LANES=2)
+RUN base 110 "${SHAPE[@]}"
+RUN dec 110 "${SHAPE[@]}" DECODE_PROCESSES=1
+RUN base2 110 "${SHAPE[@]}"
+RUN dec2 110 "${SHAPE[@]}" DECODE_PROCESSES=1
 finish $RUNS

@@ -23,3 +23,12 @@ install_wheels
 source docs/benchmarks/h200-2026-12-03c/_ray.sh
 EIGHT="REPLICAS=8 LANES=1 GPUS_PER_REPLICA=0.12 CPUS_PER_REPLICA=1.5 DECODE_PROCESSES=2 DECODE_AHEAD=1 BATCHES_AHEAD=1"
 after() { python3 scripts/serve_push_costs.py $W/$1/ray >> $W/$1/stages.txt 2>&1; }
+# RUN LABEL MIN [VAR=VALUE ...]: R with the seconds left if at least MIN are, and LABEL added to
+# $RUNS (for finish) when it ran (the forty-seventh session's calls)
+RUNS=""
+RUN() {
+  local label=$1 min=$2 l; shift 2
+  l=$(left); [ "$l" -ge "$min" ] || return 0
+  R "$label" "$l" "$@"
+  RUNS="$RUNS $label"
+}
