@@ -103,7 +103,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         return args
     if not args.command:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    command = _subparser(parser, args.command)
+    commands = _subparsers(parser)
+    assert commands is not None  # (args.command is set)
+    command = commands.choices[args.command]
     nested = _subparsers(command)
     if nested is not None:  # commands of its own (export onnx|triton): argparse can't intermix
         chosen = nested.choices.get(getattr(args, nested.dest, None) or "", command)
@@ -114,12 +116,6 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    sub = _subparsers(parser)
-    assert sub is not None
-    return sub.choices[name]
 
 
 def _remove_empty_created() -> None:

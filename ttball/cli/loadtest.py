@@ -4,9 +4,9 @@ Each session opens ``/v1/sessions``, connects its WebSocket and sends one JPEG e
 seconds (its clip, looped) for ``--duration`` seconds, then finishes. Latency is per frame:
 frame sent → its row received. It includes the window's own wait, which no server can avoid:
 with step 3 a window needs its third frame, with step 1 a frame's row needs the two frames
-after it (see ``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors`` by code, with
-sessions that could not open, ``open_<status>``, or whose stream ended abnormally,
-``closed_<close code>``),
+after it (see ``latency_floor_ms`` in the report). Counted: rows, refused frames (``errors``
+by code, with sessions that could not open, ``open_<status>``, or whose stream ended
+abnormally, ``closed_<close code>``),
 ``dropped`` (refused, never answered, or ``unsent``), ``late`` (row later than ``--deadline-ms``)
 and sends that fell behind schedule by more than one frame interval (``behind_schedule``). A
 worker slower than the offered rate holds sends back; a session stops sending one frame interval
