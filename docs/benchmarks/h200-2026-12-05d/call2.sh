@@ -8,6 +8,7 @@
 # 2-5 ms lower with decode children if next.sh shows them lower at 64. Carry [".raywhl", ".gpu"]:
 #   TOTAL=480 bash docs/benchmarks/h200-2026-12-05d/call2.sh > $OUT/call.log 2>&1
 TOTAL=${TOTAL:-480}
+rm -rf /tmp/next  # next.sh's runs came back with that call
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
 SHAPE=(RESIZE=triton MPS_PCT=50 SESSIONS_4=56 CACHE=/tmp/rcache)
