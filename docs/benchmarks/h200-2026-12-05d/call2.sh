@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Forty-eighth session, second call (the warm machine right after next.sh), ~8 min: where the
-# latency shape's p99 crosses 50 ms. The forty-seventh session measured 46.9-51.6 ms at 48
+# Forty-eighth session, second call (ran on the warm H100 after next.sh: ../h100-2026-12-05c/):
+# where the latency shape's p99 crosses 50 ms. The forty-seventh session measured 46.9-51.6 ms at 48
 # sessions and 55-61 at 64 (this folder's README); 56 was never run. Here 56 sessions as it is
 # against decode children (DECODE_PROCESSES=1), alternated, then three lanes a replica with
 # decode children at 64 (on the H100 of ../h100-2026-12-05b/ three lanes lowered p99 at 64,

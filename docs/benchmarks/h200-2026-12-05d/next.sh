@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in the forty-seventh session (not run yet), for any card, ~9 min: the latency shape
+# Prepared in the forty-seventh session (ran in the forty-eighth on an H100:
+# ../h100-2026-12-05c/), for any card, ~9 min: the latency shape
 # of ../h100-2026-12-05/p99/ab.sh (four `serve --ray` replicas of two lanes, MPS at 50 % of the
 # SMs, the Triton resize, 48 and 64 sessions of 60 frames/s for 8 s) as it is against each
 # lane's JPEG decode in a child process (DECODE_PROCESSES=1), alternated. In-process, nvJPEG's
