@@ -10,7 +10,7 @@
 # 0.55 MB as published, 0.12 so); py-spy (`py-spy record --gil`: who holds a replica's
 # interpreter lock) as it is. Every other wheel is installed here by pip for the GPU machine's Python
 # (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
-# 15 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
+# 13 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
 # into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
 # NVIMGCODEC=1 adds nvImageCodec and nvJPEG (for `serve --jpeg-decoder nvimgcodec[-hw]`), cut to
 # what a JPEG decode on Python 3.12 loads (the 3.12 extension, the core library, the nvJPEG
@@ -52,6 +52,10 @@ if [ -n "${NVIMGCODEC:-}" ]; then
   (cd "$D/site/nvidia/nvimgcodec" && find . -name 'nvimgcodec_impl.cpython-*' ! -name '*-312-*' -delete \
     && find extensions -type f ! -name 'libnvjpeg_ext.so*' -delete)
 fi
+# the extensions lose their symbol tables as Ray's binaries do (grpc's cygrpc 17 MB, pydantic_core
+# 5 MB, ...), and the wheels' software bills of materials (dist-info/sboms) go
+find "$D/site" -name '*.so*' -type f -exec strip --strip-unneeded {} +
+find "$D/site" -path '*.dist-info/sboms' -prune -exec rm -rf {} +
 # bin/: console scripts whose first line names this machine's Python; only py-spy (a binary) stays,
 # without its symbol table (8.1 -> 6.7 MB)
 find "$D/site/bin" -type f ! -name py-spy -delete
