@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Forty-eighth session, third call: .raywhl/ rebuilt with its extensions stripped
+# Prepared in the forty-eighth session (not run: no machine was lent after its two calls):
+# .raywhl/ rebuilt with its extensions stripped
 # (scripts/make_raywhl.sh: site.tar.xz 15.9 -> 13.2 MB, so the working tree, the wheels and the
 # clip fit the carry's 64 MiB again) is unpacked, imported, and serves one run of the latency
 # shape at 64 sessions (the shape of next.sh as it is), ~4 min, with one lane's pushes 400-429
