@@ -549,6 +549,8 @@ def test_the_duplicate_test_leaves_its_copy_running_on_cuda(small_config: Weight
     sessions = {"s": (session_frames(12, (320, 180), streak=True), StreamOptions(step=3))}
     want = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=3)
     pipeline = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
+    # the resize's tap tables for these frames, uploaded once (a synchronizing copy) beforehand
+    pipeline.resizer(torch.zeros(1, 3, 180, 320, dtype=torch.uint8, device="cuda"))
     prepare = pipeline._prepare
 
     def checked(*args: object) -> object:

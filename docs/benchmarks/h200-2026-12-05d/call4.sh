@@ -20,6 +20,9 @@ rm -rf /tmp/next
 source docs/benchmarks/h200-2026-12-03h/next/_call.sh
 PYTHONPATH=/tmp/site python3 -c "import ray, grpc, pydantic_core, fastapi, uvicorn, yaml, msgpack, aiohttp; print('imports ok', ray.__version__, grpc.__version__)"
 export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
+# the pipeline's GPU tests first (the new order's CUDA path had not run on a GPU), ~1 min
+timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_prepost.py \
+  > $OUT/gputests.txt 2>&1; t gputests
 DIFF=docs/benchmarks/h200-2026-12-05d/dupwait.diff
 F=ttball/kernels/prepost.py  # the new order times its wait as "dup_wait"; the old has none
 old_order() {
