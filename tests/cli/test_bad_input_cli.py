@@ -19,6 +19,35 @@ def _fails_in_one_line(capsys: pytest.CaptureFixture[str], *argv: object) -> str
     return err
 
 
+def test_running_out_of_memory_is_one_line_and_other_errors_still_raise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench --size 80000x80000`` printed the allocator's traceback (a 230 GB input): an
+    allocation that fails is one line, exit code 2; any other RuntimeError is not hidden."""
+    import torch
+
+    from ttball.backends import base
+
+    def no_memory(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                           "can't allocate memory: you tried to allocate 230400000000 bytes.")
+
+    monkeypatch.setattr(base.torch, "randn", no_memory)
+    err = _fails_in_one_line(capsys, "bench", "--variants", "eager-fp32", "--batch", 1,
+                             "--size", "80000x80000", "--device", "cpu", "--no-profile",
+                             "--out", tmp_path / "b")
+    assert err.splitlines()[-1].startswith(
+        "ttball bench: error: out of memory (DefaultCPUAllocator: can't allocate memory: you "
+        "tried to allocate 230400000000 bytes.)")
+
+    def broken(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("a bug, not memory")
+
+    monkeypatch.setattr(base.torch, "randn", broken)
+    with pytest.raises(RuntimeError, match="a bug, not memory"):
+        main(["bench", "--variants", "eager-fp32", "--batch", "1", "--size", "64x64",
+              "--device", "cpu", "--no-profile", "--out", str(tmp_path / "c")])
+
+
 def test_export_triton_refuses_a_missing_or_foreign_onnx_file_and_writes_no_repository(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repo = tmp_path / "repo"

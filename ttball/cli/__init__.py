@@ -87,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         _remove_empty_created()
         print(f"ttball {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        _remove_empty_created()
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = detail[detail.find("DefaultCPUAllocator"):] if "CPUAllocator" in detail else detail
+        print(f"ttball {args.command}: error: out of memory ({detail}); ask for less: a "
+              "smaller batch, input size or fewer sessions", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         _remove_empty_created()
         print(f"ttball {args.command}: interrupted", file=sys.stderr)
@@ -116,6 +125,14 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """An allocation that failed: Python's ``MemoryError``, PyTorch's ``OutOfMemoryError``
+    (CUDA) or its CPU allocator's ``RuntimeError`` ("can't allocate memory")."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return "can't allocate memory" in str(exc) or "CUDA out of memory" in str(exc)
 
 
 def _remove_empty_created() -> None:
