@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _remove_empty_created()
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        detail = detail[detail.find("DefaultCPUAllocator"):] if "CPUAllocator" in detail else detail
+        # the CPU allocator's message without its "[enforce fail at alloc_cpu.cpp:127]" prefix
+        detail = detail[max(0, detail.find("DefaultCPUAllocator")):]
         print(f"ttball {args.command}: error: out of memory ({detail}); ask for less: a "
               "smaller batch, input size or fewer sessions", file=sys.stderr)
         return 2
