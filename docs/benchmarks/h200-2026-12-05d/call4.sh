@@ -25,18 +25,19 @@ timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/
   > $OUT/gputests.txt 2>&1; t gputests
 DIFF=docs/benchmarks/h200-2026-12-05d/dupwait.diff
 F=ttball/kernels/prepost.py  # the new order times its wait as "dup_wait"; the old has none
-old_order() {
-  git apply -R "$DIFF" 2>/dev/null || patch -s -R -p1 < "$DIFF"
-  ! grep -q dup_wait $F || { echo "old order not applied"; finish $RUNS; exit 1; }
-}
-new_order() {
-  git apply "$DIFF" 2>/dev/null || patch -s -p1 < "$DIFF"
-  grep -q dup_wait $F || { echo "new order not applied"; finish $RUNS; exit 1; }
+# order old|new: dupwait.diff taken out of the copied tree, or put back; stops the call if the
+# tree is not then in that order
+order() {
+  local undo="" has=old
+  [ "$1" = old ] && undo=-R
+  git apply $undo "$DIFF" 2>/dev/null || patch -s $undo -p1 < "$DIFF"
+  grep -q dup_wait $F && has=new
+  [ "$has" = "$1" ] || { echo "$1 order not applied"; finish $RUNS; exit 1; }
 }
 SHAPE=(RESIZE=triton MPS_PCT=50 "SESSIONS_4=48 64" CACHE=/tmp/rcache LANES=2)
 RUN after 110 "${SHAPE[@]}"
-old_order; RUN before 110 "${SHAPE[@]}"
-new_order; RUN after2 110 "${SHAPE[@]}"
-old_order; RUN before2 110 "${SHAPE[@]}"
-new_order
+order old; RUN before 110 "${SHAPE[@]}"
+order new; RUN after2 110 "${SHAPE[@]}"
+order old; RUN before2 110 "${SHAPE[@]}"
+order new
 finish $RUNS
