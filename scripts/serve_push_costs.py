@@ -36,10 +36,7 @@ GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_
 # postprocess's parts (thirty-sixth session): the statistics launched behind the network, the
 # wait for the previous call's, and their reading into candidates
 POST = ("post_launch", "post_wait", "post_read")
-# preprocess's part (forty-eighth session): the wait for the duplicate flags' copy to the host,
-# after the previous push was read back
-PREPROCESS = ("dup_wait",)
-OPTIONAL = (*DECODE_PROCESS, *PREPROCESS, *POST, *GPU, *GPU_STEPS)
+OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
@@ -57,7 +54,7 @@ COUNTERS = ("ttball_frames_total", "ttball_windows_total", "ttball_batch_size_co
 BATCHING = ("padded_pct", "carried_pct")
 # the lane thread's CPU seconds by push stage (thirty-sixth session): "cpu %" columns, each
 # stage's CPU time over its wall time, where a run has them
-CPU_STAGES = ("decode", "preprocess", *PREPROCESS, "postprocess", *POST, "total")
+CPU_STAGES = ("decode", "preprocess", "postprocess", *POST, "total")
 # the CUDA caching allocator's events (thirty-sixth session), summed over replicas
 ALLOCATOR = ("num_device_alloc", "num_device_free", "num_alloc_retries")
 
@@ -68,7 +65,7 @@ def read_metrics(path: Path) -> dict[str, float]:
     for family in text_string_to_metric_families(path.read_text()):
         for sample in family.samples:
             if (sample.name == "ttball_push_seconds_sum"
-                    and sample.labels.get("stage") in (*STAGES, *PREPROCESS, *POST)):
+                    and sample.labels.get("stage") in (*STAGES, *POST)):  # POST: their CPU shares
                 key = f"push_{sample.labels['stage']}"
             elif (sample.name == "ttball_push_cpu_seconds_total"
                   and sample.labels.get("stage") in CPU_STAGES):
@@ -231,10 +228,9 @@ def runs(folder: Path) -> list[dict[str, float]]:
         for column, counter in zip(BATCHING, ("batch_padding_total", "windows_carried_total")):
             if counter in now:
                 row[column] = 100 * delta[counter] / windows if windows else 0.0
-        for stage in (*STAGES, *PREPROCESS):
-            if stage in STAGES or f"push_{stage}" in now:
-                seconds = delta.get(f"push_{stage}", 0.0)
-                row[f"{stage}_ms"] = 1e3 * seconds / frames if frames else 0.0
+        for stage in STAGES:
+            seconds = delta.get(f"push_{stage}", 0.0)
+            row[f"{stage}_ms"] = 1e3 * seconds / frames if frames else 0.0
         for stage in CPU_STAGES:
             if f"cpu_{stage}" in now:
                 wall = delta.get(f"push_{stage}", 0.0)
@@ -263,7 +259,6 @@ def main() -> None:
         head = (["replicas"] if ray else []) + ["sessions", "frames", "windows_a_call"]
         head += [h for h in BATCHING if any(h in row for row in rows)]
         head += [f"{s}_ms" for s in STAGES]
-        head += [f"{s}_ms" for s in PREPROCESS if any(f"{s}_ms" in row for row in rows)]
         head += [h for h in (*(f"{s}_cpu_pct" for s in CPU_STAGES), *ALLOCATOR)
                  if any(h in row for row in rows)]
         print(f"{folder}: push stages, host ms a frame (all lanes{' and replicas' if ray else ''}"

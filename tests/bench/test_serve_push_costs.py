@@ -37,20 +37,6 @@ def test_runs_are_differences_of_the_cumulative_snapshots(tmp_path: Path) -> Non
     assert rows[1][:4] == ["16", "4000", "12.000", "0.200"] and rows[1][-1] == "0.500"
 
 
-def test_the_duplicate_flags_wait_gets_a_column_where_a_run_has_it(tmp_path: Path) -> None:
-    def with_wait(frames: int, total: float, wait: float) -> str:
-        return (_snapshot(frames, 300, 100, 0.2, total)
-                + f'ttball_push_seconds_sum{{stage="dup_wait"}} {wait}\n')
-
-    (tmp_path / "metrics-4.txt").write_text(with_wait(1000, 0.5, 0.05))
-    (tmp_path / "metrics-8.txt").write_text(with_wait(3000, 1.5, 0.25))
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
-    head, *rows = [line.split() for line in done.stdout.splitlines()[1:]]
-    assert head[-2:] == ["total_ms", "dup_wait_ms"]
-    assert rows[0][-1] == "0.050" and rows[1][-1] == "0.100"  # 0.05 s / 1000, 0.2 s / 2000
-
-
 def test_a_folder_without_snapshots_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
                            str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)

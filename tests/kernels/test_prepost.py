@@ -505,67 +505,6 @@ def test_overlap_launch_never_waits_for_the_gpu(small_config: WeightsConfig,
     assert [r.frame for r in rows] == list(range(2, 8))
 
 
-def test_overlap_reads_the_previous_push_back_before_it_waits_for_the_duplicate_flags(
-        small_config: WeightsConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The duplicate test's copy to the host waits on the GPU: a push waits for it only after
-    reading the previous push's batches back and tracking them, host work that covers it."""
-    pipeline = cpu_pipeline(small_config, overlap=True)
-    pipeline.open("s", StreamOptions(step=3), 60.0)
-    blobs = session_frames(9, (320, 180), streak=True)
-    events: list[str] = []
-    complete, prepare = pipeline._complete, pipeline._prepare
-
-    def completing(flights: list) -> None:
-        if flights:
-            events.append("read back")
-        complete(flights)
-
-    def preparing(*args: object) -> object:
-        smalls, flags = prepare(*args)  # type: ignore[arg-type]
-
-        def waiting() -> list[bool]:
-            events.append("flags")
-            return flags()
-
-        return smalls, waiting
-
-    monkeypatch.setattr(pipeline, "_complete", completing)
-    monkeypatch.setattr(pipeline, "_prepare", preparing)
-    pipeline.push([("s", b) for b in blobs[:3]])  # one window left running
-    assert events == ["flags"]
-    events.clear()
-    assert [r.frame for r in pipeline.push([("s", b) for b in blobs[3:6]])["s"]] == [0, 1, 2]
-    assert events == ["read back", "flags"]
-    assert "dup_wait" in pipeline.timer.seconds
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_duplicate_test_leaves_its_copy_running_on_cuda(small_config: WeightsConfig,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Resizing and comparing a push's frames makes no synchronizing CUDA call (the flags are
-    waited for later), and the rows, the duplicates (a repeat at 4, a re-encode at 8) among
-    them, are the serial pipeline's."""
-    sessions = {"s": (session_frames(12, (320, 180), streak=True), StreamOptions(step=3))}
-    want = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=3)
-    pipeline = GpuPipeline(BrightBackend("cuda"), small_config, batch_sizes=(1, 2), overlap=True)
-    # the resize's tap tables for these frames, uploaded once (a synchronizing copy) beforehand
-    pipeline.resizer(torch.zeros(1, 3, 180, 320, dtype=torch.uint8, device="cuda"))
-    prepare = pipeline._prepare
-
-    def checked(*args: object) -> object:
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            return prepare(*args)  # type: ignore[arg-type]
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-
-    monkeypatch.setattr(pipeline, "_prepare", checked)
-    got = gpu_rows(pipeline, sessions, 60.0, chunk=3)
-    assert_rows_match(got["s"], want["s"])
-    assert len(got["s"]) == 12
-
-
 @pytest.mark.parametrize("name", ["eager-fp32", "eager-fp32-cl"])  # -cl: channels_last logits
 def test_pipeline_matches_the_cpu_path_with_a_random_model(
     small_config: WeightsConfig, small_model: torch.nn.Module, one_cpu_thread: None, name: str

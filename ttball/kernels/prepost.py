@@ -7,8 +7,7 @@ JPEG frames that arrived for any sessions and:
 1. decodes them as one batch (nvJPEG on the GPU where torchvision has CUDA, else ``cv2``):
    frames whose bytes repeat the session's previous frame are not decoded at all;
 2. finds exact duplicates (pixels equal to the session's previous frame, as
-   :class:`~ttball.frames.DuplicateFilter` does) on the device: one ``B``-bool copy to the host
-   (with ``overlap``, waited for after the previous push is read back);
+   :class:`~ttball.frames.DuplicateFilter` does) on the device: one ``B``-bool copy to the host;
 3. resizes on the device, bit-exact with ``cv2.resize`` (:class:`~.prepost_image.Resizer`);
 4. keeps each session's recent resized frames on the device in a :class:`DeviceStream` (the
    windowing, padding, ordering and tracking of :class:`~ttball.stream.FrameStream`, which it
@@ -309,11 +308,7 @@ class GpuPipeline:
             with self.timer.stage("decode"):
                 images, repeats = self._decode(frames, sessions, upcoming)
             with self.timer.stage("preprocess"):
-                smalls, flags = self._prepare(images, repeats, sessions)
-        if self.overlap:  # the previous push read back while the duplicate flags come back
-            self._complete(self._take_pending(keep=self.depth - 1))
-        with self._on_side(), self.timer.stage("preprocess"), self.timer.stage("dup_wait"):
-            duplicates = flags()
+                smalls, duplicates = self._prepare(images, repeats, sessions)
         windows: list[Window] = []
         touched: dict[str, _Session] = {}
         for k, ((sid, _), session, image, small, dup) in enumerate(
@@ -325,6 +320,7 @@ class GpuPipeline:
             windows.extend(session.stream.push_device(index, time_s, size, dup, small))
             touched[sid] = session
         if self.overlap:
+            self._complete(self._take_pending(keep=self.depth - 1))
             self._join_side()
             chunks = self._chunks(self._carry + windows)
             self._carry = []
@@ -495,16 +491,12 @@ class GpuPipeline:
                                 f"{expected[1]}x{expected[0]}")
 
     def _prepare(self, images: list[Tensor], repeats: list[bool], sessions: Sequence[_Session]
-                 ) -> tuple[list[Tensor], Callable[[], list[bool]]]:
-        """Resized frames (grouped by source size) and a call that returns the duplicate
-        flags.
+                 ) -> tuple[list[Tensor], list[bool]]:
+        """Resized frames (grouped by source size) and duplicate flags.
 
         A frame is a duplicate when its pixels equal its session's previous frame. Resized
         copies are compared first (equal full frames have equal resized ones; one ``B``-bool
-        copy to the host); only the rare pairs equal there are compared at full size. On CUDA
-        the comparison is queued and its copy to the host left running: the flags' call waits
-        for it, so a caller can do other host work first (:meth:`push` reads the previous
-        push back meanwhile)."""
+        copy to the host); only the rare pairs equal there are compared at full size."""
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for i, image in enumerate(images):
             groups[tuple(image.shape)].append(i)
@@ -522,27 +514,14 @@ class GpuPipeline:
             session.last_frame, session.last_small = last[id(session)]
         duplicates = [r and p is not None for r, p in zip(repeats, previous)]
         pairs = [i for i, p in enumerate(previous) if p is not None and not repeats[i]]
-        if not pairs:
-            return smalls, lambda: duplicates
-        prev = torch.stack([previous[i][1] for i in pairs])  # type: ignore[index]
-        cur = torch.stack([smalls[i] for i in pairs])
-        differ = (prev != cur).flatten(1).any(1)
-        done = None
-        if differ.device.type == "cuda":
-            done = wait_event(index=differ.device.index or 0)
-            differ = torch.empty(differ.shape, dtype=differ.dtype, pin_memory=True).copy_(
-                differ, non_blocking=True)
-            done.record()
-
-        def flags() -> list[bool]:
-            if done is not None:
-                done.synchronize()
-            for i, diff in zip(pairs, differ.tolist()):
+        if pairs:
+            prev = torch.stack([previous[i][1] for i in pairs])  # type: ignore[index]
+            cur = torch.stack([smalls[i] for i in pairs])
+            differ = (prev != cur).flatten(1).any(1).cpu().tolist()
+            for i, diff in zip(pairs, differ):
                 if not diff:
                     duplicates[i] = torch.equal(previous[i][0], images[i])  # type: ignore[index]
-            return duplicates
-
-        return smalls, flags
+        return smalls, duplicates
 
     # -- windows through the backend ----------------------------------------------------------------
     def _chunks(self, windows: list[Window]) -> list[list[Window]]:
