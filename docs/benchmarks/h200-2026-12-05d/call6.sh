@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Forty-ninth session, for any card, ~8 min: call5 found six replicas of two lanes at 33 % of
+# the SMs a replica beat four at 50 % at 64 sessions (p99 58.3 / 51.5 against 66.8 / 66.6 ms on
+# an H100, ../h100-2026-12-05d/). Does it hold at 80 sessions, and do eight replicas of two
+# lanes at 25 % (sixteen lanes, one a host core) go further? Alternated, 64 and 80 sessions.
+# Predicted: eight at 64 level with six or slightly lower (lanes ~50 % busy against ~55-60 %)
+# unless the quarter of the SMs slows each network past what the shorter queue saves; at 80
+# six's p99 rises into the sixties. Carry [".raywhl", ".gpu"]:
+#   TOTAL=450 bash docs/benchmarks/h200-2026-12-05d/call6.sh > $OUT/call.log 2>&1
+TOTAL=${TOTAL:-450}
+rm -rf /tmp/next
+source docs/benchmarks/h200-2026-12-03h/next/_call.sh
+export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
+SIX=(RESIZE=triton MPS_PCT=33 REPLICAS=6 "SESSIONS_6=64 80" GPUS_PER_REPLICA=0.16
+     CPUS_PER_REPLICA=2 CACHE=/tmp/rcache LANES=2)
+EIGHT=(RESIZE=triton MPS_PCT=25 REPLICAS=8 "SESSIONS_8=64 80" GPUS_PER_REPLICA=0.12
+       CPUS_PER_REPLICA=1.5 CACHE=/tmp/rcache LANES=2)
+RUN six 110 "${SIX[@]}"
+RUN eight 110 "${EIGHT[@]}"
+RUN six2 110 "${SIX[@]}"
+RUN eight2 110 "${EIGHT[@]}"
+finish $RUNS
