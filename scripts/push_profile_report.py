@@ -164,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         trace = load(args.trace)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:  # EOFError: a gzip cut off while written
         sys.exit(f"push_profile_report.py: cannot read {args.trace}: {exc}")
     graphs, split, ops = graph_launches(trace), thread_split(trace), operations(trace)
     python = python_self_time(trace) if args.python else None

@@ -64,6 +64,11 @@ def test_the_command_prints_both_and_refuses_a_bad_file(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, script, str(tmp_path / "bad.json")],
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode != 0 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
+    # a trace cut off while it was written (the worker stopped): one line too
+    (tmp_path / "cut.json.gz").write_bytes(path.read_bytes()[:-20])
+    cut = subprocess.run([sys.executable, script, str(tmp_path / "cut.json.gz")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert cut.returncode != 0 and "cannot read" in cut.stderr and "Traceback" not in cut.stderr
 
 
 def test_python_self_time_takes_each_call_s_children_out() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from ttball.serve import push_profile
 from ttball.serve.push_profile import ENV, STACK_ENV, PushProfiler, summarize
 
 
@@ -38,6 +40,25 @@ def test_the_first_lane_to_get_there_profiles_its_pushes_and_the_others_do_not(
     summary = json.loads((tmp_path / "prof" / "summary.json").read_text())
     assert summary["pushes"] == 3 and (tmp_path / "prof" / "trace.json.gz").exists()
     assert not (tmp_path / "prof" / "trace.json").exists()
+
+
+def test_a_trace_cut_while_written_is_not_left_under_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped while the trace is written leaves no ``trace.json.gz`` that is cut off
+    (the report would fail on it); a complete one is renamed into place."""
+    monkeypatch.setenv(ENV, f"1:1:{tmp_path / 'prof'}")
+    lane = PushProfiler.from_env()
+    assert lane is not None
+
+    def stopped(obj: object, f: Any) -> None:
+        f.write(json.dumps(obj)[:100])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(push_profile.json, "dump", stopped)
+    with pytest.raises(KeyboardInterrupt), lane.push():
+        torch.ones(8, 8) @ torch.ones(8, 8)
+    assert not (tmp_path / "prof" / "trace.json.gz").exists()
+    assert not (tmp_path / "prof" / "summary.json").exists()
 
 
 @pytest.mark.parametrize("stack", [False, True])

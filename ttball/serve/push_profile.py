@@ -8,8 +8,14 @@ kernels and copies; another MPS client's are not seen) and writes ``DIR/trace.js
 Chrome trace) and ``DIR/summary.json`` (:func:`summarize`). The other lanes run as before.
 Unset, nothing changes and nothing is imported. With ``TTBALL_PROFILE_STACK=1`` as well the
 profiler also records every Python call (``with_stack``: ``python_function`` events in the
-trace, the lane's Python time by function in ``scripts/push_profile_report.py --python``; it
-slows the profiled pushes further).
+trace, the lane's Python time by function in ``scripts/push_profile_report.py --python``). It
+records every thread of the process, not only the lane's, so it slows the whole worker: on a
+replica serving 16 of a load test's 64 sessions, 30 pushes with stacks made a 180 MB trace
+and the replica fell behind
+(``docs/benchmarks/h100-2026-12-05d/``); profile a few pushes with it.
+
+The files are written under temporary names and renamed when complete: a worker stopped while
+writing leaves no cut ``trace.json.gz``.
 """
 
 from __future__ import annotations
@@ -107,11 +113,15 @@ class PushProfiler:
         profile, self._profile = self._profile, None
         profile.__exit__(None, None, None)
         trace = chrome_trace(profile)
-        with gzip.open(self.folder / "trace.json.gz", "wt") as f:
+        partial = self.folder / "trace.json.gz.partial"
+        with gzip.open(partial, "wt") as f:
             json.dump(trace, f)
+        partial.replace(self.folder / "trace.json.gz")
         summary = summarize(trace)
         summary["pushes"] = self.count
-        (self.folder / "summary.json").write_text(json.dumps(summary, indent=1))
+        partial = self.folder / "summary.json.partial"
+        partial.write_text(json.dumps(summary, indent=1))
+        partial.replace(self.folder / "summary.json")
         self.written = self.folder
 
 
