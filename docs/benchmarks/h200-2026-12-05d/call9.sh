@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Forty-ninth session (prepared), for any card, ~1 min, no carry: which CUDA driver call the
+# JPEG decode waits in. Every decoder in a process waits for all of its process's GPU work
+# (twenty-ninth session, h200-2026-12-03e/diag.sh), which puts the other lane's network into a
+# lane's decode (~2.5 ms a push in the six-replica shape, ../h100-2026-12-05d/). torchvision's
+# decoder (pytorch/vision decode_jpegs_cuda.cpp) syncs only its own stream, but creates nvJPEG
+# with the default allocators (cudaMalloc / cudaFree, cudaHostAlloc / cudaFreeHost), and a free
+# waits for the whole device. scripts/gpu_decode_waits.py decodes 1, 2 and 4 frames alone and
+# behind 20 ms of another stream's spin kernel under scripts/cuda_wait_probe.c (LD_PRELOAD: the
+# driver's synchronizing, allocating and copying calls counted and timed). Predicted: behind,
+# the wall time grows ~20 ms and one call's time with it -- cuMemFree or cuMemFreeHost if the
+# wait is nvJPEG's buffers (then a decoder given its own allocators would not wait), else
+# cuCtxSynchronize or a synchronous copy (cuMemcpy*), which only another process avoids.
+#   bash docs/benchmarks/h200-2026-12-05d/call9.sh > $OUT/call.log 2>&1
+set -x
+python3 scripts/gpu_decode_waits.py --batches 1 2 4 --ahead-ms 20 --repeats 3 \
+  --out $OUT/waits.json > $OUT/waits.txt 2>&1
+tail -30 $OUT/waits.txt
