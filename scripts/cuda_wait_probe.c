@@ -98,11 +98,29 @@ static void *wrapped(const char *symbol, void *pfn) {
     return (void *)WRAPPERS[i];
 }
 
+static CUresult probe_get_proc(const char *, void **, int, unsigned long long);
+static CUresult probe_get_proc_v2(const char *, void **, int, unsigned long long, void *);
+
+/* what cuGetProcAddress handed out for symbol: a wrapper where NAMES has it, and this file's
+ * own cuGetProcAddress where the runtime asks the driver for that (its 5-argument form from
+ * CUDA 12 on), so the lookups it then makes still come here */
+static void *handed_out(const char *symbol, void *pfn, int version) {
+    if (pfn != NULL && strcmp(symbol, "cuGetProcAddress") == 0) {
+        if (version >= 12000) {
+            real_get_proc_v2 = pfn;
+            return (void *)probe_get_proc_v2;
+        }
+        real_get_proc = pfn;
+        return (void *)probe_get_proc;
+    }
+    return wrapped(symbol, pfn);
+}
+
 static CUresult probe_get_proc(const char *symbol, void **pfn, int version,
                                unsigned long long flags) {
     CUresult r = real_get_proc(symbol, pfn, version, flags);
     if (r == 0 && pfn)
-        *pfn = wrapped(symbol, *pfn);
+        *pfn = handed_out(symbol, *pfn, version);
     return r;
 }
 
@@ -110,7 +128,7 @@ static CUresult probe_get_proc_v2(const char *symbol, void **pfn, int version,
                                   unsigned long long flags, void *status) {
     CUresult r = real_get_proc_v2(symbol, pfn, version, flags, status);
     if (r == 0 && pfn)
-        *pfn = wrapped(symbol, *pfn);
+        *pfn = handed_out(symbol, *pfn, version);
     return r;
 }
 

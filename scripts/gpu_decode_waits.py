@@ -37,8 +37,8 @@ PRELOADED = "TTBALL_WAIT_PROBE"
 
 
 def build_probe(target: Path) -> Path:
-    """``cuda_wait_probe.c`` compiled to ``target`` (kept when it exists)."""
-    if target.exists():
+    """``cuda_wait_probe.c`` compiled to ``target`` (kept when it is newer than the source)."""
+    if target.exists() and target.stat().st_mtime >= SOURCE.stat().st_mtime:
         return target
     compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if compiler is None:

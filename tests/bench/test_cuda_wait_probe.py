@@ -27,6 +27,7 @@ int cuLaunchKernel(void) { return 0; }
 int cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
                         void *status) {
     if (strcmp(symbol, "cuMemFreeHost") == 0) *pfn = (void *)cuMemFreeHost;
+    else if (strcmp(symbol, "cuGetProcAddress") == 0) *pfn = (void *)cuGetProcAddress_v2;
     else if (strcmp(symbol, "cuLaunchKernel") == 0) *pfn = (void *)cuLaunchKernel;
     else return 500;
     return 0;
@@ -41,6 +42,11 @@ probe = ctypes.CDLL(sys.argv[2])
 get = driver.cuGetProcAddress_v2
 get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
                 ctypes.c_ulonglong, ctypes.c_void_p]
+# the runtime may ask the driver for cuGetProcAddress itself and look up through that
+itself = ctypes.c_void_p()
+assert get(b"cuGetProcAddress", ctypes.byref(itself), 13000, 0, None) == 0
+get = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                       ctypes.c_int, ctypes.c_ulonglong, ctypes.c_void_p)(itself.value)
 free_host = ctypes.c_void_p()
 launch = ctypes.c_void_p()
 assert get(b"cuMemFreeHost", ctypes.byref(free_host), 13000, 0, None) == 0
