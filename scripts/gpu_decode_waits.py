@@ -15,7 +15,9 @@ wait::
         [--out waits.json]
 
 The probe is built with the host's C compiler into ``--probe`` when missing, and the script
-runs itself again with it preloaded.
+runs itself again with it preloaded. ``--decoder own`` (``own-hw``: the hardware backend) is
+``scripts/nvjpeg_own.c``, nvJPEG with stream-ordered allocators of its own, built against
+``--cuda``: if its call no longer waits behind the other stream, the wait was nvJPEG's frees.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SOURCE = Path(__file__).with_name("cuda_wait_probe.c")
+OWN_SOURCE = Path(__file__).with_name("nvjpeg_own.c")
 PRELOADED = "TTBALL_WAIT_PROBE"
 
 
@@ -47,6 +51,61 @@ def build_probe(target: Path) -> Path:
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(target), str(SOURCE), "-ldl"],
                    check=True)
     return target
+
+
+def build_own(target: Path, cuda: Path) -> Path:
+    """``nvjpeg_own.c`` compiled to ``target`` against the CUDA toolkit at ``cuda`` (kept when
+    it is newer than the source)."""
+    if target.exists() and target.stat().st_mtime >= OWN_SOURCE.stat().st_mtime:
+        return target
+    compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    if compiler is None:
+        sys.exit("gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build the decoder")
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o",
+                    str(target), str(OWN_SOURCE), f"-L{cuda / 'lib64'}",
+                    f"-Wl,-rpath,{cuda / 'lib64'}", "-lnvjpeg",
+                    "-lcudart_static", "-lrt", "-lpthread", "-ldl"], check=True)
+    return target
+
+
+class OwnDecoder:
+    """``nvjpeg_own.c``: nvJPEG with stream-ordered allocators of its own, its batch decode
+    queued on the current stream and not waited for; returns CHW uint8 tensors as
+    :class:`~ttball.kernels.prepost_image.JpegDecoder` does."""
+
+    def __init__(self, library: Path, hardware: bool) -> None:
+        self.lib = ctypes.CDLL(str(library))
+        self.lib.nj_create.restype = ctypes.c_void_p
+        self.lib.nj_error.restype = ctypes.c_char_p
+        handle = self.lib.nj_create(int(hardware))
+        if not handle:
+            raise RuntimeError(self.lib.nj_error().decode())
+        self.handle = ctypes.c_void_p(handle)
+        self.kind = "own-hw" if hardware else "own"
+        self._inputs: list[ctypes.Array[ctypes.c_char]] = []  # alive until the next call
+
+    def __call__(self, blobs: list[bytes]) -> list[Any]:
+        import torch
+
+        n = len(blobs)
+        self._inputs = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
+        sizes = []
+        for buffer, blob in zip(self._inputs, blobs):
+            width, height = ctypes.c_int(), ctypes.c_int()
+            if not self.lib.nj_size(self.handle, buffer, ctypes.c_size_t(len(blob)),
+                                    ctypes.byref(width), ctypes.byref(height)):
+                raise RuntimeError(self.lib.nj_error().decode())
+            sizes.append((width.value, height.value))
+        images = [torch.empty((3, h, w), dtype=torch.uint8, device="cuda") for w, h in sizes]
+        data = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in self._inputs])
+        lengths = (ctypes.c_size_t * n)(*[len(b) for b in blobs])
+        planes = (ctypes.c_void_p * (3 * n))(*[image[c].data_ptr() for image in images
+                                                for c in range(3)])
+        widths = (ctypes.c_int * n)(*[w for w, _ in sizes])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        if not self.lib.nj_decode(self.handle, n, data, lengths, planes, widths, stream):
+            raise RuntimeError(self.lib.nj_error().decode())
+        return images
 
 
 class Probe:
@@ -101,9 +160,17 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
 
     from ttball.kernels.prepost_image import JpegDecoder
 
-    decoder = JpegDecoder("cuda", library=args.decoder)
     width, height = (int(v) for v in args.frame_size.split("x"))
     blobs = jpegs(max(args.batches), width, height)
+    pixels_vs_nvjpeg = None
+    decoder: Any
+    if args.decoder in ("own", "own-hw"):
+        decoder = OwnDecoder(build_own(args.own_library, args.cuda), args.decoder == "own-hw")
+        want = JpegDecoder("cuda", library="nvjpeg")(blobs)
+        got = decoder(blobs)
+        pixels_vs_nvjpeg = max(int((g.int() - w.int()).abs().max()) for g, w in zip(got, want))
+    else:
+        decoder = JpegDecoder("cuda", library=args.decoder)
     for b in args.batches:  # warm every batch size (nvJPEG sizes its buffers on first use)
         decoder(blobs[:b])
         decoder(blobs[:b])
@@ -122,24 +189,38 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
                 t0 = time.perf_counter()
                 decoder(blobs[:b])
                 wall = 1e3 * (time.perf_counter() - t0)
-                rows.append({"batch": b, "case": case, "wall_ms": wall, "calls": probe.read()})
+                calls = probe.read()
+                torch.cuda.current_stream().synchronize()  # the decode's results ready
+                done = 1e3 * (time.perf_counter() - t0)
+                rows.append({"batch": b, "case": case, "wall_ms": wall, "done_ms": done,
+                             "calls": calls})
     torch.cuda.synchronize()
     return {"decoder": decoder.kind, "gpu": torch.cuda.get_device_name(),
-            "frame_size": args.frame_size, "ahead_ms": args.ahead_ms, "rows": rows}
+            "frame_size": args.frame_size, "ahead_ms": args.ahead_ms,
+            "pixels_vs_nvjpeg": pixels_vs_nvjpeg, "rows": rows}
 
 
 def report(result: dict[str, object]) -> None:
     print(f"decoder {result['decoder']} on {result['gpu']}, {result['frame_size']} frames, "
           f"behind = {result['ahead_ms']} ms of another stream's spin kernel queued first")
-    print("batch case   wall ms  driver calls during the decode: name calls/ms")
+    if result["pixels_vs_nvjpeg"] is not None:
+        print(f"largest pixel difference against torchvision's nvJPEG: {result['pixels_vs_nvjpeg']}")
+    print("batch case   call ms  done ms  driver calls during the call: name calls/ms")
     for row in result["rows"]:  # type: ignore[attr-defined]
         calls = "  ".join(f"{name} {n}/{ms:.2f}" for name, (n, ms) in row["calls"].items())
-        print(f"{row['batch']:5d} {row['case']:6s} {row['wall_ms']:8.2f}  {calls}")
+        print(f"{row['batch']:5d} {row['case']:6s} {row['wall_ms']:8.2f} {row['done_ms']:8.2f}  "
+              f"{calls}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--decoder", default="nvjpeg", help="JpegDecoder library (nvjpeg, ...)")
+    parser.add_argument("--decoder", default="nvjpeg",
+                        help="a JpegDecoder library (nvjpeg, ...), or own / own-hw: "
+                             "scripts/nvjpeg_own.c with the default or the hardware backend")
+    parser.add_argument("--own-library", type=Path, default=Path("/tmp/nvjpeg_own.so"))
+    parser.add_argument("--cuda", type=Path, default=Path(os.environ.get("CUDA_HOME",
+                                                                          "/usr/local/cuda")),
+                        help="the CUDA toolkit that builds nvjpeg_own.c")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--frame-size", default="1280x720", metavar="WxH")
     parser.add_argument("--ahead-ms", type=float, default=20.0)

@@ -11,8 +11,13 @@
 # the wall time grows ~20 ms and one call's time with it -- cuMemFree or cuMemFreeHost if the
 # wait is nvJPEG's buffers (then a decoder given its own allocators would not wait), else
 # cuCtxSynchronize or a synchronous copy (cuMemcpy*), which only another process avoids.
+# Then the same for scripts/nvjpeg_own.c (nvJPEG given stream-ordered allocators of its own,
+# memory pools on; `own` the default backend, `own-hw` the hardware engines): predicted, if the
+# wait is the frees, its call takes about as long behind as alone (its pixels equal nvJPEG's).
 #   bash docs/benchmarks/h200-2026-12-05d/call9.sh > $OUT/call.log 2>&1
 set -x
-python3 scripts/gpu_decode_waits.py --batches 1 2 4 --ahead-ms 20 --repeats 3 \
-  --out $OUT/waits.json > $OUT/waits.txt 2>&1
-tail -30 $OUT/waits.txt
+for d in nvjpeg own own-hw; do
+  timeout -k 5 120 python3 scripts/gpu_decode_waits.py --decoder $d --batches 1 2 4 \
+    --ahead-ms 20 --repeats 3 --out $OUT/waits-$d.json > $OUT/waits-$d.txt 2>&1
+  tail -25 $OUT/waits-$d.txt
+done
