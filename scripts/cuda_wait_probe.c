@@ -33,7 +33,8 @@ static const char *NAMES[N] = {
     "cuMemHostRegister", "cuMemHostUnregister", "cuMemAllocAsync", "cuMemFreeAsync",
     "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpy"};
 
-static fn6 real_fn[N];
+#define VARIANTS 2  /* pointers a function may come as: legacy and per-thread default stream */
+static fn6 real_fn[N * VARIANTS];  /* slot i * VARIANTS + v: NAMES[i]'s v-th pointer seen */
 static long calls[N];
 static double seconds[N];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,9 +45,10 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-static CUresult counted(int i, word a, word b, word c, word d, word e, word f) {
+static CUresult counted(int slot, word a, word b, word c, word d, word e, word f) {
+    int i = slot / VARIANTS;
     double t0 = now();
-    CUresult r = real_fn[i](a, b, c, d, e, f);
+    CUresult r = real_fn[slot](a, b, c, d, e, f);
     double t = now() - t0;
     pthread_mutex_lock(&lock);
     calls[i] += 1;
@@ -60,8 +62,13 @@ static CUresult counted(int i, word a, word b, word c, word d, word e, word f) {
         return counted(i, a, b, c, d, e, f); }
 WRAP(0) WRAP(1) WRAP(2) WRAP(3) WRAP(4) WRAP(5) WRAP(6) WRAP(7)
 WRAP(8) WRAP(9) WRAP(10) WRAP(11) WRAP(12) WRAP(13) WRAP(14) WRAP(15)
-static fn6 WRAPPERS[N] = {wrap_0, wrap_1, wrap_2, wrap_3, wrap_4, wrap_5, wrap_6, wrap_7,
-                          wrap_8, wrap_9, wrap_10, wrap_11, wrap_12, wrap_13, wrap_14, wrap_15};
+WRAP(16) WRAP(17) WRAP(18) WRAP(19) WRAP(20) WRAP(21) WRAP(22) WRAP(23)
+WRAP(24) WRAP(25) WRAP(26) WRAP(27) WRAP(28) WRAP(29) WRAP(30) WRAP(31)
+static fn6 WRAPPERS[N * VARIANTS] = {
+    wrap_0, wrap_1, wrap_2, wrap_3, wrap_4, wrap_5, wrap_6, wrap_7,
+    wrap_8, wrap_9, wrap_10, wrap_11, wrap_12, wrap_13, wrap_14, wrap_15,
+    wrap_16, wrap_17, wrap_18, wrap_19, wrap_20, wrap_21, wrap_22, wrap_23,
+    wrap_24, wrap_25, wrap_26, wrap_27, wrap_28, wrap_29, wrap_30, wrap_31};
 
 /* NAMES' index of a driver symbol: the base name, or one with a version suffix (_v2, _v3) */
 static int index_of(const char *symbol) {
@@ -91,11 +98,14 @@ static void *wrapped(const char *symbol, void *pfn) {
     int i = index_of(symbol);
     if (i < 0 || pfn == NULL)
         return pfn;
-    if (real_fn[i] == NULL || real_fn[i] == (fn6)pfn)
-        real_fn[i] = (fn6)pfn;
-    else
-        return pfn;  /* another version of the same function: left unwrapped, not miscounted */
-    return (void *)WRAPPERS[i];
+    for (int v = 0; v < VARIANTS; v++) {
+        int slot = i * VARIANTS + v;
+        if (real_fn[slot] == NULL)
+            real_fn[slot] = (fn6)pfn;
+        if (real_fn[slot] == (fn6)pfn)
+            return (void *)WRAPPERS[slot];
+    }
+    return pfn;  /* a third pointer for the same name: left unwrapped, not miscounted */
 }
 
 static CUresult probe_get_proc(const char *, void **, int, unsigned long long);

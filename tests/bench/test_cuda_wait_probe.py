@@ -22,6 +22,8 @@ static void pause_ms(long ms) {
     nanosleep(&t, 0);
 }
 int cuMemFreeHost(void *p) { pause_ms(3); return 0; }
+int cuMemcpyHtoD_v2(unsigned long dst, const void *src, unsigned long n) { return 0; }
+int cuMemcpyHtoD_v2_ptds(unsigned long dst, const void *src, unsigned long n) { return 0; }
 int cuMemFree_v2(unsigned long p) { pause_ms(1); return 0; }
 int cuLaunchKernel(void) { return 0; }
 int cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
@@ -29,6 +31,8 @@ int cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned lo
     if (strcmp(symbol, "cuMemFreeHost") == 0) *pfn = (void *)cuMemFreeHost;
     else if (strcmp(symbol, "cuGetProcAddress") == 0) *pfn = (void *)cuGetProcAddress_v2;
     else if (strcmp(symbol, "cuLaunchKernel") == 0) *pfn = (void *)cuLaunchKernel;
+    else if (strcmp(symbol, "cuMemcpyHtoD") == 0)  /* flags 1: per-thread default stream */
+        *pfn = flags ? (void *)cuMemcpyHtoD_v2_ptds : (void *)cuMemcpyHtoD_v2;
     else return 500;
     return 0;
 }
@@ -51,7 +55,15 @@ free_host = ctypes.c_void_p()
 launch = ctypes.c_void_p()
 assert get(b"cuMemFreeHost", ctypes.byref(free_host), 13000, 0, None) == 0
 assert get(b"cuLaunchKernel", ctypes.byref(launch), 13000, 0, None) == 0
+copies = []
+for flags in (0, 1):  # the legacy and the per-thread default stream's: two pointers, one name
+    copy = ctypes.c_void_p()
+    assert get(b"cuMemcpyHtoD", ctypes.byref(copy), 13000, flags, None) == 0
+    copies.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p,
+                                   ctypes.c_ulong)(copy.value))
 probe.probe_reset()
+for copy in copies:
+    assert copy(0, None, 0) == 0
 call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 assert call(free_host.value)(None) == 0
 assert call(free_host.value)(None) == 0
@@ -86,7 +98,8 @@ def test_the_probe_counts_and_times_what_the_driver_hands_out(built: tuple[Path,
                           capture_output=True, text=True, timeout=60, check=True)
     counts = json.loads(done.stdout)
     # cuLaunchKernel is not among the probe's functions: handed out as it is, not counted
-    assert set(counts) == {"cuMemFreeHost", "cuMemFree"}
+    assert set(counts) == {"cuMemFreeHost", "cuMemFree", "cuMemcpyHtoD"}
+    assert counts["cuMemcpyHtoD"][0] == 2  # both pointers it came as
     assert counts["cuMemFreeHost"][0] == 2 and counts["cuMemFreeHost"][1] >= 0.006
     assert counts["cuMemFree"][0] == 1 and counts["cuMemFree"][1] >= 0.001
 
