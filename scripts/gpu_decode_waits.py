@@ -55,16 +55,22 @@ def build_probe(target: Path) -> Path:
 
 def build_own(target: Path, cuda: Path) -> Path:
     """``nvjpeg_own.c`` compiled to ``target`` against the CUDA toolkit at ``cuda`` (kept when
-    it is newer than the source)."""
+    it is newer than the source): with its ``nvcc`` and the shared CUDA runtime (the one PyTorch
+    loaded, as ``ttball.kernels.direct`` builds its kernels), else a C compiler."""
     if target.exists() and target.stat().st_mtime >= OWN_SOURCE.stat().st_mtime:
         return target
-    compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-    if compiler is None:
-        sys.exit("gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build the decoder")
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o",
-                    str(target), str(OWN_SOURCE), f"-L{cuda / 'lib64'}",
-                    f"-Wl,-rpath,{cuda / 'lib64'}", "-lnvjpeg",
-                    "-lcudart_static", "-lrt", "-lpthread", "-ldl"], check=True)
+    libs = [f"-L{cuda / 'lib64'}", "-lnvjpeg"]
+    if (cuda / "bin" / "nvcc").is_file():
+        cmd = [str(cuda / "bin" / "nvcc"), "-shared", "-O2", "-Xcompiler", "-fPIC", "-cudart",
+               "shared", "-Xlinker", f"-rpath={cuda / 'lib64'}", str(OWN_SOURCE), "-o",
+               str(target), *libs]
+    else:
+        compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+        if compiler is None:
+            sys.exit("gpu_decode_waits.py: no nvcc or C compiler to build the decoder")
+        cmd = [compiler, "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o", str(target),
+               str(OWN_SOURCE), f"-Wl,-rpath,{cuda / 'lib64'}", *libs, "-lcudart"]
+    subprocess.run(cmd, check=True)
     return target
 
 

@@ -11,8 +11,8 @@
  * caller's stream and not waited for. If its decode no longer waits behind another stream's
  * work, the wait was nvJPEG's frees.
  *
- *     cc -shared -fPIC -O2 -I/usr/local/cuda/include -o /tmp/nvjpeg_own.so \
- *         scripts/nvjpeg_own.c -L/usr/local/cuda/lib64 -lnvjpeg -lcudart
+ *     nvcc -shared -O2 -Xcompiler -fPIC -cudart shared -o /tmp/nvjpeg_own.so \
+ *         scripts/nvjpeg_own.c -lnvjpeg
  *
  * nj_create(hardware) -> handle or NULL; nj_error() the last failure's text;
  * nj_size(h, data, length, &width, &height); nj_decode(h, n, data, lengths, planes, stream):
