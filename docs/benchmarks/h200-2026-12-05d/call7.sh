@@ -9,11 +9,8 @@
 # GPU operations a push. Carry [".raywhl", ".gpu"]:
 #   TOTAL=200 bash docs/benchmarks/h200-2026-12-05d/call7.sh > $OUT/call.log 2>&1
 TOTAL=${TOTAL:-200}
-rm -rf /tmp/next
-source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
-RUN prof6 90 RESIZE=triton MPS_PCT=33 REPLICAS=6 SESSIONS_6=64 GPUS_PER_REPLICA=0.16 \
-  CPUS_PER_REPLICA=2 CACHE=/tmp/rcache LANES=2 TTBALL_PROFILE_PUSHES="400:10:$W/prof"
+S6=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
+RUN prof6 90 "${SIX[@]}" TTBALL_PROFILE_PUSHES="400:10:$W/prof"
 PYTHONPATH=/tmp/site:. python3 scripts/push_profile_report.py $W/prof/trace.json.gz \
   --pushes 10 > $OUT/prof.txt 2>&1
 cp $W/prof/summary.json $OUT/prof-summary.json 2>/dev/null

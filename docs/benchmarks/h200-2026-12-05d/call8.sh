@@ -17,12 +17,8 @@
 # ".gpu"]:
 #   TOTAL=450 bash docs/benchmarks/h200-2026-12-05d/call8.sh > $OUT/call.log 2>&1
 TOTAL=${TOTAL:-450}
-rm -rf /tmp/next
-source docs/benchmarks/h200-2026-12-03h/next/_call.sh
-export TRITON_CACHE_DIR=/tmp/rtcache TTBALL_CACHE_DIR=/tmp/rttball
 # S6, S8: the session counts of each (default "64 80")
-SIX=(RESIZE=triton MPS_PCT=33 REPLICAS=6 "SESSIONS_6=${S6:-64 80}" GPUS_PER_REPLICA=0.16
-     CPUS_PER_REPLICA=2 CACHE=/tmp/rcache LANES=2)
+source docs/benchmarks/h200-2026-12-05d/_six.sh
 ONE8=(RESIZE=triton MPS_PCT=25 REPLICAS=8 "SESSIONS_8=${S8:-64 80}" GPUS_PER_REPLICA=0.12
       CPUS_PER_REPLICA=1.5 CACHE=/tmp/rcache LANES=1)
 RUN six 110 "${SIX[@]}"
