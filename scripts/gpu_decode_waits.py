@@ -40,13 +40,24 @@ OWN_SOURCE = Path(__file__).with_name("nvjpeg_own.c")
 PRELOADED = "TTBALL_WAIT_PROBE"
 
 
-def build_probe(target: Path) -> Path:
-    """``cuda_wait_probe.c`` compiled to ``target`` (kept when it is newer than the source)."""
-    if target.exists() and target.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return target
+def _built(target: Path, source: Path) -> bool:
+    """Whether ``target`` exists and is newer than ``source``."""
+    return target.exists() and target.stat().st_mtime >= source.stat().st_mtime
+
+
+def _c_compiler(what: str) -> str:
+    """The host's C compiler (cc, gcc, clang); exits with one line naming ``what`` if none."""
     compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if compiler is None:
-        sys.exit("gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build the probe")
+        sys.exit(f"gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build {what}")
+    return compiler
+
+
+def build_probe(target: Path) -> Path:
+    """``cuda_wait_probe.c`` compiled to ``target`` (kept when it is newer than the source)."""
+    if _built(target, SOURCE):
+        return target
+    compiler = _c_compiler("the probe")
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(target), str(SOURCE), "-ldl"],
                    check=True)
@@ -57,7 +68,7 @@ def build_own(target: Path, cuda: Path) -> Path:
     """``nvjpeg_own.c`` compiled to ``target`` against the CUDA toolkit at ``cuda`` (kept when
     it is newer than the source): with its ``nvcc`` and the shared CUDA runtime (the one PyTorch
     loaded, as ``ttball.kernels.direct`` builds its kernels), else a C compiler."""
-    if target.exists() and target.stat().st_mtime >= OWN_SOURCE.stat().st_mtime:
+    if _built(target, OWN_SOURCE):
         return target
     libs = [f"-L{cuda / 'lib64'}", "-lnvjpeg"]
     if (cuda / "bin" / "nvcc").is_file():
@@ -65,10 +76,7 @@ def build_own(target: Path, cuda: Path) -> Path:
                "shared", "-Xlinker", f"-rpath={cuda / 'lib64'}", str(OWN_SOURCE), "-o",
                str(target), *libs]
     else:
-        compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-        if compiler is None:
-            sys.exit("gpu_decode_waits.py: no nvcc or C compiler to build the decoder")
-        cmd = [compiler, "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o", str(target),
+        cmd = [_c_compiler("the decoder (and no nvcc)"), "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o", str(target),
                str(OWN_SOURCE), f"-Wl,-rpath,{cuda / 'lib64'}", *libs, "-lcudart"]
     subprocess.run(cmd, check=True)
     return target
