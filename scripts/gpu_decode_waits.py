@@ -76,7 +76,8 @@ def build_own(target: Path, cuda: Path) -> Path:
                "shared", "-Xlinker", f"-rpath={cuda / 'lib64'}", str(OWN_SOURCE), "-o",
                str(target), *libs]
     else:
-        cmd = [_c_compiler("the decoder (and no nvcc)"), "-shared", "-fPIC", "-O2", f"-I{cuda / 'include'}", "-o", str(target),
+        cmd = [_c_compiler("the decoder (and no nvcc)"), "-shared", "-fPIC", "-O2",
+               f"-I{cuda / 'include'}", "-o", str(target),
                str(OWN_SOURCE), f"-Wl,-rpath,{cuda / 'lib64'}", *libs, "-lcudart"]
     subprocess.run(cmd, check=True)
     return target
@@ -149,7 +150,8 @@ def jpegs(count: int, width: int, height: int) -> list[bytes]:
     rng = np.random.default_rng(0)
     out = []
     for _ in range(count):
-        image = cv2.GaussianBlur(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), (9, 9), 3)
+        noise = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        image = cv2.GaussianBlur(noise, (9, 9), 3)
         ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 90])
         assert ok
         out.append(data.tobytes())
@@ -218,7 +220,8 @@ def report(result: dict[str, object]) -> None:
     print(f"decoder {result['decoder']} on {result['gpu']}, {result['frame_size']} frames, "
           f"behind = {result['ahead_ms']} ms of another stream's spin kernel queued first")
     if result["pixels_vs_nvjpeg"] is not None:
-        print(f"largest pixel difference against torchvision's nvJPEG: {result['pixels_vs_nvjpeg']}")
+        print("largest pixel difference against torchvision's nvJPEG: "
+              f"{result['pixels_vs_nvjpeg']}")
     print("batch case   call ms  done ms  driver calls during the call: name calls/ms")
     for row in result["rows"]:  # type: ignore[attr-defined]
         calls = "  ".join(f"{name} {n}/{ms:.2f}" for name, (n, ms) in row["calls"].items())

@@ -73,7 +73,8 @@ static int pinned_malloc(void *ctx, void **ptr, size_t size, cudaStream_t stream
     if (best >= 0) {
         blocks[best].in_use = 1;
         *ptr = blocks[best].ptr;
-    } else if (n_blocks < MAX_BLOCKS && cudaHostAlloc(ptr, size, cudaHostAllocDefault) == cudaSuccess) {
+    } else if (n_blocks < MAX_BLOCKS
+               && cudaHostAlloc(ptr, size, cudaHostAllocDefault) == cudaSuccess) {
         blocks[n_blocks++] = (block_t){*ptr, size, NULL, 1};
     } else {
         status = 1;
