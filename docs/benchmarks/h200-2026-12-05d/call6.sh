@@ -10,8 +10,7 @@
 TOTAL=${TOTAL:-450}
 # S6, S8: the session counts of each (default "64 80"; a short call: S8=64)
 source docs/benchmarks/h200-2026-12-05d/_six.sh
-EIGHT=(RESIZE=triton MPS_PCT=25 REPLICAS=8 "SESSIONS_8=${S8:-64 80}" GPUS_PER_REPLICA=0.12
-       CPUS_PER_REPLICA=1.5 CACHE=/tmp/rcache LANES=2)
+EIGHT=("${QUARTER8[@]}" LANES=2)
 RUN six 110 "${SIX[@]}"
 RUN eight 80 "${EIGHT[@]}"
 RUN six2 110 "${SIX[@]}"
