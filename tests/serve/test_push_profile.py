@@ -59,6 +59,7 @@ def test_a_trace_cut_while_written_is_not_left_under_its_name(
         torch.ones(8, 8) @ torch.ones(8, 8)
     assert not (tmp_path / "prof" / "trace.json.gz").exists()
     assert not (tmp_path / "prof" / "summary.json").exists()
+    assert not list((tmp_path / "prof").glob(".trace.json.gz.*"))  # nor its temporary file
 
 
 @pytest.mark.parametrize("stack", [False, True])

@@ -11,11 +11,12 @@ profiler also records every Python call (``with_stack``: ``python_function`` eve
 trace, the lane's Python time by function in ``scripts/push_profile_report.py --python``). It
 records every thread of the process, not only the lane's, so it slows the whole worker: on a
 replica serving 16 of a load test's 64 sessions, 30 pushes with stacks made a 180 MB trace
-and the replica fell behind
-(``docs/benchmarks/h100-2026-12-05d/``); profile a few pushes with it.
+and the replica fell behind (``docs/benchmarks/h100-2026-12-05d/``); profile a few pushes
+with it.
 
-The files are written under temporary names and renamed when complete: a worker stopped while
-writing leaves no cut ``trace.json.gz``.
+The files are written under temporary names and renamed when complete
+(:func:`ttball.results.atomic_write`): a worker stopped while writing leaves no cut
+``trace.json.gz``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from ttball.results import atomic_write
 
 ENV = "TTBALL_PROFILE_PUSHES"
 STACK_ENV = "TTBALL_PROFILE_STACK"
@@ -113,15 +116,13 @@ class PushProfiler:
         profile, self._profile = self._profile, None
         profile.__exit__(None, None, None)
         trace = chrome_trace(profile)
-        partial = self.folder / "trace.json.gz.partial"
-        with gzip.open(partial, "wt") as f:
+        with atomic_write(self.folder / "trace.json.gz", "wb") as raw, \
+                gzip.open(raw, "wt") as f:
             json.dump(trace, f)
-        partial.replace(self.folder / "trace.json.gz")
         summary = summarize(trace)
         summary["pushes"] = self.count
-        partial = self.folder / "summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=1))
-        partial.replace(self.folder / "summary.json")
+        with atomic_write(self.folder / "summary.json") as f:
+            f.write(json.dumps(summary, indent=1))
         self.written = self.folder
 
 
