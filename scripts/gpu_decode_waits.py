@@ -158,22 +158,10 @@ def jpegs(count: int, width: int, height: int) -> list[bytes]:
     return out
 
 
-def spin_cycles(ms: float) -> int:
-    """``torch.cuda._sleep`` cycles for about ``ms`` milliseconds on this GPU."""
-    import torch
-
-    cycles = 10_000_000
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    return int(cycles * ms / start.elapsed_time(end))
-
-
 def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
     import torch
 
+    from ttball.bench.timing import cycles_per_ms
     from ttball.kernels.prepost_image import JpegDecoder
 
     width, height = (int(v) for v in args.frame_size.split("x"))
@@ -191,7 +179,7 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
         decoder(blobs[:b])
         decoder(blobs[:b])
     torch.cuda.synchronize()
-    cycles = spin_cycles(args.ahead_ms)
+    cycles = int(args.ahead_ms * cycles_per_ms(torch.device("cuda")))
     side = torch.cuda.Stream()
     rows = []
     for b in args.batches:

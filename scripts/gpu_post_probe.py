@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import BackendBase
+from ttball.bench.timing import cycles_per_ms
 from ttball.frames import host_to_device
 from ttball.kernels.prepost import GpuPipeline, JpegDecoder
 from ttball.model.config import WeightsConfig
@@ -54,20 +55,6 @@ class BusyBackend(BackendBase):
             torch.cuda._sleep(self.cycles)
         b, _, h, w = batch.shape
         return 4.0 * (batch.view(b, 3, 3, h, w).mean(2) - 0.7)
-
-
-def cycles_per_ms(device: torch.device) -> float:
-    """``torch.cuda._sleep``'s cycles a millisecond on this GPU (0 on the CPU)."""
-    if device.type != "cuda":
-        return 0.0
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    end.synchronize()
-    return 20_000_000 / start.elapsed_time(end)
 
 
 def frames(count: int, size: tuple[int, int]) -> list[bytes]:
@@ -161,7 +148,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     device = torch.device(args.device)
-    per_ms = cycles_per_ms(device)
+    per_ms = cycles_per_ms(device) if device.type == "cuda" else 0.0  # no spin on the CPU
     blobs = frames(30, (640, 360))
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
                               else "cpu", "torch": torch.__version__, "cycles_per_ms": per_ms,

@@ -67,7 +67,7 @@ def group_ms(fn: Callable[[], object], device: torch.device, calls: int) -> floa
 _SLEEP_CYCLES_PER_MS: dict[int, float] = {}
 
 
-def _cycles_per_ms(device: torch.device) -> float:
+def cycles_per_ms(device: torch.device) -> float:
     """How many ``torch.cuda._sleep`` cycles last a millisecond on ``device`` (measured once)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SLEEP_CYCLES_PER_MS:
@@ -96,7 +96,7 @@ def device_ms(fn: Callable[[], object], device: torch.device, calls: int) -> flo
     launch_s = time.perf_counter() - begin  # host time of one launch, plus its device time
     synchronize(device)
     spin_ms = 2e3 * launch_s * calls + 0.2  # twice the launches' host time, and a margin
-    torch.cuda._sleep(int(spin_ms * _cycles_per_ms(device)))
+    torch.cuda._sleep(int(spin_ms * cycles_per_ms(device)))
     return _event_ms(fn, calls)
 
 
