@@ -193,8 +193,9 @@ def test_the_reference_runs_once_per_window_over_all_the_trials(isolated, traine
 
     monkeypatch.setattr(EagerBackend, "__call__", counted)
     reference_calls = []
-    for candidates in (("folded-fp32", "eager-fp32"),
-                       ("folded-fp32", "folded-fp32-cl", "eager-fp32")):
+    # eager-fp32 is no candidate here: its own timing loop is bounded by time, so its calls
+    # would vary from run to run (51 against 53 on a loaded CI machine) and hide the count
+    for candidates in (("folded-fp32",), ("folded-fp32", "folded-fp32-cl")):
         calls.clear()
         auto.choose_backend(trained_small, "cpu", candidates=candidates, reselect=True)
         assert calls.count("folded-fp32") > 1  # (its verification went through __call__)
