@@ -175,6 +175,9 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
         pixels_vs_nvjpeg = max(int((g.int() - w.int()).abs().max()) for g, w in zip(got, want))
     else:
         decoder = JpegDecoder("cuda", library=args.decoder)
+        if decoder.kind != args.decoder:
+            sys.exit(f"gpu_decode_waits.py: {args.decoder} fell back to {decoder.kind} "
+                     f"({decoder.gpu_reason})")
     for b in args.batches:  # warm every batch size (nvJPEG sizes its buffers on first use)
         decoder(blobs[:b])
         decoder(blobs[:b])
@@ -220,7 +223,7 @@ def report(result: dict[str, object]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--decoder", default="nvjpeg",
-                        help="a JpegDecoder library (nvjpeg, ...), or own / own-hw: "
+                        help="a JpegDecoder library (nvjpeg, nvjpeg-own, ...), or own / own-hw: "
                              "scripts/nvjpeg_own.c with the default or the hardware backend")
     parser.add_argument("--own-library", type=Path, default=Path("/tmp/nvjpeg_own.so"))
     parser.add_argument("--cuda", type=Path, default=Path(os.environ.get("CUDA_HOME",

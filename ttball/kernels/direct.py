@@ -83,6 +83,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -341,51 +342,59 @@ def nvcc_path() -> str | None:
 
 def build_library(directory: Path, arch: str, nvcc: str | None = None) -> Path:
     """:data:`KERNEL_SOURCE` compiled for ``sm_<arch>`` (e.g. ``"90"``; ``sm_90a`` for it, which
-    the wgmma kernel needs) into a shared library in ``directory``, named by a digest of the
-    source, the architecture and the compiler; an existing one is reused. ``nvcc`` alone builds
-    it (no PyTorch headers, which took about two minutes of a 2-core machine's compile in the
-    ``load_inline`` build this replaces, the kernels 8 s), its device code optimised on every
-    core (``--split-compile=0``). One process builds it at a time (a lock beside it,
-    :func:`ttball.filelock.exclusive`): others wait, then take its library (eight replicas
-    started together each ran nvcc on every core); past the lock's timeout a process builds its
-    own, writing a temporary file and renaming it, so a reader never sees half of one."""
+    the wgmma kernel needs) into a shared library in ``directory`` (:func:`nvcc_library`). ``nvcc``
+    alone builds it (no PyTorch headers, which took about two minutes of a 2-core machine's
+    compile in the ``load_inline`` build this replaces, the kernels 8 s), its device code
+    optimised on every core (``--split-compile=0``, left out by an nvcc before 11.8)."""
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RuntimeError("needs nvcc (CUDA's compiler) to build the kernel")
     target = "90a" if arch == "90" else arch  # the wgmma kernel needs sm_90a's instructions
+    flags = ["-std=c++17", "-O3", "--split-compile=0",
+             f"-gencode=arch=compute_{target},code=sm_{target}"]
+    return nvcc_library(directory, "ttball_direct", f"{KERNEL_SOURCE}|{arch}",
+                        Path(__file__).with_name("direct.cu"), flags, nvcc,
+                        optional="--split-compile=0")
+
+
+def nvcc_library(directory: Path, name: str, key: str, source: Path, flags: Sequence[str],
+                 nvcc: str, libraries: Sequence[str] = (), optional: str | None = None) -> Path:
+    """``source`` compiled by ``nvcc`` with ``flags`` (and linked with ``libraries``) into the
+    shared library ``<name>_<digest>.so`` in ``directory``; ``key`` is what decides the build
+    besides the compiler (the source's text, the architecture), the digest is of both, and an
+    existing library is reused. The CUDA runtime is linked as a shared library: the one PyTorch
+    loaded (same soname) if it has, else the toolkit's, found through the rpath. One process
+    builds it at a time (a lock beside it, :func:`ttball.filelock.exclusive`): others wait, then
+    take its library (eight replicas started together each ran nvcc on every core); past the
+    lock's timeout a process builds its own, writing a temporary file and renaming it, so a
+    reader never sees half of one. ``optional``: a flag dropped, and the build run again, when
+    nvcc's error names it (an older nvcc)."""
     real = Path(nvcc).resolve()
-    key = f"{KERNEL_SOURCE}|{arch}|{real}|{real.stat().st_mtime_ns if real.exists() else 0}"
-    lib = directory / f"ttball_direct_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    digest = hashlib.sha256(
+        f"{key}|{real}|{real.stat().st_mtime_ns if real.exists() else 0}".encode()).hexdigest()
+    lib = directory / f"{name}_{digest[:16]}.so"
     if lib.is_file():
         return lib
     with exclusive(lib.with_suffix(".lock")):
         if lib.is_file():  # built by the process that held the lock
             return lib
-        return _nvcc(lib, nvcc, real, target)
-
-
-def _nvcc(lib: Path, nvcc: str, real: Path, target: str) -> Path:
-    """``lib`` built by ``nvcc`` (``real``: its resolved path) for ``sm_<target>``."""
-    directory = lib.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = lib.with_name(f"{lib.stem}.{os.getpid()}.tmp.so")
-    # the CUDA runtime as a shared library: the one PyTorch loaded (same soname) if it has,
-    # else the toolkit's, found through the rpath
-    cmd = [nvcc, "-shared", "-std=c++17", "-O3", "--split-compile=0",
-           f"-gencode=arch=compute_{target},code=sm_{target}", "-Xcompiler", "-fPIC",
-           "-cudart", "shared", "-Xlinker", f"-rpath={real.parent.parent / 'lib64'}",
-           str(Path(__file__).with_name("direct.cu")), "-o", str(tmp)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-        if done.returncode != 0 and "split-compile" in done.stderr:  # an nvcc before 11.8
-            cmd.remove("--split-compile=0")
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = lib.with_name(f"{lib.stem}.{os.getpid()}.tmp.so")
+        cmd = [nvcc, "-shared", *flags, "-Xcompiler", "-fPIC", "-cudart", "shared",
+               "-Xlinker", f"-rpath={real.parent.parent / 'lib64'}", str(source), "-o", str(tmp),
+               *libraries]
+        try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"nvcc exited with {done.returncode}: {last}")
-        os.replace(tmp, lib)
-    finally:
-        tmp.unlink(missing_ok=True)
+            if done.returncode != 0 and optional and optional.split("=")[0] in done.stderr:
+                cmd.remove(optional)
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                                      check=False)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise RuntimeError(f"nvcc exited with {done.returncode}: {last}")
+            os.replace(tmp, lib)
+        finally:
+            tmp.unlink(missing_ok=True)
     return lib
 
 

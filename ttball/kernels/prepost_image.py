@@ -105,6 +105,25 @@ def nvimgcodec_reason(device: torch.device, hardware: bool = False) -> str | Non
     return _open_nvimgcodec(device, hardware)[1]
 
 
+def _open_own(device: torch.device) -> tuple[Any, str | None]:
+    """An ``nvjpeg-own`` decoder for ``device`` and None, or None and why it can't decode
+    there (its build, run at first use, failed; or it decoded a small JPEG wrongly)."""
+    from ttball.kernels import nvjpeg_own
+
+    reason = nvjpeg_own.own_reason(device)
+    if reason:
+        return None, reason
+    try:
+        decoder = nvjpeg_own.OwnNvjpeg(device)
+        probe = np.full((16, 24, 3), (200, 100, 50), np.uint8)
+        image = decoder([cv2.imencode(".jpg", probe)[1].tobytes()])[0]
+        if image.shape != (3, 16, 24) or abs(int(image[0].float().mean().item()) - 50) > 4:
+            return None, f"nvjpeg-own decoded a test frame wrongly ({tuple(image.shape)})"
+    except (RuntimeError, OSError) as exc:
+        return None, f"nvjpeg-own is not usable ({exc})"
+    return decoder, None
+
+
 def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     """One JPEG (or PNG) → ``(3, H, W) uint8`` RGB on the host, exactly as the worker decodes."""
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
@@ -114,7 +133,7 @@ def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1)
 
 
-DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
+DECODERS = ("nvjpeg", "nvjpeg-own", "nvimgcodec", "nvimgcodec-hw", "cv2")
 # the nvImageCodec decoders a library asks for tries, in order, before nvJPEG and cv2
 _NVIMGCODEC_TRIES = {"nvimgcodec-hw": ("nvimgcodec-hw", "nvimgcodec"),
                      "nvimgcodec": ("nvimgcodec",)}
@@ -129,9 +148,12 @@ class JpegDecoder:
     as the decode took, ``docs/benchmarks/e2e.md``), ``"nvimgcodec-hw"`` (nvImageCodec on the
     GPU's hardware JPEG engines only, which leave the SMs to the network; a frame the engines
     refuse, such as a progressive JPEG, is decoded by the general nvImageCodec decoder) or
-    ``"cv2"`` (host decode, then one pinned copy per frame). ``library`` asks for one; a GPU
-    library that can't run here falls back to the next (nvimgcodec-hw → nvimgcodec → nvjpeg →
-    cv2), and ``gpu_reason`` says why. ``prefer_gpu=False`` is ``library="cv2"``.
+    ``"cv2"`` (host decode, then one pinned copy per frame), or ``"nvjpeg-own"`` (experimental:
+    nvJPEG built here with allocators of its own, on the JPEG engines, its batch queued on the
+    current stream without a wait; :mod:`ttball.kernels.nvjpeg_own`). ``library`` asks for one;
+    a GPU library that can't run here falls back to the next (nvimgcodec-hw → nvimgcodec →
+    nvjpeg → cv2; nvjpeg-own → nvjpeg → cv2), and ``gpu_reason`` says why.
+    ``prefer_gpu=False`` is ``library="cv2"``.
     """
 
     def __init__(self, device: torch.device | str, prefer_gpu: bool = True,
@@ -141,6 +163,7 @@ class JpegDecoder:
         self.device = torch.device(device)
         self._nvimg: Any = None  # the nvImageCodec decoder, when kind is "nvimgcodec(-hw)"
         self._nvimg_any: Any = None  # with "nvimgcodec-hw": the general one, for refused frames
+        self._own: Any = None  # the OwnNvjpeg decoder, when kind is "nvjpeg-own"
         if not prefer_gpu or library == "cv2":
             self.gpu_reason: str | None = "cv2 decode requested"
             self.kind = "cv2"
@@ -153,6 +176,12 @@ class JpegDecoder:
                 self.kind = kind
                 break
             reasons.append(reason)
+        if library == "nvjpeg-own":
+            self._own, reason = _open_own(self.device)
+            if reason is None:
+                self.kind = "nvjpeg-own"
+            else:
+                reasons.append(reason)
         if not self.kind:
             reason = gpu_jpeg_reason(self.device)
             self.kind = "cv2" if reason else "nvjpeg"
@@ -165,6 +194,8 @@ class JpegDecoder:
             return []
         if self.kind == "nvjpeg":
             return self._nvjpeg(blobs)
+        if self.kind == "nvjpeg-own":
+            return self._nvjpeg_own(blobs)
         if self.kind.startswith("nvimgcodec"):
             return self._nvimgcodec(blobs)
         return [self._to_device(decode_cv2(b, i)) for i, b in enumerate(blobs)]
@@ -196,6 +227,23 @@ class JpegDecoder:
                 raise DecodeError(i, "nvImageCodec: not a decodable JPEG")
             # HWC interleaved RGB; the tensor keeps the image's buffer alive
             out.append(torch.as_tensor(image, device=self.device).permute(2, 0, 1))
+        return out
+
+    def _nvjpeg_own(self, blobs: Sequence[bytes]) -> list[Tensor]:
+        from ttball.kernels.nvjpeg_own import DecodeFailed
+
+        try:
+            return self._own(blobs)
+        except DecodeFailed as exc:
+            if exc.index is not None:
+                raise DecodeError(exc.index, f"nvJPEG: {exc}") from None
+        # the whole batch failed: decode one by one to name the frame
+        out = []
+        for i, data in enumerate(blobs):
+            try:
+                out.extend(self._own([data]))
+            except DecodeFailed as exc:
+                raise DecodeError(i, f"nvJPEG: {exc}") from None
         return out
 
     def _to_device(self, rgb: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ MiB = 1 << 20
 
 
 # ttball.kernels.prepost.DECODERS, named here without importing torch (a test keeps them equal)
-JPEG_DECODERS = ("nvjpeg", "nvimgcodec", "nvimgcodec-hw", "cv2")
+JPEG_DECODERS = ("nvjpeg", "nvjpeg-own", "nvimgcodec", "nvimgcodec-hw", "cv2")
 # ttball.kernels.prepost_image.RESIZE_MODES, likewise
 RESIZE_MODES = ("eager", "compile", "triton")
 # --pipeline-resize's choices: "auto" (the default) is "triton" on a CUDA device, else "eager"
@@ -83,8 +83,10 @@ class ServeSettings:
     # "auto": "triton" on a CUDA device, else "eager" (resize_mode).
     pipeline_resize: str = "auto"
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
-    # (torchvision), "nvimgcodec" (NVIDIA nvImageCodec), "nvimgcodec-hw" (its hardware JPEG
-    # engines only) or "cv2" (host); a GPU one that can't run falls back, and /readyz says why.
+    # (torchvision), "nvjpeg-own" (experimental: nvJPEG built here with stream-ordered
+    # allocators, on the JPEG engines; ttball.kernels.nvjpeg_own), "nvimgcodec" (NVIDIA
+    # nvImageCodec), "nvimgcodec-hw" (its hardware JPEG engines only) or "cv2" (host); a GPU
+    # one that can't run falls back, and /readyz says why.
     pipeline_decoder: str = "nvjpeg"
     # With device_pipeline: each lane's decoder runs in this many child processes
     # (ttball.kernels.decode_process; a push's frames split among them), so its decode does not

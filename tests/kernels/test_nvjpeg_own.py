@@ -1,0 +1,93 @@
+"""The nvjpeg-own decoder on a GPU (skipped without one): its pixels against torchvision's nvJPEG
+and OpenCV's, a progressive frame (which the JPEG engines refuse) alone and inside a batch, a
+bad frame named, and the call returning while another stream's kernel still runs (the wait the
+decoder exists to avoid). ``scripts/gpu_decode_waits.py --decoder nvjpeg-own`` shows the driver
+calls; these say whether it works."""
+
+from __future__ import annotations
+
+import time
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from ttball.kernels.prepost_image import DecodeError, JpegDecoder
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def own() -> JpegDecoder:
+    decoder = JpegDecoder("cuda", library="nvjpeg-own")
+    if decoder.kind != "nvjpeg-own":
+        pytest.fail(f"nvjpeg-own fell back to {decoder.kind}: {decoder.gpu_reason}")
+    return decoder
+
+
+def frames(n: int, width: int = 320, height: int = 180, progressive: bool = False) -> list[bytes]:
+    rng = np.random.default_rng(n)
+    out = []
+    for _ in range(n):
+        small = rng.integers(0, 256, (height // 10, width // 10, 3), dtype=np.uint8)
+        bgr = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+        params = [cv2.IMWRITE_JPEG_QUALITY, 90,
+                  cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)]
+        out.append(cv2.imencode(".jpg", bgr, params)[1].tobytes())
+    return out
+
+
+def opencv(data: bytes) -> torch.Tensor:
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert bgr is not None
+    return torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)).permute(2, 0, 1)
+
+
+def test_its_pixels_are_nvjpegs_within_two_levels(own) -> None:
+    data = frames(4) + frames(1, width=1280, height=720)
+    theirs = JpegDecoder("cuda", library="nvjpeg")
+    for mine, want in zip(own(data), theirs(data)):
+        assert mine.shape == want.shape and mine.dtype == torch.uint8 and mine.is_cuda
+        assert (mine.int() - want.int()).abs().max().item() <= 2
+
+
+def test_a_progressive_frame_is_decoded_alone_and_inside_a_batch(own) -> None:
+    progressive = frames(1, progressive=True)
+    for data in (progressive, frames(2) + progressive + frames(1)):
+        for mine, blob in zip(own(data), data):
+            diff = (mine.cpu().float() - opencv(blob).float()).abs()
+            assert diff.mean().item() < 1.5
+
+
+def test_a_bad_frame_is_named(own) -> None:
+    data = frames(3)
+    with pytest.raises(DecodeError, match="frame 1 of the batch"):
+        own([data[0], b"not a jpeg", data[2]])
+    with pytest.raises(DecodeError, match="frame 2 of the batch"):
+        own([data[0], data[1], data[2][:40]])
+    assert len(own(data)) == 3  # and the decoder still works
+
+
+def test_the_call_does_not_wait_for_another_streams_kernel(own) -> None:
+    """100 ms of a spin kernel on another stream; the decode's call returns well before it
+    ends (nvJPEG through torchvision waited for it: ~20 ms behind 20 ms, LOG.md), and its
+    frames are right once the decode's stream is waited for."""
+    from ttball.bench.timing import cycles_per_ms
+
+    data = frames(4)
+    own(data)  # warm: the batch size set up, the pools filled
+    torch.cuda.synchronize()
+    cycles = int(100 * cycles_per_ms(torch.device("cuda")))
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        torch.cuda._sleep(cycles)
+    start = time.perf_counter()
+    images = own(data)
+    returned_ms = 1e3 * (time.perf_counter() - start)
+    spinning = not other.query()
+    torch.cuda.synchronize()
+    assert spinning and returned_ms < 50, f"the call took {returned_ms:.1f} ms"
+    for mine, blob in zip(images, data):
+        assert (mine.cpu().float() - opencv(blob).float()).abs().mean().item() < 1.5
