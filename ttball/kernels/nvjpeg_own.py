@@ -8,6 +8,9 @@ it with stream-ordered device allocations (``cudaMallocAsync`` / ``cudaFreeAsync
 decode's stream), a pinned pool it never gives back and nvJPEG's memory pools, on the GPU's
 JPEG engines when it has them (a frame they refuse, such as a progressive JPEG, decoded alone
 by the default backend), and queues a batch on the caller's current stream without waiting.
+A frame whose header can't be read is named (:class:`DecodeFailed`, a 400 in the server); one
+whose header reads but whose entropy-coded data is damaged may decode to wrong pixels without
+an error, since the decode is not waited for.
 
 The C is compiled at first use by the toolkit's ``nvcc`` against the shared CUDA runtime and
 the nvJPEG found by :func:`nvjpeg_location` (the toolkit's, else the ``nvidia-nvjpeg`` wheel's),
