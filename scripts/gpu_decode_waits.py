@@ -238,6 +238,13 @@ def main() -> None:
     args = parser.parse_args()
     if os.environ.get(PRELOADED) != str(args.probe):
         build_probe(args.probe)
+        if args.decoder == "nvjpeg-own":  # built now: under the probe, nvcc would preload it
+            from ttball.kernels.nvjpeg_own import load_library
+
+            try:
+                load_library()
+            except RuntimeError as exc:
+                sys.exit(f"gpu_decode_waits.py: {exc}")
         env = dict(os.environ, LD_PRELOAD=str(args.probe), **{PRELOADED: str(args.probe)})
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import torch
