@@ -332,6 +332,12 @@ def test_the_decoder_of_the_pipeline_names_a_bad_frame_and_falls_back(fake) -> N
     images = decoder([frame("F", 7), frame("F", 8)])
     assert [pixels(i)[0] for i in images] == [7, 8]
     assert log(fake) == ["init hw 2", "init hw 1", "batch hw 1", "batch hw 1"]
+    with pytest.raises(DecodeFailed, match="nvjpegDecodeBatched of 2") as failed:
+        decoder._own([frame("F", 7), frame("F", 8)])
+    assert failed.value.index is None
+    decoder._own([frame("B", 9), frame("B", 10)])  # the failed batch's state set up again
+    decoder._own([frame("B", 9), frame("B", 10)])
+    assert log(fake) == ["init hw 2", "init hw 2", "batch hw 2", "batch hw 2"]
     with pytest.raises(DecodeError, match="frame 1 of the batch: nvJPEG: nvjpegGetImageInfo"):
         decoder([frame("F", 7), frame("F", 8)[:4]])  # cut short: its header is named
 

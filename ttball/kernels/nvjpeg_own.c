@@ -126,7 +126,7 @@ typedef struct {
     nvjpegJpegState_t state;
     nvjpegJpegStream_t parsed;  /* a frame's header, for nvjpegDecodeBatchedSupported */
     int engines;
-    int batch;                  /* the batch size nvjpegDecodeBatchedInitialize last saw */
+    int batch;                  /* the batch size last set up (0: set up again) */
     nvjpegHandle_t soft;        /* the default backend, for frames the engines refuse */
     nvjpegJpegState_t soft_state;
 } decoder_t;
@@ -211,8 +211,10 @@ static int decode_batch(decoder_t *d, int n, const unsigned char *const *data,
         d->batch = n;
     }
     s = nvjpegDecodeBatched(d->handle, d->state, data, lengths, out, stream);
-    if (s != NVJPEG_STATUS_SUCCESS)
+    if (s != NVJPEG_STATUS_SUCCESS) {
+        d->batch = 0; /* a failed batch is reset by the next Initialize (nvjpeg.h) */
         return fail("nvjpegDecodeBatched of %d: status %d", n, s);
+    }
     return 1;
 }
 
