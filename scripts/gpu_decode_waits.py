@@ -15,9 +15,11 @@ wait::
         [--out waits.json]
 
 The probe is built with the host's C compiler into ``--probe`` when missing, and the script
-runs itself again with it preloaded. ``--decoder own`` (``own-hw``: the hardware backend) is
-``scripts/nvjpeg_own.c``, nvJPEG with stream-ordered allocators of its own, built against
-``--cuda``: if its call no longer waits behind the other stream, the wait was nvJPEG's frees.
+runs itself again with it preloaded. ``--decoder own`` (``own-hw``: the JPEG engines, as
+``nvjpeg-own`` but without its fallback and test frame) is
+:class:`ttball.kernels.nvjpeg_own.OwnNvjpeg` on nvJPEG's default backend, nvJPEG with
+stream-ordered allocators of its own: if its call no longer waits behind the other stream,
+the wait was nvJPEG's frees.
 """
 
 from __future__ import annotations
@@ -36,91 +38,21 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SOURCE = Path(__file__).with_name("cuda_wait_probe.c")
-OWN_SOURCE = Path(__file__).with_name("nvjpeg_own.c")
 PRELOADED = "TTBALL_WAIT_PROBE"
 
 
-def _built(target: Path, source: Path) -> bool:
-    """Whether ``target`` exists and is newer than ``source``."""
-    return target.exists() and target.stat().st_mtime >= source.stat().st_mtime
-
-
-def _c_compiler(what: str) -> str:
-    """The host's C compiler (cc, gcc, clang); exits with one line naming ``what`` if none."""
+def build_probe(target: Path) -> Path:
+    """``cuda_wait_probe.c`` compiled to ``target`` by the host's C compiler (kept when it is
+    newer than the source); exits with one line if there is no compiler."""
+    if target.exists() and target.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return target
     compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if compiler is None:
-        sys.exit(f"gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build {what}")
-    return compiler
-
-
-def build_probe(target: Path) -> Path:
-    """``cuda_wait_probe.c`` compiled to ``target`` (kept when it is newer than the source)."""
-    if _built(target, SOURCE):
-        return target
-    compiler = _c_compiler("the probe")
+        sys.exit("gpu_decode_waits.py: no C compiler (cc, gcc, clang) to build the probe")
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(target), str(SOURCE), "-ldl"],
                    check=True)
     return target
-
-
-def build_own(target: Path, cuda: Path) -> Path:
-    """``nvjpeg_own.c`` compiled to ``target`` against the CUDA toolkit at ``cuda`` (kept when
-    it is newer than the source): with its ``nvcc`` and the shared CUDA runtime (the one PyTorch
-    loaded, as ``ttball.kernels.direct`` builds its kernels), else a C compiler."""
-    if _built(target, OWN_SOURCE):
-        return target
-    libs = [f"-L{cuda / 'lib64'}", "-lnvjpeg"]
-    if (cuda / "bin" / "nvcc").is_file():
-        cmd = [str(cuda / "bin" / "nvcc"), "-shared", "-O2", "-Xcompiler", "-fPIC", "-cudart",
-               "shared", "-Xlinker", f"-rpath={cuda / 'lib64'}", str(OWN_SOURCE), "-o",
-               str(target), *libs]
-    else:
-        cmd = [_c_compiler("the decoder (and no nvcc)"), "-shared", "-fPIC", "-O2",
-               f"-I{cuda / 'include'}", "-o", str(target),
-               str(OWN_SOURCE), f"-Wl,-rpath,{cuda / 'lib64'}", *libs, "-lcudart"]
-    subprocess.run(cmd, check=True)
-    return target
-
-
-class OwnDecoder:
-    """``nvjpeg_own.c``: nvJPEG with stream-ordered allocators of its own, its batch decode
-    queued on the current stream and not waited for; returns CHW uint8 tensors as
-    :class:`~ttball.kernels.prepost_image.JpegDecoder` does."""
-
-    def __init__(self, library: Path, hardware: bool) -> None:
-        self.lib = ctypes.CDLL(str(library))
-        self.lib.nj_create.restype = ctypes.c_void_p
-        self.lib.nj_error.restype = ctypes.c_char_p
-        handle = self.lib.nj_create(int(hardware))
-        if not handle:
-            raise RuntimeError(self.lib.nj_error().decode())
-        self.handle = ctypes.c_void_p(handle)
-        self.kind = "own-hw" if hardware else "own"
-        self._inputs: list[ctypes.Array[ctypes.c_char]] = []  # alive until the next call
-
-    def __call__(self, blobs: list[bytes]) -> list[Any]:
-        import torch
-
-        n = len(blobs)
-        self._inputs = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
-        sizes = []
-        for buffer, blob in zip(self._inputs, blobs):
-            width, height = ctypes.c_int(), ctypes.c_int()
-            if not self.lib.nj_size(self.handle, buffer, ctypes.c_size_t(len(blob)),
-                                    ctypes.byref(width), ctypes.byref(height)):
-                raise RuntimeError(self.lib.nj_error().decode())
-            sizes.append((width.value, height.value))
-        images = [torch.empty((3, h, w), dtype=torch.uint8, device="cuda") for w, h in sizes]
-        data = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in self._inputs])
-        lengths = (ctypes.c_size_t * n)(*[len(b) for b in blobs])
-        planes = (ctypes.c_void_p * (3 * n))(*[image[c].data_ptr() for image in images
-                                                for c in range(3)])
-        widths = (ctypes.c_int * n)(*[w for w, _ in sizes])
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        if not self.lib.nj_decode(self.handle, n, data, lengths, planes, widths, stream):
-            raise RuntimeError(self.lib.nj_error().decode())
-        return images
 
 
 class Probe:
@@ -169,7 +101,9 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
     pixels_vs_nvjpeg = None
     decoder: Any
     if args.decoder in ("own", "own-hw"):
-        decoder = OwnDecoder(build_own(args.own_library, args.cuda), args.decoder == "own-hw")
+        from ttball.kernels.nvjpeg_own import OwnNvjpeg
+
+        decoder = OwnNvjpeg("cuda", hardware=args.decoder == "own-hw")
         want = JpegDecoder("cuda", library="nvjpeg")(blobs)
         got = decoder(blobs)
         pixels_vs_nvjpeg = max(int((g.int() - w.int()).abs().max()) for g, w in zip(got, want))
@@ -224,11 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--decoder", default="nvjpeg",
                         help="a JpegDecoder library (nvjpeg, nvjpeg-own, ...), or own / own-hw: "
-                             "scripts/nvjpeg_own.c with the default or the hardware backend")
-    parser.add_argument("--own-library", type=Path, default=Path("/tmp/nvjpeg_own.so"))
-    parser.add_argument("--cuda", type=Path, default=Path(os.environ.get("CUDA_HOME",
-                                                                          "/usr/local/cuda")),
-                        help="the CUDA toolkit that builds nvjpeg_own.c")
+                             "nvjpeg-own's OwnNvjpeg on the default or the hardware backend")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--frame-size", default="1280x720", metavar="WxH")
     parser.add_argument("--ahead-ms", type=float, default=20.0)
@@ -238,7 +168,8 @@ def main() -> None:
     args = parser.parse_args()
     if os.environ.get(PRELOADED) != str(args.probe):
         build_probe(args.probe)
-        if args.decoder == "nvjpeg-own":  # built now: under the probe, nvcc would preload it
+        if args.decoder in ("nvjpeg-own", "own", "own-hw"):  # built now: under the probe,
+            # nvcc would preload it
             from ttball.kernels.nvjpeg_own import load_library
 
             try:

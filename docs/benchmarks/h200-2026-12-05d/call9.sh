@@ -13,7 +13,7 @@
 # cuCtxSynchronize or a synchronous copy (cuMemcpy*), which only another process avoids.
 # Then the same for the product's `--jpeg-decoder nvjpeg-own` (ttball/kernels/nvjpeg_own.c:
 # nvJPEG given stream-ordered allocators of its own, memory pools on, on the JPEG engines) and
-# scripts/nvjpeg_own.c's default backend (`own`): predicted, if the wait is the frees, their
+# the same decoder on nvJPEG's default backend (`own`): predicted, if the wait is the frees, their
 # call takes about as long behind as alone. Then nvjpeg-own's GPU tests (pixels, a progressive
 # frame, a bad frame named, the call returning in < 50 ms behind 100 ms of another stream).
 #   bash docs/benchmarks/h200-2026-12-05d/call9.sh > $OUT/call.log 2>&1
