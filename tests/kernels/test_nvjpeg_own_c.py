@@ -225,9 +225,7 @@ def fake(tmp_path_factory) -> ctypes.CDLL:
     subprocess.run([CC, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
                     f"-I{folder}", "-o", str(lib), str(SOURCE), str(folder / "fake.c"),
                     "-lpthread"], check=True)
-    loaded = ctypes.CDLL(str(lib))
-    for name, (argtypes, restype) in nvjpeg_own._SIGNATURES.items():
-        getattr(loaded, name).argtypes, getattr(loaded, name).restype = argtypes, restype
+    loaded = nvjpeg_own.typed(ctypes.CDLL(str(lib)))
     loaded.fake_log.restype = ctypes.c_char_p
     return loaded
 

@@ -131,11 +131,16 @@ def load_library() -> ctypes.CDLL:
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             _FAILED = f"building nvjpeg-own failed: {type(exc).__name__}: {exc}"
             raise RuntimeError(_FAILED) from exc
-        for name, (argtypes, restype) in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = argtypes, restype
-        _LIBRARY = lib
+        _LIBRARY = typed(lib)
     return _LIBRARY
+
+
+def typed(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """``lib`` (a build of ``nvjpeg_own.c``) with its functions' argument and result types."""
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    return lib
 
 
 class OwnNvjpeg:
