@@ -136,7 +136,7 @@ def measure(args: argparse.Namespace, probe: Probe) -> dict[str, object]:
                 rows.append({"batch": b, "case": case, "wall_ms": wall, "done_ms": done,
                              "calls": calls})
     torch.cuda.synchronize()
-    return {"decoder": decoder.kind, "gpu": torch.cuda.get_device_name(),
+    return {"decoder": args.decoder, "gpu": torch.cuda.get_device_name(),
             "frame_size": args.frame_size, "ahead_ms": args.ahead_ms,
             "pixels_vs_nvjpeg": pixels_vs_nvjpeg, "rows": rows}
 

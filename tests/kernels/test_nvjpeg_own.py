@@ -1,8 +1,13 @@
 """The nvjpeg-own decoder on a GPU (skipped without one): its pixels against torchvision's nvJPEG
-and OpenCV's, a progressive frame (which the JPEG engines refuse) alone and inside a batch, a
-bad frame named, and the call returning while another stream's kernel still runs (the wait the
-decoder exists to avoid). ``scripts/gpu_decode_waits.py --decoder nvjpeg-own`` shows the driver
-calls; these say whether it works."""
+(the default decoder, which this one must match), a progressive frame (which the JPEG engines
+refuse) alone and inside a batch, a bad frame named, and the call returning while another
+stream's kernel still runs (the wait the decoder exists to avoid).
+``scripts/gpu_decode_waits.py --decoder nvjpeg-own`` shows the driver calls; these say whether it
+works.
+
+OpenCV is no reference here: on these frames of saturated colour both nvJPEG decoders differ from
+libjpeg by ~5 levels on average (its chroma upsampling; measured on an H100, fifty-second session),
+while they differ from each other by at most 2."""
 
 from __future__ import annotations
 
@@ -27,6 +32,18 @@ def own() -> JpegDecoder:
     return decoder
 
 
+@pytest.fixture(scope="module")
+def theirs() -> JpegDecoder:
+    return JpegDecoder("cuda", library="nvjpeg")
+
+
+def assert_close(mine: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    assert len(mine) == len(want)
+    for a, b in zip(mine, want):
+        assert a.shape == b.shape and a.dtype == torch.uint8 and a.is_cuda
+        assert (a.int() - b.int()).abs().max().item() <= 2
+
+
 def frames(n: int, width: int = 320, height: int = 180, progressive: bool = False) -> list[bytes]:
     rng = np.random.default_rng(n)
     out = []
@@ -39,26 +56,16 @@ def frames(n: int, width: int = 320, height: int = 180, progressive: bool = Fals
     return out
 
 
-def opencv(data: bytes) -> torch.Tensor:
-    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    assert bgr is not None
-    return torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)).permute(2, 0, 1)
-
-
-def test_its_pixels_are_nvjpegs_within_two_levels(own) -> None:
+def test_its_pixels_are_nvjpegs_within_two_levels(own, theirs) -> None:
     data = frames(4) + frames(1, width=1280, height=720)
-    theirs = JpegDecoder("cuda", library="nvjpeg")
-    for mine, want in zip(own(data), theirs(data)):
-        assert mine.shape == want.shape and mine.dtype == torch.uint8 and mine.is_cuda
-        assert (mine.int() - want.int()).abs().max().item() <= 2
+    assert_close(own(data), theirs(data))
 
 
-def test_a_progressive_frame_is_decoded_alone_and_inside_a_batch(own) -> None:
+def test_a_progressive_frame_is_decoded_alone_and_inside_a_batch(own, theirs) -> None:
     progressive = frames(1, progressive=True)
+    assert cv2.imdecode(np.frombuffer(progressive[0], np.uint8), cv2.IMREAD_COLOR) is not None
     for data in (progressive, frames(2) + progressive + frames(1)):
-        for mine, blob in zip(own(data), data):
-            diff = (mine.cpu().float() - opencv(blob).float()).abs()
-            assert diff.mean().item() < 1.5
+        assert_close(own(data), theirs(data))
 
 
 def test_a_bad_frame_is_named(own) -> None:
@@ -70,13 +77,14 @@ def test_a_bad_frame_is_named(own) -> None:
     assert len(own(data)) == 3  # and the decoder still works
 
 
-def test_the_call_does_not_wait_for_another_streams_kernel(own) -> None:
+def test_the_call_does_not_wait_for_another_streams_kernel(own, theirs) -> None:
     """100 ms of a spin kernel on another stream; the decode's call returns well before it
     ends (nvJPEG through torchvision waited for it: ~20 ms behind 20 ms, LOG.md), and its
     frames are right once the decode's stream is waited for."""
     from ttball.bench.timing import cycles_per_ms
 
     data = frames(4)
+    want = theirs(data)
     own(data)  # warm: the batch size set up, the pools filled
     torch.cuda.synchronize()
     cycles = int(100 * cycles_per_ms(torch.device("cuda")))
@@ -89,5 +97,4 @@ def test_the_call_does_not_wait_for_another_streams_kernel(own) -> None:
     spinning = not other.query()
     torch.cuda.synchronize()
     assert spinning and returned_ms < 50, f"the call took {returned_ms:.1f} ms"
-    for mine, blob in zip(images, data):
-        assert (mine.cpu().float() - opencv(blob).float()).abs().mean().item() < 1.5
+    assert_close(images, want)
