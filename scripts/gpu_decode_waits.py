@@ -20,6 +20,13 @@ runs itself again with it preloaded. ``--decoder own`` (``own-hw``: the JPEG eng
 :class:`ttball.kernels.nvjpeg_own.OwnNvjpeg` on nvJPEG's default backend, nvJPEG with
 stream-ordered allocators of its own: if its call no longer waits behind the other stream,
 the wait was nvJPEG's frees.
+
+Found on an H100 (driver 580.159, torchvision with PyTorch 2.11; fifty-second session,
+``docs/benchmarks/h100-2026-12-06/``): NO decoder waited there. torchvision's nvJPEG took
+0.57-0.92 ms behind the 20 ms spin against 0.58-1.18 alone (two ``cuStreamSynchronize`` of its
+own stream, ~0.47 ms); ``nvjpeg-own`` returned in 0.11-0.41 ms with no synchronizing call, its
+frames done as soon as torchvision's; ``own`` (the default backend: Huffman on the host) took
+2.4 ms a frame either way. So the twenty-ninth session's wait is not nvJPEG's on that card.
 """
 
 from __future__ import annotations

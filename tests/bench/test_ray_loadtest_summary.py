@@ -33,6 +33,11 @@ def test_gpm_means_drop_dashes_and_impossible_percentages() -> None:
 def test_busy_shares_from_proc_stat_and_nvidia_smi(tmp_path: Path) -> None:
     (tmp_path / "cpu.txt").write_text("cpu 100 0 100 700 100 0 0\ncpu 200 0 200 1000 100 0 0\n")
     assert summary.cpu_busy(str(tmp_path / "cpu.txt")) == 40.0  # 200 busy of 500 ticks
+    assert summary.cpu_steal(str(tmp_path / "cpu.txt")) is None  # no steal field
+    (tmp_path / "vm.txt").write_text("cpu 100 0 100 700 100 0 0 10 0 0\n"
+                                     "cpu 200 0 200 1000 100 0 0 60 0 0\n")
+    assert summary.cpu_steal(str(tmp_path / "vm.txt")) == 9.1  # 50 stolen of 550 ticks
+    assert summary.cpu_busy(str(tmp_path / "vm.txt")) == 45.5  # steal is not idle
     (tmp_path / "gpu.csv").write_text("t, 30, 1980, 100\nt, 50, 1980, 120\nbroken line\n")
     assert summary.gpu_busy(str(tmp_path / "gpu.csv")) == 40.0
     assert summary.cpu_busy(str(tmp_path / "missing.txt")) is None
@@ -71,7 +76,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert "| 4 | 65.0 | uvloop |" in lines
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
-    assert rows[1].endswith("| None | None |  |  |  |  |")
+    assert rows[1].endswith("| None (None) | None |  |  |  |  |")
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["runs"][1]["latency_ms"]["p99"] == 49.0 and written["runs"][1]["gil"] is None
     assert (tmp_path / "SUMMARY.md").read_text().splitlines() == lines

@@ -77,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    const="compile", help="the same as --pipeline-resize compile")
     p.add_argument("--jpeg-decoder", default="nvjpeg", choices=JPEG_DECODERS,
                    help="with --device-pipeline: nvJPEG through torchvision (default), "
-                        "nvjpeg-own (experimental: nvJPEG built at first use with allocators "
-                        "that don't wait for the GPU, on its JPEG engines; needs nvcc), NVIDIA "
+                        "nvjpeg-own (experimental, no faster so far: nvJPEG built at first use "
+                        "with allocators that don't wait for the GPU, on its JPEG engines; needs "
+                        "nvcc), NVIDIA "
                         "nvImageCodec (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg), "
                         "nvimgcodec-hw (its hardware JPEG engines only), or cv2 "
                         "on the host; a GPU decoder that can't run falls back (/readyz says why)")

@@ -83,8 +83,8 @@ class ServeSettings:
     # "auto": "triton" on a CUDA device, else "eager" (resize_mode).
     pipeline_resize: str = "auto"
     # With device_pipeline: the JPEG decoder (ttball.kernels.prepost.DECODERS): "nvjpeg"
-    # (torchvision), "nvjpeg-own" (experimental: nvJPEG built here with stream-ordered
-    # allocators, on the JPEG engines; ttball.kernels.nvjpeg_own), "nvimgcodec" (NVIDIA
+    # (torchvision), "nvjpeg-own" (experimental, no faster in serve so far: nvJPEG built
+    # here with stream-ordered allocators, on the JPEG engines; ttball.kernels.nvjpeg_own), "nvimgcodec" (NVIDIA
     # nvImageCodec), "nvimgcodec-hw" (its hardware JPEG engines only) or "cv2" (host); a GPU
     # one that can't run falls back, and /readyz says why.
     pipeline_decoder: str = "nvjpeg"

@@ -16,6 +16,8 @@ TOTAL=${TOTAL:-580}
 S6=64 S8=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
 EIGHT=("${QUARTER8[@]}" LANES=2)
 ONE8=("${QUARTER8[@]}" LANES=1)
+# (RUN now starts nothing with < 135 s left: the first call's eight2 and one8b, given 118 and
+# 110 s, ran nothing, scripts/gpu_ray_loadtest.sh skipping them)
 RUN six 100 "${SIX[@]}"
 RUN eight 80 "${EIGHT[@]}"
 RUN one8 80 "${ONE8[@]}"
