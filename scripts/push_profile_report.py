@@ -10,7 +10,12 @@ Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.pus
 - the thread's time, from its top-level torch operations and CUDA calls laid end to end (the
   profiler's own closing ``cudaDeviceSynchronize`` left out): in those calls, waiting before a
   decode answer's copy out (gaps that end at an ``aten::slice``, the first operation on an
-  answer from a decode child), and the other gaps (Python between calls);
+  answer from a decode child), and the other gaps (Python between calls), those split by where
+  they end: before an in-process nvJPEG decode call (a push's first call: the lane between
+  pushes, idle or in the push's Python before it), before a read-back's
+  ``cudaEventSynchronize`` (the previous push's completion), elsewhere in gaps of >= 0.1 ms
+  (a few lines of Python take microseconds: gaps this long, spread over the push, point to the
+  interpreter lock held by another thread) and in shorter ones;
 - the GPU operations (kernels, copies, memsets) the process ran meanwhile, how many of them
   from graph launches, and their own time summed; with ``--pushes N`` (``summary.json``'s
   ``pushes``) a push's share of both (the thirty-seventh session's count; the thirty-eighth
@@ -37,6 +42,9 @@ from typing import Any
 from ttball.serve.push_profile import gpu_operations
 
 HOST = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
+DECODE_CALL = "image::decode_jpegs_cuda"  # torchvision's nvJPEG, a push's first call in-process
+READ_BACK_WAIT = "cudaEventSynchronize"
+LONG_GAP_US = 100.0
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -94,8 +102,12 @@ def thread_split(trace: dict[str, Any]) -> dict[str, float]:
     in the other gaps between calls (see the module docstring)."""
     events = [e for e in _complete(trace) if e.get("cat") in HOST
               and e.get("name") != "cudaDeviceSynchronize"]
+    split = dict.fromkeys(("span_ms", "calls_ms", "decode_wait_ms", "other_gaps_ms",
+                           "before_decode_ms", "before_read_back_ms", "long_gaps_ms",
+                           "short_gaps_ms"), 0.0)
+    split["long_gaps"] = 0
     if not events:
-        return {"span_ms": 0.0, "calls_ms": 0.0, "decode_wait_ms": 0.0, "other_gaps_ms": 0.0}
+        return split
     counts: dict[Any, int] = {}
     for e in events:
         counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
@@ -105,17 +117,24 @@ def thread_split(trace: dict[str, Any]) -> dict[str, float]:
         if e["ts"] >= end:
             top.append(e)
             end = e["ts"] + e["dur"]
-    calls = sum(e["dur"] for e in top)
-    wait = other = 0.0
+    split["calls_ms"] = sum(e["dur"] for e in top) / 1e3
     for before, after in itertools.pairwise(top):
-        gap = after["ts"] - before["ts"] - before["dur"]
-        if after["name"] == "aten::slice" and gap > 1000:  # > 1 ms: a wait, not a step
-            wait += gap
+        gap = (after["ts"] - before["ts"] - before["dur"]) / 1e3
+        if after["name"] == "aten::slice" and gap > 1.0:  # > 1 ms: a wait, not a step
+            split["decode_wait_ms"] += gap
+            continue
+        split["other_gaps_ms"] += gap
+        if after["name"] == DECODE_CALL:
+            split["before_decode_ms"] += gap
+        elif after["name"] == READ_BACK_WAIT:
+            split["before_read_back_ms"] += gap
+        elif gap >= LONG_GAP_US / 1e3:
+            split["long_gaps_ms"] += gap
+            split["long_gaps"] += 1
         else:
-            other += gap
-    span = top[-1]["ts"] + top[-1]["dur"] - top[0]["ts"]
-    return {"span_ms": span / 1e3, "calls_ms": calls / 1e3, "decode_wait_ms": wait / 1e3,
-            "other_gaps_ms": other / 1e3}
+            split["short_gaps_ms"] += gap
+    split["span_ms"] = (top[-1]["ts"] + top[-1]["dur"] - top[0]["ts"]) / 1e3
+    return split
 
 
 def python_self_time(trace: dict[str, Any], top: int = 20) -> dict[str, Any]:
@@ -185,6 +204,11 @@ def main() -> None:
           f"({100 * split['calls_ms'] / span:.0f} %), waiting before a decode answer "
           f"{split['decode_wait_ms']:.1f} ({100 * split['decode_wait_ms'] / span:.0f} %), "
           f"other gaps {split['other_gaps_ms']:.1f} ({100 * split['other_gaps_ms'] / span:.0f} %)")
+    long_mean = split["long_gaps_ms"] / max(split["long_gaps"], 1)
+    print(f"other gaps, ms: before a decode call {split['before_decode_ms']:.1f}, before a "
+          f"read-back's wait {split['before_read_back_ms']:.1f}, elsewhere {split['long_gaps']:.0f} "
+          f"gaps of >= {LONG_GAP_US / 1e3:.1f} ms {split['long_gaps_ms']:.1f} (mean {long_mean:.2f}), "
+          f"shorter ones {split['short_gaps_ms']:.1f}")
     if python is not None:
         if not python["functions"]:
             print("python: no python_function events (profile with TTBALL_PROFILE_STACK=1)")

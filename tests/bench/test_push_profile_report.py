@@ -41,7 +41,26 @@ def test_graph_launches_read_span_busy_and_wait() -> None:
 def test_thread_split_tells_decode_waits_from_other_gaps() -> None:
     split = report.thread_split(TRACE)
     assert split == pytest.approx({"span_ms": 6.0, "calls_ms": 0.5, "decode_wait_ms": 5.0,
-                                   "other_gaps_ms": 0.5})
+                                   "other_gaps_ms": 0.5, "before_decode_ms": 0.0,
+                                   "before_read_back_ms": 0.0, "long_gaps_ms": 0.5,
+                                   "long_gaps": 1, "short_gaps_ms": 0.0})
+    assert report.thread_split({"traceEvents": []})["other_gaps_ms"] == 0.0
+
+
+def test_other_gaps_are_split_by_where_they_end() -> None:
+    trace = {"traceEvents": [
+        x("cpu_op", "image::decode_jpegs_cuda", 0, 500),  # a push begins
+        x("cpu_op", "aten::stack", 550, 50),  # 0.05 ms: a short gap
+        x("cpu_op", "aten::to", 900, 100),  # 0.3 ms: a long one
+        x("cuda_runtime", "cudaGraphLaunch", 1200, 100),  # 0.2 ms: long
+        x("cuda_runtime", "cudaEventSynchronize", 2300, 700),  # 1 ms before the read-back
+        x("cpu_op", "image::decode_jpegs_cuda", 7000, 500),  # 4 ms between pushes
+    ]}
+    split = report.thread_split(trace)
+    assert split == pytest.approx({"span_ms": 7.5, "calls_ms": 1.95, "decode_wait_ms": 0.0,
+                                   "other_gaps_ms": 5.55, "before_decode_ms": 4.0,
+                                   "before_read_back_ms": 1.0, "long_gaps_ms": 0.5,
+                                   "long_gaps": 2, "short_gaps_ms": 0.05})
 
 
 def test_the_command_prints_both_and_refuses_a_bad_file(tmp_path: Path) -> None:
@@ -58,6 +77,8 @@ def test_the_command_prints_both_and_refuses_a_bad_file(tmp_path: Path) -> None:
     text = subprocess.run([sys.executable, script, str(path), "--pushes", "2"],
                           capture_output=True, text=True, check=True, timeout=60).stdout
     assert "waiting before a decode answer 5.0 (83 %)" in text
+    assert ("other gaps, ms: before a decode call 0.0, before a read-back's wait 0.0, elsewhere "
+            "1 gaps of >= 0.1 ms 0.5 (mean 0.50), shorter ones 0.0") in text
     assert ("GPU operations: 3 (kernels, copies, memsets), 2 of them from graph launches, 2 a "
             "push; their own time 1.51 ms, 0.75 a push") in text
     (tmp_path / "bad.json").write_text("{not json")
