@@ -16,6 +16,11 @@ Reads the Chrome trace that ``TTBALL_PROFILE_PUSHES`` writes (``ttball.serve.pus
   ``cudaEventSynchronize`` (the previous push's completion), elsewhere in gaps of >= 0.1 ms
   (a few lines of Python take microseconds: gaps this long, spread over the push, point to the
   interpreter lock held by another thread) and in shorter ones;
+- the thread's metadata-only operations (views, ``as_strided``, ``empty``...: ~1-10 us each)
+  that lasted 50 us or more, their count and ms: such an operation doesn't wait for the GPU,
+  and PyTorch takes the interpreter lock back after the operation's record has ended (the wait
+  falls in the gap after it), so one that long was most likely descheduled by the OS (host CPU
+  contention, or time stolen by the hypervisor): a sign to tell that from a wait for the lock;
 - the GPU operations (kernels, copies, memsets) the process ran meanwhile, how many of them
   from graph launches, and their own time summed; with ``--pushes N`` (``summary.json``'s
   ``pushes``) a push's share of both (the thirty-seventh session's count; the thirty-eighth
@@ -45,6 +50,11 @@ HOST = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
 DECODE_CALL = "image::decode_jpegs_cuda"  # torchvision's nvJPEG, a push's first call in-process
 READ_BACK_WAIT = "cudaEventSynchronize"
 LONG_GAP_US = 100.0
+METADATA_OPS = frozenset((
+    "aten::as_strided", "aten::view", "aten::reshape", "aten::flatten", "aten::select",
+    "aten::slice", "aten::unsqueeze", "aten::expand", "aten::alias", "aten::detach",
+    "aten::detach_", "aten::empty", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg"))
+SLOW_METADATA_US = 50.0
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -137,6 +147,19 @@ def thread_split(trace: dict[str, Any]) -> dict[str, float]:
     return split
 
 
+def slow_metadata_ops(trace: dict[str, Any]) -> dict[str, float]:
+    """The busiest host thread's metadata-only operations of >= ``SLOW_METADATA_US``: how many
+    and their ms (see the module docstring), and how many such operations it ran in all."""
+    events = [e for e in _complete(trace) if e.get("cat") in HOST]
+    counts: dict[Any, int] = {}
+    for e in events:
+        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
+    tid = max(counts, key=lambda k: counts[k]) if counts else None
+    mine = [e for e in events if e.get("tid") == tid and e.get("name") in METADATA_OPS]
+    slow = [e["dur"] for e in mine if e["dur"] >= SLOW_METADATA_US]
+    return {"ops": len(mine), "slow": len(slow), "slow_ms": sum(slow) / 1e3}
+
+
 def python_self_time(trace: dict[str, Any], top: int = 20) -> dict[str, Any]:
     """The busiest ``python_function`` thread's self time by function name: ``span_ms`` (its
     first call's start to its last call's end), ``functions`` (``[name, ms, calls]``, the
@@ -186,9 +209,11 @@ def main() -> None:
     except (OSError, ValueError, EOFError) as exc:  # EOFError: a gzip cut off while written
         sys.exit(f"push_profile_report.py: cannot read {args.trace}: {exc}")
     graphs, split, ops = graph_launches(trace), thread_split(trace), operations(trace)
+    slow = slow_metadata_ops(trace)
     python = python_self_time(trace) if args.python else None
     if args.json:
         print(json.dumps({"graphs": graphs, "thread": split, "operations": ops,
+                          "slow_metadata_ops": slow,
                           **({"python": python} if python is not None else {})}, indent=1))
         return
     print("graph launches: at ms, kernels, launch -> first kernel ms, span ms, busy ms")
@@ -209,6 +234,8 @@ def main() -> None:
           f"read-back's wait {split['before_read_back_ms']:.1f}, elsewhere {split['long_gaps']:.0f} "
           f"gaps of >= {LONG_GAP_US / 1e3:.1f} ms {split['long_gaps_ms']:.1f} (mean {long_mean:.2f}), "
           f"shorter ones {split['short_gaps_ms']:.1f}")
+    print(f"metadata-only operations of >= {SLOW_METADATA_US:.0f} us (the thread most likely "
+          f"descheduled): {slow['slow']} of {slow['ops']}, {slow['slow_ms']:.1f} ms")
     if python is not None:
         if not python["functions"]:
             print("python: no python_function events (profile with TTBALL_PROFILE_STACK=1)")

@@ -111,3 +111,16 @@ def test_python_self_time_takes_each_call_s_children_out() -> None:
     assert got["functions"][0][0].startswith("<method 'recv_bytes'")  # the largest first
     assert "other.py(1): idle" not in by_name
     assert report.python_self_time(TRACE) == {"span_ms": 0.0, "functions": []}
+
+
+def test_slow_metadata_ops_are_counted_on_the_busiest_thread() -> None:
+    trace = {"traceEvents": [
+        x("cpu_op", "aten::as_strided", 0, 2),
+        x("cpu_op", "aten::view", 10, 400),  # 0.4 ms for a view: descheduled
+        x("cpu_op", "aten::empty", 500, 60),
+        x("cpu_op", "aten::conv2d", 600, 5000),  # real work: not counted
+        x("cpu_op", "aten::view", 0, 900, tid=2),  # another thread, fewer events
+    ]}
+    assert report.slow_metadata_ops(trace) == pytest.approx({"ops": 3, "slow": 2,
+                                                             "slow_ms": 0.46})
+    assert report.slow_metadata_ops({"traceEvents": []}) == {"ops": 0, "slow": 0, "slow_ms": 0.0}
