@@ -4,12 +4,18 @@
 #    /tmp/waits, returned as waits.tgz: on an H100 no decoder waited for another stream's
 #    kernel (../h100-2026-12-06/); does torchvision's nvJPEG wait on this card, as the
 #    twenty-ninth session's diag.sh found on an H200? ~45 s.
-# 2. six replicas of two lanes at 33 % of the SMs against eight at 25 %, 64 sessions,
-#    alternated (call12.sh's first pair gave 65.6 / 61.2 against 65.3 on an H200, one sample of
-#    eight), then `six` with py-spy --gil on one replica (PYSPY=1: who holds the interpreter
-#    lock; the lane profile found 57 % of a lane thread's time in gaps between recorded calls,
-#    ../h200-2026-12-06/). Predicted: eight level with six again (+-5 ms); the lock held
-#    > 60 % of the time in that replica, most by the two lane threads, if the gaps are its wait.
+# 2. At 64 sessions, alternated: six replicas of two lanes at 33 % of the SMs (`six`) against
+#    TWELVE replicas of one lane at 17 % (`twelve`: as many lanes, none sharing a process's
+#    interpreter lock; never run in this latency shape), then `eight` (two lanes at 25 %; call12
+#    gave 65.3 against six's 65.6 / 61.2 on an H200, one sample), then `six` with py-spy --gil
+#    on one replica (PYSPY=1). Why: one lane profiled in `six` spent 57 % of its thread in gaps,
+#    45.6 of 173 ms in gaps of ~0.3 ms spread over its pushes (the lock, or the OS: 30 of 883
+#    metadata-only ops took >= 50 us), and eight replicas of ONE lane had the lowest median
+#    (27.3 ms against 32.6) but eight lanes for twelve lanes' work (p99 109.6). Predicted:
+#    `twelve` p50 25-30 ms, p99 at or under six's if the shared lock is what lengthens a lane's
+#    push; p99 above six's if a sixth of the SMs a network costs more than the lock did; the
+#    lock held > 60 % of the time in `sixgil`'s replica, most by its two lane threads, if the
+#    gaps are its wait.
 # Read each run's stolen CPU share (SUMMARY's "host CPU busy % (stolen)") before comparing.
 # Carry [".raywhl", ".gpu"]:
 #   bash docs/benchmarks/h200-2026-12-05d/call13.sh > $OUT/call.log 2>&1
@@ -21,9 +27,12 @@ tar -czf $OUT/waits.tgz -C /tmp waits
 TOTAL=$(( END_S - ($(date +%s) - START) ))
 S6=64 S8=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
 EIGHT=("${QUARTER8[@]}" LANES=2)
+TWELVE=(RESIZE=triton MPS_PCT=17 REPLICAS=12 SESSIONS_12=64 GPUS_PER_REPLICA=0.08
+        CPUS_PER_REPLICA=1 CACHE=/tmp/rcache LANES=1)
 RUN six 100 "${SIX[@]}"
-RUN eight 80 "${EIGHT[@]}"
+RUN twelve 100 "${TWELVE[@]}"
 RUN six2 80 "${SIX[@]}"
-RUN eight2 80 "${EIGHT[@]}"
+RUN twelve2 80 "${TWELVE[@]}"
+RUN eight 80 "${EIGHT[@]}"
 RUN sixgil 80 "${SIX[@]}" PYSPY=1
 finish $RUNS
