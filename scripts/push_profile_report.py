@@ -41,6 +41,7 @@ import gzip
 import itertools
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,12 @@ def operations(trace: dict[str, Any]) -> dict[str, float]:
             "busy_ms": sum(e["dur"] for e in ops) / 1e3}
 
 
+def _busiest(events: list[dict[str, Any]]) -> Any:
+    """The thread with the most of ``events`` (None without any)."""
+    counts = Counter(e.get("tid") for e in events)
+    return counts.most_common(1)[0][0] if counts else None
+
+
 def thread_split(trace: dict[str, Any]) -> dict[str, float]:
     """The busiest host thread's ms: in calls, waiting before a decode answer's copy out, and
     in the other gaps between calls (see the module docstring)."""
@@ -118,10 +125,7 @@ def thread_split(trace: dict[str, Any]) -> dict[str, float]:
     split["long_gaps"] = 0
     if not events:
         return split
-    counts: dict[Any, int] = {}
-    for e in events:
-        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
-    tid = max(counts, key=lambda k: counts[k])
+    tid = _busiest(events)
     top, end = [], float("-inf")
     for e in sorted((e for e in events if e.get("tid") == tid), key=lambda e: e["ts"]):
         if e["ts"] >= end:
@@ -151,10 +155,7 @@ def slow_metadata_ops(trace: dict[str, Any]) -> dict[str, float]:
     """The busiest host thread's metadata-only operations of >= ``SLOW_METADATA_US``: how many
     and their ms (see the module docstring), and how many such operations it ran in all."""
     events = [e for e in _complete(trace) if e.get("cat") in HOST]
-    counts: dict[Any, int] = {}
-    for e in events:
-        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
-    tid = max(counts, key=lambda k: counts[k]) if counts else None
+    tid = _busiest(events)
     mine = [e for e in events if e.get("tid") == tid and e.get("name") in METADATA_OPS]
     slow = [e["dur"] for e in mine if e["dur"] >= SLOW_METADATA_US]
     return {"ops": len(mine), "slow": len(slow), "slow_ms": sum(slow) / 1e3}
@@ -167,10 +168,7 @@ def python_self_time(trace: dict[str, Any], top: int = 20) -> dict[str, Any]:
     events = [e for e in _complete(trace) if e.get("cat") == "python_function"]
     if not events:
         return {"span_ms": 0.0, "functions": []}
-    counts: dict[Any, int] = {}
-    for e in events:
-        counts[e.get("tid")] = counts.get(e.get("tid"), 0) + 1
-    tid = max(counts, key=lambda k: counts[k])
+    tid = _busiest(events)
     mine = sorted((e for e in events if e.get("tid") == tid), key=lambda e: (e["ts"], -e["dur"]))
     own: dict[str, list[float]] = {}
     stack: list[list[Any]] = []  # [event, its children's time]
