@@ -180,6 +180,39 @@ def test_nvimgcodec_decoder_wraps_its_images_and_names_bad_frames(
         decoder([blobs[0], blobs[1], b"\xff\xd8 truncated"])  # decode gives None
 
 
+def test_a_failed_nvjpeg_batch_is_decoded_frame_by_frame_to_name_the_bad_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``library="nvjpeg"`` (torchvision's decode_jpeg, a stand-in module here): one bad frame
+    fails the whole batch call, so the frames are decoded one by one and the first that fails
+    is named; a good batch is one call."""
+    import sys
+    import types
+
+    calls: list[int] = []
+
+    def decode_jpeg(data: object, mode: object = None, device: object = None) -> object:
+        items = data if isinstance(data, list) else [data]
+        calls.append(len(items))
+        if any(bytes(d.numpy()) == b"bad" for d in items):
+            raise RuntimeError("Unsupported marker type 0x61")
+        images = [torch.full((3, 2, 2), len(bytes(d.numpy())), dtype=torch.uint8) for d in items]
+        return images if isinstance(data, list) else images[0]
+
+    io = types.ModuleType("torchvision.io")
+    io.decode_jpeg = decode_jpeg  # type: ignore[attr-defined]
+    io.ImageReadMode = types.SimpleNamespace(RGB="RGB")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torchvision", types.ModuleType("torchvision"))
+    monkeypatch.setitem(sys.modules, "torchvision.io", io)
+    decoder = JpegDecoder("cpu")
+    decoder.kind = "nvjpeg"  # as on a GPU
+    assert [int(i[0, 0, 0]) for i in decoder([b"ok", b"good"])] == [2, 4] and calls == [2]
+    calls.clear()
+    with pytest.raises(DecodeError, match="frame 2 of the batch: nvJPEG: Unsupported marker"):
+        decoder([b"ok", b"good", b"bad", b"ok"])
+    assert calls == [4, 1, 1, 1]  # the batch, then one by one up to the bad frame
+
+
 def test_nvimgcodec_hw_hands_refused_frames_to_the_general_decoder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cv2
@@ -237,14 +237,7 @@ class JpegDecoder:
         except DecodeFailed as exc:
             if exc.index is not None:
                 raise DecodeError(exc.index, f"nvJPEG: {exc}") from None
-        # the whole batch failed: decode one by one to name the frame
-        out = []
-        for i, data in enumerate(blobs):
-            try:
-                out.extend(self._own([data]))
-            except DecodeFailed as exc:
-                raise DecodeError(i, f"nvJPEG: {exc}") from None
-        return out
+        return _one_by_one(lambda data: self._own([data])[0], blobs, DecodeFailed)
 
     def _to_device(self, rgb: Tensor) -> Tensor:
         if self.device.type == "cpu":
@@ -257,15 +250,23 @@ class JpegDecoder:
         data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
         try:
             return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device))
-        except RuntimeError:
-            # One bad frame fails the whole batch: decode one by one to name it.
-            out = []
-            for i, d in enumerate(data):
-                try:
-                    out.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=self.device))
-                except RuntimeError as exc:
-                    raise DecodeError(i, f"nvJPEG: {exc}") from None
-            return out
+        except RuntimeError:  # one bad frame fails the whole batch
+            return _one_by_one(
+                lambda d: decode_jpeg(d, mode=ImageReadMode.RGB, device=self.device), data,
+                RuntimeError)
+
+
+def _one_by_one(decode: Callable[[Any], Tensor], items: Sequence[Any],
+                errors: type[Exception]) -> list[Tensor]:
+    """A batch that failed as a whole, decoded frame by frame to name the bad one: the first
+    that raises ``errors`` becomes a :class:`DecodeError` with its index."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(decode(item))
+        except errors as exc:
+            raise DecodeError(i, f"nvJPEG: {exc}") from None
+    return out
 
 
 def _taps(src: int, dst: int, clamp: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
