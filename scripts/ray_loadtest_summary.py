@@ -20,9 +20,10 @@ from typing import Any
 
 
 def _cpu_ticks(path: str) -> tuple[list[int], int] | None:
-    """Each field's ticks between two ``/proc/stat`` "cpu" lines, and their sum."""
+    """Each field's ticks between two ``/proc/stat`` "cpu" lines, and their sum (the first
+    eight fields: guest and guest_nice are counted in user and nice already)."""
     try:
-        a, b = ([int(x) for x in line.split()[1:]] for line in Path(path).read_text().splitlines()[:2])
+        a, b = ([int(x) for x in line.split()[1:9]] for line in Path(path).read_text().splitlines()[:2])
     except (OSError, ValueError):
         return None
     ticks = [y - x for x, y in zip(a, b)]
