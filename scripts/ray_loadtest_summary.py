@@ -18,36 +18,35 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def _cpu_ticks(path: str) -> tuple[list[int], int] | None:
-    """Each field's ticks between two ``/proc/stat`` "cpu" lines, and their sum (the first
-    eight fields: guest and guest_nice are counted in user and nice already)."""
+from ttball.hostcpu import cpu_shares, cpu_ticks
+
+
+def _cpu_shares(path: str) -> dict[str, float | None] | None:
+    """The host CPU's busy and stolen % between the two ``/proc/stat`` "cpu" lines in ``path``
+    (:func:`ttball.hostcpu.cpu_shares`)."""
     try:
-        a, b = ([int(x) for x in line.split()[1:9]] for line in Path(path).read_text().splitlines()[:2])
-    except (OSError, ValueError):
+        lines = Path(path).read_text().splitlines()[:2]
+    except OSError:
         return None
-    ticks = [y - x for x, y in zip(a, b)]
-    return (ticks, sum(ticks)) if sum(ticks) > 0 else None
+    if len(lines) < 2:
+        return None
+    return cpu_shares(cpu_ticks(lines[0]), cpu_ticks(lines[1]))
 
 
 def cpu_busy(path: str) -> float | None:
     """% of the host's CPU time busy between two ``/proc/stat`` "cpu" lines."""
-    counted = _cpu_ticks(path)
-    if counted is None:
-        return None
-    ticks, total = counted
-    return round(100 * (1 - (ticks[3] + ticks[4]) / total), 1)  # idle + iowait
+    shares = _cpu_shares(path)
+    return shares["busy_pct"] if shares else None
 
 
 def cpu_steal(path: str) -> float | None:
     """% of the host's CPU time stolen by the hypervisor (the eighth field) between the same two
     lines: a virtual machine's CPUs given to its neighbours, which lengthens the latency tail
     (the fifty-second session's runs: 0.1-1.7 % on quiet hosts, ~8 % where p99 doubled)."""
-    counted = _cpu_ticks(path)
-    if counted is None or len(counted[0]) < 8:
-        return None
-    ticks, total = counted
-    return round(100 * ticks[7] / total, 1)
+    shares = _cpu_shares(path)
+    return shares["steal_pct"] if shares else None
 
 
 def gpu_busy(path: str) -> float | None:

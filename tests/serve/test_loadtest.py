@@ -77,6 +77,8 @@ def test_loadtest_reports_every_frame(loadtest, small_weights, tmp_path) -> None
     assert 0.9 < report["active_s"] <= report["elapsed_s"]  # first send → last row: ~the duration
     assert report["achieved_fps"] == pytest.approx(60 / report["active_s"], rel=0.02)
     assert "ttball_frames_total 60.0" in metrics
+    host = report["host_cpu"]  # /proc/stat over the run: this machine's share busy and stolen
+    assert host is not None and 0 < host["busy_pct"] <= 100 and 0 <= host["steal_pct"] <= 100
 
 
 def test_loadtest_refuses_remote_and_unbounded(loadtest, tmp_path, capsys) -> None:
@@ -178,3 +180,22 @@ def test_a_stream_the_worker_drops_is_counted_and_the_report_still_written(
     report = json.loads(out.read_text())
     assert report["errors"] == {"closed_1011": 2}
     assert report["rows"] == 0 and report["dropped"] == 40
+
+
+def test_host_cpu_shares_between_two_proc_stat_readings() -> None:
+    from ttball.cli.loadtest import _host_cpu_text
+    from ttball.hostcpu import cpu_shares, cpu_ticks
+
+    before = cpu_ticks("cpu  100 0 100 700 100 0 0 10 5 0")
+    after = cpu_ticks("cpu  200 0 200 1000 100 0 0 60 30 0")
+    assert before == [100, 0, 100, 700, 100, 0, 0, 10]  # guest (in user already) left out
+    shares = cpu_shares(before, after)
+    assert shares == {"busy_pct": 45.5, "steal_pct": 9.1}  # 50 stolen of 550 ticks
+    assert _host_cpu_text(shares) == "; host CPU 45.5 % busy, 9.1 % stolen"
+    old_kernel = cpu_shares(cpu_ticks("cpu 100 0 100 700 100 0 0"),
+                            cpu_ticks("cpu 200 0 200 1000 100 0 0"))
+    assert old_kernel == {"busy_pct": 40.0, "steal_pct": None}
+    assert _host_cpu_text(old_kernel) == "; host CPU 40.0 % busy"
+    assert cpu_shares(before, before) is None and cpu_shares(None, after) is None
+    assert cpu_ticks("intr 1 2 3") is None and cpu_ticks("cpu x") is None
+    assert _host_cpu_text(None) == ""

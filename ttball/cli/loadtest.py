@@ -293,6 +293,14 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
     }
 
 
+def _host_cpu_text(shares: dict[str, float | None] | None) -> str:
+    """The summary line's host CPU part: busy %, and stolen % where the host reports it."""
+    if not shares:
+        return ""
+    stolen = f", {shares['steal_pct']} % stolen" if shares.get("steal_pct") is not None else ""
+    return f"; host CPU {shares['busy_pct']} % busy{stolen}"
+
+
 def start_offset(index: int, sessions: int, fps: float, step: int) -> float:
     """Session ``index``'s start after the first's, in seconds: the starts spread evenly over
     ``step`` frame intervals, as independent cameras' would be. Over one interval, every
@@ -319,7 +327,10 @@ def _process_share(args: argparse.Namespace, clips: list[list[bytes]], indices: 
 
 
 def _run_all(args: argparse.Namespace, clips: list[list[bytes]]) -> dict[str, Any]:
+    from ttball.hostcpu import cpu_shares, cpu_ticks
+
     n = min(args.processes, args.sessions)
+    before = cpu_ticks()
     start_wall = time.time() + (0.5 if n == 1 else 3.0)  # time for the processes to start
     if n == 1:
         logs = _process_share(args, clips, range(args.sessions), start_wall)
@@ -331,7 +342,11 @@ def _run_all(args: argparse.Namespace, clips: list[list[bytes]]) -> dict[str, An
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
             parts = [pool.submit(_process_share, args, clips, share, start_wall) for share in shares]
             logs = [log for part in parts for log in part.result()]
-    return summarize(logs, args, time.time() - start_wall)  # from the first session's start
+    report = summarize(logs, args, time.time() - start_wall)  # from the first session's start
+    # this host's CPU over the run (the client's; the worker's too when it runs here): a tail
+    # lengthened by a neighbour on the hypervisor shows as time stolen
+    report["host_cpu"] = cpu_shares(before, cpu_ticks())
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -362,5 +377,6 @@ def run(args: argparse.Namespace) -> int:
               f"{lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms (floor mean "
               f"{report['latency_floor_ms']['mean']} ms); late {report['late']}, dropped "
               f"{report['dropped']}, behind schedule {report['behind_schedule']}"
-              + (f", errors {report['errors']}" if report["errors"] else ""))
+              + (f", errors {report['errors']}" if report["errors"] else "")
+              + _host_cpu_text(report["host_cpu"]))
     return 0
