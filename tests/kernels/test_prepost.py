@@ -466,6 +466,42 @@ def test_post_processing_sees_only_warmed_batch_sizes(small_config: WeightsConfi
         assert_rows_match(got[sid], cpu_rows(BrightBackend(), small_config, blobs, options, 60.0))
 
 
+def test_thresholds_are_uploaded_once_for_each_combination(
+    small_config: WeightsConfig, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each call's thresholds (three a window) go to the device once for each combination of
+    sessions' thresholds and are kept: the statistics see each window's own, and the rows stay
+    the CPU path's, with two sessions of different thresholds in the same calls."""
+    from ttball.kernels import prepost
+
+    uploads: list[list[float]] = []
+    real = prepost.host_to_device
+
+    def counted(tensor: Tensor, device: torch.device) -> Tensor:
+        uploads.append(tensor.tolist())
+        return real(tensor, device)
+
+    monkeypatch.setattr(prepost, "host_to_device", counted)
+    pipeline = cpu_pipeline(small_config)
+    seen: list[list[float]] = []
+    packed = pipeline._packed
+
+    def spy(logits: Tensor, thresholds: Tensor) -> Tensor:
+        seen.append([round(t, 2) for t in thresholds.tolist()])
+        return packed(logits, thresholds)
+
+    monkeypatch.setattr(pipeline, "_packed", spy)
+    sessions = {"a": (session_frames(10, (256, 144), streak=True), StreamOptions(step=1)),
+                "b": (session_frames(10, (256, 144), streak=False),
+                      StreamOptions(step=1, threshold=0.7))}
+    got = gpu_rows(pipeline, sessions, 60.0, chunk=2)  # a window of each a call, from the third
+    assert len(seen) > len(uploads) >= 1  # calls reuse the kept tensors
+    assert len({tuple(u) for u in uploads}) == len(uploads)  # each combination once
+    assert [0.5, 0.5, 0.5, 0.7, 0.7, 0.7] in seen  # each window its own session's
+    for sid, (blobs, options) in sessions.items():
+        assert_rows_match(got[sid], cpu_rows(BrightBackend(), small_config, blobs, options, 60.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_overlap_on_cuda_gives_the_serial_rows(small_config: WeightsConfig) -> None:

@@ -109,6 +109,7 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+THRESHOLD_CACHE = 64  # thresholds tensors kept a pipeline (emptied when full)
 
 
 @dataclass
@@ -247,6 +248,7 @@ class GpuPipeline:
         # TTBALL_FUSED_WINDOWS: read (and a bad value refused) now, not in the first capture
         self.fused_windows = fused_windows_level(torch.empty(0, device=self.device))
         self._sessions: dict[str, _Session] = {}
+        self._threshold_cache: dict[tuple[float, ...], Tensor] = {}  # see _thresholds_of
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
 
@@ -554,10 +556,7 @@ class GpuPipeline:
                 self._on_stats(logits):
             # the statistics of the padded batch, so their graph is one of a warmed size (a
             # frozen pipeline never meets a new shape); the padding's rows are dropped after
-            thresholds = host_to_device(  # no wait for the network just launched
-                torch.tensor([self._sessions[w.stream_id].stream.threshold
-                              for w in padded for _ in range(3)],
-                             dtype=torch.float32), logits.device)
+            thresholds = self._thresholds_of(padded, logits.device)
             self._mark("stats_upload")
             packed = self._packed(logits, thresholds)[: 3 * len(windows)]
             self._mark("stats_graph")
@@ -665,6 +664,21 @@ class GpuPipeline:
         """Calls run eagerly since :meth:`freeze_graphs` (backend and post-processing)."""
         backend = getattr(self.backend, "uncaptured_calls", 0)  # BackendBase's; not the Protocol's
         return backend + getattr(self._graphed, "uncaptured", 0)
+
+    def _thresholds_of(self, windows: list[Window], device: torch.device) -> Tensor:
+        """The windows' sessions' thresholds, three a window (one a frame), on ``device``: one
+        upload for each combination met (sessions mostly share theirs), then kept -- six host
+        operations a call less, each a chance for another thread to take the interpreter lock
+        (``docs/benchmarks/h200-2026-12-06/``). Read only, by the statistics."""
+        key = tuple(self._sessions[w.stream_id].stream.threshold for w in windows)
+        thresholds = self._threshold_cache.get(key)
+        if thresholds is None:
+            if len(self._threshold_cache) >= THRESHOLD_CACHE:
+                self._threshold_cache.clear()
+            thresholds = host_to_device(  # no wait for the network just launched
+                torch.tensor([t for t in key for _ in range(3)], dtype=torch.float32), device)
+            self._threshold_cache[key] = thresholds
+        return thresholds
 
     def _packed(self, logits: Tensor, thresholds: Tensor) -> Tensor:
         if self._graphed is not None:
