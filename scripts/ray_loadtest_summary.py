@@ -23,30 +23,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ttball.hostcpu import cpu_shares, cpu_ticks
 
 
-def _cpu_shares(path: str) -> dict[str, float | None] | None:
-    """The host CPU's busy and stolen % between the two ``/proc/stat`` "cpu" lines in ``path``
-    (:func:`ttball.hostcpu.cpu_shares`)."""
+def host_cpu(path: str) -> dict[str, float | None]:
+    """The host CPU's ``busy_pct`` and ``steal_pct`` between the two ``/proc/stat`` "cpu" lines
+    in ``path`` (:func:`ttball.hostcpu.cpu_shares`; stolen: a virtual machine's CPUs given to
+    its neighbours, which lengthens the latency tail -- the fifty-second session's runs: 0.1-1.7
+    % on quiet hosts, ~8 % where p99 doubled); None each where the file can't tell."""
     try:
         lines = Path(path).read_text().splitlines()[:2]
     except OSError:
-        return None
-    if len(lines) < 2:
-        return None
-    return cpu_shares(cpu_ticks(lines[0]), cpu_ticks(lines[1]))
-
-
-def cpu_busy(path: str) -> float | None:
-    """% of the host's CPU time busy between two ``/proc/stat`` "cpu" lines."""
-    shares = _cpu_shares(path)
-    return shares["busy_pct"] if shares else None
-
-
-def cpu_steal(path: str) -> float | None:
-    """% of the host's CPU time stolen by the hypervisor (the eighth field) between the same two
-    lines: a virtual machine's CPUs given to its neighbours, which lengthens the latency tail
-    (the fifty-second session's runs: 0.1-1.7 % on quiet hosts, ~8 % where p99 doubled)."""
-    shares = _cpu_shares(path)
-    return shares["steal_pct"] if shares else None
+        lines = []
+    shares = cpu_shares(cpu_ticks(lines[0]), cpu_ticks(lines[1])) if len(lines) == 2 else None
+    return shares or {"busy_pct": None, "steal_pct": None}
 
 
 def gpu_busy(path: str) -> float | None:
@@ -182,8 +169,8 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
     runs.sort(key=lambda r: (r["replicas"], r["sessions"]))
     for r in runs:
         at = f"{folder}/%s-{r['replicas']}-{r['sessions']}%s"
-        r["host_cpu_busy_pct"] = cpu_busy(at % ("cpu", ".txt"))
-        r["host_cpu_steal_pct"] = cpu_steal(at % ("cpu", ".txt"))
+        host = host_cpu(at % ("cpu", ".txt"))
+        r["host_cpu_busy_pct"], r["host_cpu_steal_pct"] = host["busy_pct"], host["steal_pct"]
         r["gpu_busy_pct"] = gpu_busy(at % ("gpu", ".csv"))
         r["gpm"] = gpm_means(at % ("gpu", "-gpm.txt"))
         r["replica_cpu"] = replica_cpu(at % ("procs", ".json"))

@@ -32,16 +32,16 @@ def test_gpm_means_drop_dashes_and_impossible_percentages() -> None:
 
 def test_busy_shares_from_proc_stat_and_nvidia_smi(tmp_path: Path) -> None:
     (tmp_path / "cpu.txt").write_text("cpu 100 0 100 700 100 0 0\ncpu 200 0 200 1000 100 0 0\n")
-    assert summary.cpu_busy(str(tmp_path / "cpu.txt")) == 40.0  # 200 busy of 500 ticks
-    assert summary.cpu_steal(str(tmp_path / "cpu.txt")) is None  # no steal field
+    assert summary.host_cpu(str(tmp_path / "cpu.txt"))["busy_pct"] == 40.0  # 200 busy of 500 ticks
+    assert summary.host_cpu(str(tmp_path / "cpu.txt"))["steal_pct"] is None  # no steal field
     (tmp_path / "vm.txt").write_text("cpu 100 0 100 700 100 0 0 10 5 0\n"
                                      "cpu 200 0 200 1000 100 0 0 60 30 0\n")
     # 50 stolen of 550 ticks (the guest's 25 are in user's already, not counted twice)
-    assert summary.cpu_steal(str(tmp_path / "vm.txt")) == 9.1
-    assert summary.cpu_busy(str(tmp_path / "vm.txt")) == 45.5  # steal is not idle
+    assert summary.host_cpu(str(tmp_path / "vm.txt"))["steal_pct"] == 9.1
+    assert summary.host_cpu(str(tmp_path / "vm.txt"))["busy_pct"] == 45.5  # steal is not idle
     (tmp_path / "gpu.csv").write_text("t, 30, 1980, 100\nt, 50, 1980, 120\nbroken line\n")
     assert summary.gpu_busy(str(tmp_path / "gpu.csv")) == 40.0
-    assert summary.cpu_busy(str(tmp_path / "missing.txt")) is None
+    assert summary.host_cpu(str(tmp_path / "missing.txt"))["busy_pct"] is None
     assert summary.gpu_busy(str(tmp_path / "missing.csv")) is None
 
 
