@@ -3,10 +3,9 @@
 Written because every GPU JPEG decoder measured on the H200 waited, in its call, for all of its
 process's GPU work (twenty-ninth session, ``docs/benchmarks/LOG.md``), and torchvision's decoder
 creates nvJPEG with the default allocators, whose frees wait for the whole device.
-``nvjpeg_own.c`` creates
-it with stream-ordered device allocations (``cudaMallocAsync`` / ``cudaFreeAsync`` on the
-decode's stream), a pinned pool it never gives back and nvJPEG's memory pools, on the GPU's
-JPEG engines when it has them (a frame they refuse, such as a progressive JPEG, decoded alone
+``nvjpeg_own.c`` creates it with stream-ordered device allocations (``cudaMallocAsync`` /
+``cudaFreeAsync`` on the decode's stream), a pinned pool it never gives back and nvJPEG's
+memory pools, on the GPU's JPEG engines when it has them (a frame they refuse, such as a progressive JPEG, decoded alone
 by the default backend), and queues a batch on the caller's current stream without waiting.
 A frame whose header can't be read is named (:class:`DecodeFailed`, a 400 in the server); one
 whose header reads but whose entropy-coded data is damaged may decode to wrong pixels without
