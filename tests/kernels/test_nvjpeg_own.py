@@ -80,8 +80,9 @@ def test_a_bad_frame_is_named(own) -> None:
 
 def test_the_call_does_not_wait_for_another_streams_kernel(own, theirs) -> None:
     """100 ms of a spin kernel on another stream; the decode's call returns well before it
-    ends (nvJPEG through torchvision waited for it: ~20 ms behind 20 ms, LOG.md), and its
-    frames are right once the decode's stream is waited for."""
+    ends (the twenty-ninth session saw every decoder in a process wait for such a kernel on an
+    H200; on an H100 none did, docs/benchmarks/h100-2026-12-06/), and its frames are right
+    once the decode's stream is waited for."""
     from ttball.bench.timing import cycles_per_ms
 
     data = frames(4)
