@@ -25,15 +25,18 @@ from ttball.hostcpu import cpu_shares, cpu_ticks
 
 def host_cpu(path: str) -> dict[str, float | None]:
     """The host CPU's ``busy_pct`` and ``steal_pct`` between the two ``/proc/stat`` "cpu" lines
-    in ``path`` (:func:`ttball.hostcpu.cpu_shares`; stolen: a virtual machine's CPUs given to
-    its neighbours, which lengthens the latency tail -- the fifty-second session's runs: 0.1-1.7
-    % on quiet hosts, ~8 % where p99 doubled); None each where the file can't tell."""
+    in ``path``, and ``steal_boot_pct`` from the host's boot to the first
+    (:func:`ttball.hostcpu.cpu_shares`; stolen: a virtual machine's CPUs given to its
+    neighbours, which lengthens the latency tail -- the fifty-second session's runs: 0.1-1.7 %
+    on quiet hosts, ~8 % where p99 doubled; the fifty-third's: 0.9 % since boot on a host whose
+    tail was long in runs that lost nothing themselves); None each where the file can't
+    tell."""
     try:
         lines = Path(path).read_text().splitlines()[:2]
     except OSError:
         lines = []
     shares = cpu_shares(cpu_ticks(lines[0]), cpu_ticks(lines[1])) if len(lines) == 2 else None
-    return shares or {"busy_pct": None, "steal_pct": None}
+    return shares or {"busy_pct": None, "steal_pct": None, "steal_boot_pct": None}
 
 
 def gpu_busy(path: str) -> float | None:
@@ -171,6 +174,7 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
         at = f"{folder}/%s-{r['replicas']}-{r['sessions']}%s"
         host = host_cpu(at % ("cpu", ".txt"))
         r["host_cpu_busy_pct"], r["host_cpu_steal_pct"] = host["busy_pct"], host["steal_pct"]
+        r["host_cpu_steal_boot_pct"] = host["steal_boot_pct"]
         r["gpu_busy_pct"] = gpu_busy(at % ("gpu", ".csv"))
         r["gpm"] = gpm_means(at % ("gpu", "-gpm.txt"))
         r["replica_cpu"] = replica_cpu(at % ("procs", ".json"))
@@ -178,7 +182,8 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
         r["gil"] = gil_share(at % ("gil", ".txt"), duration,
                              names=thread_names(at % ("procs", ".json")))
     keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped",
-            "behind_schedule", "errors", "host_cpu_busy_pct", "host_cpu_steal_pct", "gpu_busy_pct", "gpm",
+            "behind_schedule", "errors", "host_cpu_busy_pct", "host_cpu_steal_pct",
+            "host_cpu_steal_boot_pct", "gpu_busy_pct", "gpm",
             "replica_cpu", "decoder_cpu", "gil")
     how = mode(env)
     summary = {"backend": backend, "warmup_batches": batches, "mode": how,
@@ -191,7 +196,7 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
               f"{', '.join(sorted({str(x.get('event_loop')) for x in r.get('replicas') or []}))} |"
               for n, r in sorted(ready.items())]
     head = ("| replicas | sessions | offered fps | rows/s | p50 ms | p95 ms | p99 ms | late (>50 ms) "
-            "| dropped | errors | host CPU busy % (stolen) | GPU busy % | GPM means | replicas' CPU % (busiest "
+            "| dropped | errors | host CPU busy % (stolen; since boot) | GPU busy % | GPM means | replicas' CPU % (busiest "
             "thread) | decode children: count, CPU % summed (busiest) "
             "| one replica's interpreter lock held % (by thread) |")
     lines += ["", head, "|---" * head.count(" | ") + "|---|"]
@@ -203,7 +208,8 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
         kids_cell = f"{kids[0]}, {kids[1]:.0f} ({kids[2]:.0f})" if kids else ""
         lines.append(f"| {r['replicas']} | {r['sessions']} | {r['offered_fps']} | {r['achieved_fps']} "
                      f"| {lat['p50']} | {lat['p95']} | {lat['p99']} | {r['late']} | {r['dropped']} "
-                     f"| {r['errors']} | {r['host_cpu_busy_pct']} ({r['host_cpu_steal_pct']}) | {r['gpu_busy_pct']} | {gpm} | {cpu} "
+                     f"| {r['errors']} | {r['host_cpu_busy_pct']} ({r['host_cpu_steal_pct']}; "
+                     f"{r['host_cpu_steal_boot_pct']}) | {r['gpu_busy_pct']} | {gpm} | {cpu} "
                      f"| {kids_cell} | {_gil_cell(r['gil'])} |")
     Path(f"{folder}/SUMMARY.md").write_text("\n".join(lines) + "\n")
     return lines

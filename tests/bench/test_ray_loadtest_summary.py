@@ -39,6 +39,8 @@ def test_busy_shares_from_proc_stat_and_nvidia_smi(tmp_path: Path) -> None:
     # 50 stolen of 550 ticks (the guest's 25 are in user's already, not counted twice)
     assert summary.host_cpu(str(tmp_path / "vm.txt"))["steal_pct"] == 9.1
     assert summary.host_cpu(str(tmp_path / "vm.txt"))["busy_pct"] == 45.5  # steal is not idle
+    # and since boot, to the first line: 10 of 1,010 ticks
+    assert summary.host_cpu(str(tmp_path / "vm.txt"))["steal_boot_pct"] == 0.99
     (tmp_path / "gpu.csv").write_text("t, 30, 1980, 100\nt, 50, 1980, 120\nbroken line\n")
     assert summary.gpu_busy(str(tmp_path / "gpu.csv")) == 40.0
     assert summary.host_cpu(str(tmp_path / "missing.txt"))["busy_pct"] is None
@@ -77,7 +79,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert "| 4 | 65.0 | uvloop |" in lines
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
-    assert rows[1].endswith("| None (None) | None |  |  |  |  |")
+    assert rows[1].endswith("| None (None; None) | None |  |  |  |  |")
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["runs"][1]["latency_ms"]["p99"] == 49.0 and written["runs"][1]["gil"] is None
     assert (tmp_path / "SUMMARY.md").read_text().splitlines() == lines

@@ -190,11 +190,12 @@ def test_host_cpu_shares_between_two_proc_stat_readings() -> None:
     after = cpu_ticks("cpu  200 0 200 1000 100 0 0 60 30 0")
     assert before == [100, 0, 100, 700, 100, 0, 0, 10]  # guest (in user already) left out
     shares = cpu_shares(before, after)
-    assert shares == {"busy_pct": 45.5, "steal_pct": 9.1}  # 50 stolen of 550 ticks
-    assert _host_cpu_text(shares) == "; host CPU 45.5 % busy, 9.1 % stolen"
+    # 50 stolen of 550 ticks over the run; 10 of 1,010 before it, since boot
+    assert shares == {"busy_pct": 45.5, "steal_pct": 9.1, "steal_boot_pct": 0.99}
+    assert _host_cpu_text(shares) == "; host CPU 45.5 % busy, 9.1 % stolen (0.99 % since boot)"
     old_kernel = cpu_shares(cpu_ticks("cpu 100 0 100 700 100 0 0"),
                             cpu_ticks("cpu 200 0 200 1000 100 0 0"))
-    assert old_kernel == {"busy_pct": 40.0, "steal_pct": None}
+    assert old_kernel == {"busy_pct": 40.0, "steal_pct": None, "steal_boot_pct": None}
     assert _host_cpu_text(old_kernel) == "; host CPU 40.0 % busy"
     assert cpu_shares(before, before) is None and cpu_shares(None, after) is None
     assert cpu_ticks("intr 1 2 3") is None and cpu_ticks("cpu x") is None

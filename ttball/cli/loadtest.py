@@ -294,10 +294,13 @@ def summarize(logs: list[SessionLog], args: argparse.Namespace, elapsed: float) 
 
 
 def _host_cpu_text(shares: dict[str, float | None] | None) -> str:
-    """The summary line's host CPU part: busy %, and stolen % where the host reports it."""
+    """The summary line's host CPU part: busy %, and stolen % (over the run, and since the host
+    booted) where the host reports it."""
     if not shares:
         return ""
     stolen = f", {shares['steal_pct']} % stolen" if shares.get("steal_pct") is not None else ""
+    if shares.get("steal_boot_pct") is not None:
+        stolen += f" ({shares['steal_boot_pct']} % since boot)"
     return f"; host CPU {shares['busy_pct']} % busy{stolen}"
 
 
