@@ -5,8 +5,7 @@ whose CPU is being stolen has a longer latency tail for reasons of its own: on o
 figure is read beside it. The share stolen since the host booted tells a noisy host even when
 the run itself was spared: on one H100 host 0.9 % since boot (0.0-0.1 % in its runs) went with a
 p99 at 64 sessions of 61-121 ms, where another host's 0.002 % went with 48-50 (eight runs of
-ten; 57 and 82 the others)
-(``docs/benchmarks/h100-2026-12-06b/``)."""
+ten; 57 and 82 the others; ``docs/benchmarks/h100-2026-12-06b/``)."""
 
 from __future__ import annotations
 
