@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,11 @@ def gil_share(path: str, seconds: float, rate: float = 200,
               names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """``py-spy record --gil --threads -f raw`` stacks of one replica over ``seconds`` at
     ``rate`` Hz: the % of the time some thread held the interpreter lock, and per thread
-    (``names``: thread id → kernel thread name, from ``procs-R-S.json``)."""
+    (``names``: thread id → kernel thread name, from ``procs-R-S.json``); ``failed_pct``: the
+    % of sample times py-spy failed to read (its log beside ``path``, ``.log`` for ``.txt``:
+    "Samples: N Errors: M"; --nonblocking reads a running process, so some fail -- 76 of 1,600
+    in the fifty-third session), which may have held it: the share lies between ``held_pct``
+    and ``held_pct + failed_pct`` (None without the log)."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:
@@ -93,8 +98,18 @@ def gil_share(path: str, seconds: float, rate: float = 200,
     total = rate * seconds
     names = names or {}
     return {"held_pct": round(100 * sum(by_tid.values()) / total, 1),
+            "failed_pct": _failed_pct(Path(path).with_suffix(".log"), total),
             "by_thread_pct": {names.get(t, t): round(100 * c / total, 1)
                               for t, c in sorted(by_tid.items(), key=lambda x: -x[1])}}
+
+
+def _failed_pct(log: Path, total: float) -> float | None:
+    """% of ``total`` sample times that py-spy's ``log`` counts as errors (None: no count)."""
+    try:
+        found = re.search(r"Errors: (\d+)", log.read_text())
+    except OSError:
+        return None
+    return round(100 * int(found.group(1)) / total, 1) if found else None
 
 
 def thread_names(path: str) -> dict[str, str]:
@@ -150,7 +165,10 @@ def _gil_cell(gil: dict[str, Any] | None) -> str:
     if not gil:
         return ""
     top = ", ".join(f"{t} {p}" for t, p in list(gil["by_thread_pct"].items())[:4])
-    return f"{gil['held_pct']} ({top})"
+    failed = gil.get("failed_pct")
+    bound = f"; up to {round(gil['held_pct'] + failed, 1)} with {failed} % failed samples" \
+        if failed else ""
+    return f"{gil['held_pct']} ({top}{bound})"
 
 
 def _ready(path: Path) -> dict[str, Any]:
