@@ -80,7 +80,7 @@ def gil_share(path: str, seconds: float, rate: float = 200,
     % of sample times py-spy failed to read (its log beside ``path``, ``.log`` for ``.txt``:
     "Samples: N Errors: M"; --nonblocking reads a running process, so some fail -- 76 of 1,600
     in the fifty-third session), which may have held it: the share lies between ``held_pct``
-    and ``held_pct + failed_pct`` (None without the log)."""
+    and ``held_max_pct`` (both None without the log)."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:
@@ -97,19 +97,22 @@ def gil_share(path: str, seconds: float, rate: float = 200,
         return None
     total = rate * seconds
     names = names or {}
-    return {"held_pct": round(100 * sum(by_tid.values()) / total, 1),
-            "failed_pct": _failed_pct(Path(path).with_suffix(".log"), total),
+    held = sum(by_tid.values())
+    failed = _failed(Path(path).with_suffix(".log"))
+    return {"held_pct": round(100 * held / total, 1),
+            "failed_pct": None if failed is None else round(100 * failed / total, 1),
+            "held_max_pct": None if failed is None else round(100 * (held + failed) / total, 1),
             "by_thread_pct": {names.get(t, t): round(100 * c / total, 1)
                               for t, c in sorted(by_tid.items(), key=lambda x: -x[1])}}
 
 
-def _failed_pct(log: Path, total: float) -> float | None:
-    """% of ``total`` sample times that py-spy's ``log`` counts as errors (None: no count)."""
+def _failed(log: Path) -> int | None:
+    """The samples py-spy's ``log`` counts as errors (None: no count)."""
     try:
         found = re.search(r"Errors: (\d+)", log.read_text())
     except OSError:
         return None
-    return round(100 * int(found.group(1)) / total, 1) if found else None
+    return int(found.group(1)) if found else None
 
 
 def thread_names(path: str) -> dict[str, str]:
@@ -166,8 +169,7 @@ def _gil_cell(gil: dict[str, Any] | None) -> str:
         return ""
     top = ", ".join(f"{t} {p}" for t, p in list(gil["by_thread_pct"].items())[:4])
     failed = gil.get("failed_pct")
-    bound = f"; up to {round(gil['held_pct'] + failed, 1)} with {failed} % failed samples" \
-        if failed else ""
+    bound = f"; up to {gil['held_max_pct']} with {failed} % failed samples" if failed else ""
     return f"{gil['held_pct']} ({top}{bound})"
 
 

@@ -59,12 +59,13 @@ def test_gil_share_by_thread_named_from_procs(tmp_path: Path) -> None:
     (tmp_path / "procs.json").write_text(json.dumps(procs))
     gil = summary.gil_share(str(tmp_path / "gil.txt"), seconds=10, rate=100,
                             names=summary.thread_names(str(tmp_path / "procs.json")))
-    assert gil == {"held_pct": 50.0, "failed_pct": None,  # no py-spy log beside it
+    assert gil == {"held_pct": 50.0, "failed_pct": None, "held_max_pct": None,  # no py-spy log
                    "by_thread_pct": {"tt-event-loop": 40.0, "tt-backend_0": 10.0}}
     (tmp_path / "gil.log").write_text("py-spy> Wrote raw flamegraph data to 'gil.txt'. "
                                       "Samples: 500 Errors: 76\n")
     gil = summary.gil_share(str(tmp_path / "gil.txt"), seconds=10, rate=100)
     assert gil is not None and gil["failed_pct"] == 7.6  # 76 of 1,000 sample times
+    assert gil["held_max_pct"] == 57.6
     assert summary._gil_cell(gil) == ("50.0 (11 40.0, 12 10.0; up to 57.6 with 7.6 % failed "
                                       "samples)")
     assert summary.replica_cpu(str(tmp_path / "procs.json")) == [[90.0, 60.0]]  # workers only
