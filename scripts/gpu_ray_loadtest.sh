@@ -18,7 +18,8 @@
 #   --cuda-blocking-sync: waits for the GPU sleep instead of spinning), SWITCH_MS=0.5 (serve
 #   --switch-interval-ms: Python's switch interval in each replica), BATCHES_AHEAD (serve
 #   --batches-ahead), PIPELINE_DEPTH (serve --pipeline-depth, with OVERLAP=1), STATS_STREAM=1 (serve
-#   --stats-stream), PYSPY=1 (py-spy --gil on one
+#   --stats-stream), MAX_DELAY_MS (serve --max-delay-ms: how long a lane's oldest job waits for
+#   company, default 2), PYSPY=1 (py-spy --gil on one
 #   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md;
 #   PYSPY=idle: py-spy --idle on one replica and one of its decode children instead, every
 #   thread's stacks waiting or not, stacks-R-S.txt and stacks-child-R-S.txt for
@@ -119,6 +120,7 @@ start() {
     $([ -n "${BATCHES_AHEAD:-}" ] && echo --batches-ahead "$BATCHES_AHEAD") \
     $([ -n "${PIPELINE_DEPTH:-}" ] && echo --pipeline-depth "$PIPELINE_DEPTH") \
     $([ -n "${STATS_STREAM:-}" ] && echo --stats-stream) \
+    $([ -n "${MAX_DELAY_MS:-}" ] && echo --max-delay-ms "$MAX_DELAY_MS") \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds

@@ -85,6 +85,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert lines[0] == ("# ttball serve --ray: triton-fp16-direct, warm-up batches 1,2, device "
                         "pipeline, streams through the ingress, CUDA MPS (--mps-sm-percent 50)")
     assert "| 4 | 65.0 | uvloop |" in lines
+    assert summary.mode({"MAX_DELAY_MS": "0"}).endswith(", --max-delay-ms 0")
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
     assert rows[1].endswith("| None (None; None) | None |  |  |  |  |")
