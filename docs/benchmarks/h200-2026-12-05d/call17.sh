@@ -7,11 +7,16 @@
 # plus the server's stay (p99 18.5-19.4: queue ~9, push ~9.6), and a lane's push costs ~2.3 ms a
 # frame at 2.0 or 2.9 frames a push (little fixed cost), so waiting up to 2 ms for a second
 # frame buys a lane almost nothing and costs the frame its wait: a lane gets a frame every ~3 ms
-# at this load, so about half of the pushes started from idle wait the whole 2 ms. Predicted for
-# `six0`: pushes of fewer frames (2.0 -> ~1.6), lane busy % within +-3 of six's, the server's
-# stay p99 1-2 ms shorter and the client's p99 with it; if the lanes' busy % rises by more than
-# ~5 points instead (a fixed cost a push after all), p99 rises. Read each summary's CPU stolen
-# since boot first: above ~0.1 % the host is not the one to compare with.
+# at this load, so about half of the pushes started from idle wait the whole 2 ms. A queue model
+# (`python scripts/lane_queue_model.py --sigma 0.25`, calibrated on that H100: 2.24 frames a
+# push, stay mean 8.2 / p99 17.5 ms at 2 ms against the measured 2.0, 9.1 / 18.6) gives at 0 ms
+# 1.32 frames a push and a stay of 4.9 / 12.0; with a fixed 1 ms a push (`--fixed-ms 1
+# --per-frame-ms 1.8`) 1.49 frames, 6.1 / 15.3, the lanes 8 points busier. Predicted for
+# `six0`: frames a push 2.0 -> 1.3-1.5, the server's stay p99 3-6 ms shorter and the client's
+# p99 with it (43-47 ms where `six` gives ~49-50); `six1` between. If the lanes' busy % rises
+# by much more than 8 points (a larger fixed cost a push), p99 may rise instead. (The model
+# gives lanes that share one queue no more than 0 ms does: not worth building.) Read each
+# summary's CPU stolen since boot first: above ~0.1 % the host is not the one to compare with.
 # Carry [".raywhl", ".gpu"]:
 #   bash docs/benchmarks/h200-2026-12-05d/call17.sh > $OUT/call.log 2>&1
 END_S=${END_S:-440}

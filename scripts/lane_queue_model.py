@@ -1,0 +1,123 @@
+"""A queue model of the device pipeline's lanes under the load test, for predictions (no GPU).
+
+Each session sends frames at ``fps`` from a random phase; every ``step``-th frame completes a
+window. A lane takes the frames of its sessions in arrival order: when it is free it waits for
+its oldest frame to have waited ``delay_ms`` (the batcher's ``--max-delay-ms``: company for a
+push), then pushes every frame queued by then, for ``fixed_ms + per_frame_ms`` × frames, times a
+log-normal factor of spread ``sigma`` (the GPU's and the host's variation). A window's stay is
+from its last frame's arrival to the end of the push that held it -- what
+``scripts/serve_push_costs.py`` reports as ``stay``. ``pooled``: the lanes take frames from one
+queue (a window may run on whichever lane is free first; the worker pins a session to a lane).
+
+    python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
+
+Calibrated by hand on ../docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of two
+lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms); a
+model, not a measurement: what it says is a prediction to test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Load:
+    sessions: int = 11  # a replica's: 64 sessions over six replicas of two lanes ~ 10.7
+    lanes: int = 2
+    fps: float = 60.0
+    step: int = 3
+    seconds: float = 60.0
+    jitter_ms: float = 0.3  # the network's and the clients' own spread of arrivals
+
+
+@dataclass(frozen=True)
+class Lane:
+    delay_ms: float = 2.0
+    per_frame_ms: float = 2.3
+    fixed_ms: float = 0.0
+    sigma: float = 0.0
+    pooled: bool = False
+
+
+def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
+    """(time ms, session, whether the frame completes a window), in time order."""
+    period = 1000.0 / load.fps
+    out = []
+    for session in range(load.sessions):
+        t, offset = rnd.uniform(0, period), rnd.randrange(load.step)
+        k = 0
+        while t < load.seconds * 1000:
+            out.append((t + rnd.uniform(0, load.jitter_ms), session,
+                        (k + offset) % load.step == load.step - 1))
+            t += period
+            k += 1
+    return sorted(out)
+
+
+def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
+    """Frames a push, the lanes' busy %, and the windows' stay: mean, p95, p99 (ms)."""
+    rnd = random.Random(seed)
+    frames = arrivals(load, rnd)
+    queues: list[list[tuple[float, int, bool]]] = [[] for _ in range(load.lanes)]
+    free_at = [0.0] * load.lanes
+    busy = 0.0
+    pushes: list[int] = []
+    stays: list[float] = []
+
+    def push_until(now: float) -> None:
+        nonlocal busy
+        started = True
+        while started:
+            started = False
+            for i in range(load.lanes):
+                queue = queues[0] if lane.pooled else queues[i]
+                if lane.pooled:
+                    i = min(range(load.lanes), key=free_at.__getitem__)
+                if not queue:
+                    continue
+                start = max(free_at[i], queue[0][0] + lane.delay_ms)
+                if start > now:
+                    continue
+                n = next((k for k, f in enumerate(queue) if f[0] > start), len(queue))
+                taken, queue[:n] = queue[:n], []
+                spent = (lane.fixed_ms + lane.per_frame_ms * n) * rnd.lognormvariate(0, lane.sigma)
+                free_at[i] = start + spent
+                busy += spent
+                pushes.append(n)
+                stays.extend(free_at[i] - f[0] for f in taken if f[2])
+                started = True
+
+    for frame in frames:
+        push_until(frame[0])
+        queues[0 if lane.pooled else frame[1] % load.lanes].append(frame)
+    push_until(float("inf"))
+    stays.sort()
+
+    def q(p: float) -> float:
+        return round(stays[int(p * (len(stays) - 1))], 1)
+
+    return {"frames_a_push": round(statistics.mean(pushes), 2),
+            "busy_pct": round(100 * busy / load.lanes / (load.seconds * 1000), 1),
+            "stay_mean": round(statistics.mean(stays), 1), "stay_p95": q(0.95), "stay_p99": q(0.99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--delay-ms", type=float, nargs="+", default=[2.0, 1.0, 0.0])
+    p.add_argument("--sigma", type=float, default=0.3)
+    p.add_argument("--per-frame-ms", type=float, default=2.3)
+    p.add_argument("--fixed-ms", type=float, default=0.0)
+    p.add_argument("--pooled", action="store_true")
+    args = p.parse_args(argv)
+    for delay in args.delay_ms:
+        lane = Lane(delay, args.per_frame_ms, args.fixed_ms, args.sigma, args.pooled)
+        print(f"delay {delay} ms: {simulate(Load(), lane)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

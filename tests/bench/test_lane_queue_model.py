@@ -1,0 +1,39 @@
+"""scripts/lane_queue_model.py: the lanes' queue model behind call17.sh's prediction."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.script_env import load_script
+
+model = load_script("lane_queue_model")
+
+LOAD = model.Load(seconds=5.0)
+
+
+def test_busy_share_is_the_frames_work_and_a_window_stays_at_least_its_push() -> None:
+    out = model.simulate(LOAD, model.Lane(delay_ms=0.0, sigma=0.0))
+    # 11 sessions x 60 frames/s x 2.3 ms over 2 lanes (the last push may end past the run)
+    assert out["busy_pct"] == pytest.approx(11 * 60 * 2.3 / 2 / 10, abs=0.5)
+    assert out["stay_mean"] >= 2.3 and out["stay_p99"] >= out["stay_p95"] >= 2.3
+    assert out["frames_a_push"] >= 1.0
+
+
+def test_waiting_for_company_makes_pushes_larger_and_windows_stay_longer() -> None:
+    runs = [model.simulate(LOAD, model.Lane(delay_ms=d, sigma=0.25)) for d in (0.0, 1.0, 2.0)]
+    assert [r["frames_a_push"] for r in runs] == sorted(r["frames_a_push"] for r in runs)
+    assert runs[0]["stay_mean"] < runs[1]["stay_mean"] < runs[2]["stay_mean"]
+    # with no fixed cost a push, the lanes' work does not depend on how frames are grouped
+    assert runs[0]["busy_pct"] == pytest.approx(runs[2]["busy_pct"], abs=3.0)
+
+
+def test_a_fixed_cost_a_push_is_paid_more_often_without_the_wait() -> None:
+    without = model.simulate(LOAD, model.Lane(delay_ms=0.0, per_frame_ms=1.8, fixed_ms=1.0))
+    waiting = model.simulate(LOAD, model.Lane(delay_ms=2.0, per_frame_ms=1.8, fixed_ms=1.0))
+    assert without["busy_pct"] > waiting["busy_pct"]
+
+
+def test_the_command_line_prints_one_line_a_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    assert model.main(["--delay-ms", "2", "0", "--sigma", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["delay 2.0 ms", "delay 0.0 ms"]
