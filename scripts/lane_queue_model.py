@@ -11,7 +11,7 @@ queue (a window may run on whichever lane is free first; the worker pins a sessi
 
     python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
 
-Calibrated by hand on ../docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of two
+Calibrated by hand on docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of two
 lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms); a
 model, not a measurement: what it says is a prediction to test.
 """
