@@ -91,7 +91,7 @@ def servers(small_weights):
 @pytest.fixture(scope="module")
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread; with
-    --no-carry-windows), and
+    --no-carry-windows and --max-delay-ms 0: a push never waits for company), and
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
     while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
@@ -104,7 +104,8 @@ def laned(small_weights):
     try:
         with serve_in_thread(create_app(ServeSettings(**base))) as lanes_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
-                                                         pipeline_carry=False))) as lap_url, \
+                                                         pipeline_carry=False,
+                                                         max_delay_ms=0))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
