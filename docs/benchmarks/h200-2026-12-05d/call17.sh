@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fifty-third session (prepared), any card, one call of END_S seconds (default 440, >= 150 for
-# the first run on a fresh machine). At 64 sessions, six replicas of two lanes at 33 % with the
+# the first run on a fresh machine; on an H200 the wait probe takes ~45 s of it first). At 64 sessions, six replicas of two lanes at 33 % with the
 # batcher's wait for company at its default (`--max-delay-ms 2`: `six`, `sixb`) against none
 # (`six0`, `six0b`), alternated, then 1 ms (`six1`). Why: on the quiet H100 of
 # ../h100-2026-12-06b/ the client's p99 (48.3-50.2 ms) is 33.3 ms of a window's frames arriving
@@ -19,8 +19,16 @@
 # summary's CPU stolen since boot first: above ~0.1 % the host is not the one to compare with.
 # Carry [".raywhl", ".gpu"]:
 #   bash docs/benchmarks/h200-2026-12-05d/call17.sh > $OUT/call.log 2>&1
+# On an H200 (never probed), call9.sh's wait probe first (~45 s, returned as waits.tgz): does
+# torchvision's nvJPEG wait for another stream's kernel there, as the twenty-ninth session found?
 END_S=${END_S:-440}
-TOTAL=$END_S
+START=$(date +%s)
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  mkdir -p /tmp/waits
+  OUT=/tmp/waits bash docs/benchmarks/h200-2026-12-05d/call9.sh
+  tar -czf $OUT/waits.tgz -C /tmp waits
+fi
+TOTAL=$(( END_S - ($(date +%s) - START) ))
 S6=64 S8=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
 RUN six 100 "${SIX[@]}"
 RUN six0 80 "${SIX[@]}" MAX_DELAY_MS=0
