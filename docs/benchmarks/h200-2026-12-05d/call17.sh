@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fifty-third session (prepared), any card, one call of END_S seconds (default 440, >= 150 for
-# the first run on a fresh machine; on an H200 the wait probe takes ~45 s of it first). At 64 sessions, six replicas of two lanes at 33 % with the
-# batcher's wait for company at its default (`--max-delay-ms 2`: `six`, `sixb`) against none
-# (`six0`, `six0b`), alternated, then 1 ms (`six1`). Why: on the quiet H100 of
+# the first run on a fresh machine; on an H200 the wait probe takes ~45 s of it first). At 64
+# sessions, six replicas of two lanes at 33 % with the batcher's wait for company at its
+# default (`--max-delay-ms 2`: `six`, `sixb`) against none (`six0`, `six0b`), alternated, then
+# 1 ms (`six1`). Why: on the quiet H100 of
 # ../h100-2026-12-06b/ the client's p99 (48.3-50.2 ms) is 33.3 ms of a window's frames arriving
 # plus the server's stay (p99 18.5-19.4: queue ~9, push ~9.6), and a lane's push costs ~2.3 ms a
 # frame at 2.0 or 2.9 frames a push (little fixed cost), so waiting up to 2 ms for a second
