@@ -27,12 +27,10 @@ tar -czf $OUT/waits.tgz -C /tmp waits
 TOTAL=$(( END_S - ($(date +%s) - START) ))
 S6=64 S8=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
 EIGHT=("${QUARTER8[@]}" LANES=2)
-TWELVE=(RESIZE=triton MPS_PCT=17 REPLICAS=12 SESSIONS_12=64 GPUS_PER_REPLICA=0.08
-        CPUS_PER_REPLICA=1 CACHE=/tmp/rcache LANES=1)
 RUN six 100 "${SIX[@]}"
-RUN twelve 100 "${TWELVE[@]}"
+RUN twelve 100 "${TWELVE[@]}" MPS_PCT=17
 RUN six2 80 "${SIX[@]}"
-RUN twelve2 80 "${TWELVE[@]}"
+RUN twelve2 80 "${TWELVE[@]}" MPS_PCT=17
 RUN eight 80 "${EIGHT[@]}"
 RUN sixgil 80 "${SIX[@]}" PYSPY=1
 finish $RUNS

@@ -20,8 +20,6 @@
 END_S=${END_S:-560}
 TOTAL=$END_S
 S6=64 S8=64 source docs/benchmarks/h200-2026-12-05d/_six.sh
-TWELVE=(RESIZE=triton REPLICAS=12 SESSIONS_12=64 GPUS_PER_REPLICA=0.08 CPUS_PER_REPLICA=1
-        CACHE=/tmp/rcache LANES=1)
 RUN twelve33 100 "${TWELVE[@]}" MPS_PCT=33
 RUN six 80 "${SIX[@]}"
 RUN twelve33b 80 "${TWELVE[@]}" MPS_PCT=33
