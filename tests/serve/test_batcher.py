@@ -52,6 +52,13 @@ def make(backend, sizes=(1, 2, 4), max_batch=4, delay_s=0.0, capacity=16) -> Bat
                    max_delay_s=delay_s, capacity=capacity, executor=EXECUTOR)
 
 
+def stage(batcher: Batcher, name: str) -> tuple[float, float]:
+    """``ttball_stage_seconds{stage=name}``'s count and sum."""
+    registry = batcher.metrics.registry
+    return tuple(registry.get_sample_value(f"ttball_stage_seconds_{part}", {"stage": name}) or 0.0
+                 for part in ("count", "sum"))
+
+
 def submit(batcher: Batcher, values, raw=False):
     batcher.reserve(len(values))
     return [batcher.submit(window(v, raw), raw=raw) for v in values]
@@ -87,11 +94,27 @@ def test_the_oldest_waits_at_most_max_delay_for_company() -> None:
         await asyncio.gather(*first, *second)
         waited = time.perf_counter() - start
         await batcher.stop()
-        return backend.sizes, waited
+        return backend.sizes, waited, stage(batcher, "gather")
 
-    sizes, waited = asyncio.run(go())
+    sizes, waited, (gathers, gathered_s) = asyncio.run(go())
     assert sizes == [2]  # the second joined the first's batch
     assert 0.15 < waited < 2.0
+    assert gathers == 1 and 0.15 < gathered_s <= waited  # its wait for company, observed
+
+
+def test_a_batch_that_is_full_or_has_waited_enough_gathers_for_no_time() -> None:
+    async def go():
+        backend = RecordingBackend(delay_s=0.1)
+        batcher = make(backend, max_batch=2, delay_s=5.0)
+        batcher.start()
+        jobs = submit(batcher, [1, 2, 3, 4])  # two full batches: neither waits for company
+        await asyncio.gather(*jobs)
+        await batcher.stop()
+        return backend.sizes, stage(batcher, "gather")
+
+    sizes, (gathers, gathered_s) = asyncio.run(go())
+    assert sizes == [2, 2]
+    assert gathers == 2 and gathered_s < 0.05
 
 
 def test_raw_and_window_jobs_never_share_a_batch() -> None:
@@ -287,6 +310,7 @@ def test_a_short_batch_is_not_handed_ahead_and_idle_work_waits_for_the_thread() 
 
     def idle() -> None:
         events.append(("idle", None))
+        time.sleep(0.02)
 
     async def go():
         batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
@@ -298,10 +322,12 @@ def test_a_short_batch_is_not_handed_ahead_and_idle_work_waits_for_the_thread() 
         first = [batcher.submit_job("job", i, lane=1) for i in (1, 2, 3, 4, 5)]
         await asyncio.gather(*first)
         await batcher.stop()
+        return stage(batcher, "idle")
 
-    asyncio.run(go())
+    idles, idle_s = asyncio.run(go())
     assert events == [("run", [1, 2]), ("run", [3, 4]), ("idle", None), ("run", [5]),
                       ("idle", None)]
+    assert idles == 2 and idle_s >= 2 * 0.02  # each idle call's time on the lane, observed
 
 
 def test_a_failed_batch_fails_its_jobs_alone_when_the_next_was_handed_ahead() -> None:

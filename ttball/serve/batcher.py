@@ -246,16 +246,29 @@ class Batcher:
         return lane.queued < self.max_batch * WINDOW
 
     async def _run_idle(self, lane: _Lane) -> None:
+        """``lane``'s idle work on its thread (the device pipeline's flush with overlap), its
+        time observed as stage ``idle``: the lane is as occupied as in a batch meanwhile."""
         assert lane.idle is not None
+        started = time.perf_counter()
         try:
             await asyncio.get_running_loop().run_in_executor(lane.executor, lane.idle)
         except Exception:  # the rows of that work are lost; the worker goes on
             self.metrics.errors.labels("backend").inc()
             log.exception("the backend thread's idle work failed")
+        self.metrics.stage_seconds.labels("idle").observe(time.perf_counter() - started)
 
     async def _gather(self, lane: _Lane) -> None:
         """Wait until max_batch windows of work are queued in ``lane`` or its oldest job has
-        waited max_delay."""
+        waited max_delay. The time waited is observed as stage ``gather`` (0 when the batch
+        was full or its oldest job had waited long enough already): its count is the batches
+        that started with the lane free, its sum what waiting for company cost them."""
+        started = time.perf_counter()
+        try:
+            await self._wait_for_company(lane)
+        finally:
+            self.metrics.stage_seconds.labels("gather").observe(time.perf_counter() - started)
+
+    async def _wait_for_company(self, lane: _Lane) -> None:
         deadline = lane.queue[0].enqueued + self.max_delay_s
         while self._short(lane) and not self._stopping:
             left = deadline - time.perf_counter()

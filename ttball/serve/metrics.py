@@ -4,6 +4,8 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 
 - ``decode``: JPEG/PNG decode, resize and windowing of one frame (thread pool)
 - ``queue``: a window waiting in the batcher (until its batch starts)
+- ``gather``: a batch started on a free lane waiting for company (``--max-delay-ms``), per batch
+- ``idle``: a lane's idle work (the device pipeline's flush with overlap), per call
 - ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
 - ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
 
@@ -81,7 +83,7 @@ class Metrics:
                                         "A window's latency, queued until its result",
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.stage_seconds = Histogram("ttball_stage_seconds",
-                                       "Time per stage: decode, queue, network (per batch), post",
+                                       "Time per stage: decode, queue, gather, idle, network (per batch), post",
                                        ["stage"], buckets=LATENCY_BUCKETS, registry=r)
         self.batch_size = Histogram("ttball_batch_size", "Windows per network call (unpadded)",
                                     buckets=BATCH_BUCKETS, registry=r)
