@@ -37,13 +37,18 @@ GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_
 # wait for the previous call's, and their reading into candidates
 POST = ("post_launch", "post_wait", "post_read")
 OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
+# the batcher's own stages of a lane (fifty-fourth session): a batch started on a free lane
+# waiting for company (--max-delay-ms), and the lane's idle work (the flush with overlap)
+LANE = ("gather", "idle")
+NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
               ("preprocess", "ttball_push_seconds", "preprocess"),
               ("postprocess", "ttball_push_seconds", "postprocess"),
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
-              *((stage, "ttball_push_seconds", stage) for stage in OPTIONAL))
+              *((stage, "ttball_push_seconds", stage) for stage in OPTIONAL),
+              *((stage, "ttball_stage_seconds", stage) for stage in LANE))
 # --quantiles: not in ms (each run's mean only)
 PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -129,8 +134,13 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
     """One row per run in ``folder``, as :func:`runs`: for each of :data:`HISTOGRAMS`, its
     mean and :data:`QUANTILES` in milliseconds over that run's observations; ``frames_a_push``
     (the mean push's frames), ``lanes_busy`` (:func:`lanes_busy`), ``children_busy``
-    (:func:`children_busy`) and ``network_busy`` (the share of a lane's time its network ran on
-    the GPU: ``gpu_network`` over lanes × the load's active seconds; NaN without it)."""
+    (:func:`children_busy`), ``network_busy`` (the share of a lane's time its network ran on
+    the GPU: ``gpu_network`` over lanes × the load's active seconds; NaN without it),
+    ``lanes_idle`` (the share of a lane's time in its idle work, the flush with overlap: a lane
+    is occupied ``lanes_busy`` + ``lanes_idle`` of the time) and ``waited`` (the share of the
+    batches gathered on a free lane that waited for company longer than the first bucket,
+    0.5 ms; the others found their company queued or their oldest job late already; NaN
+    without the stage)."""
     snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
     rows, before, server = [], {}, None
     for path in snapshots:
@@ -152,6 +162,11 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
         row["children_busy"] = children_busy(
             folder, replicas, sessions,
             sum(delta.get(label, {}).get("sum", 0.0) for label in ("decode_child", "decode_fill")))
+        idle, gather = delta.get("idle", {}), delta.get("gather", {})
+        row["lanes_idle"] = (idle.get("sum", 0.0) / _lane_seconds(folder, replicas, sessions)
+                             if idle.get("count") else float("nan"))
+        row["waited"] = (1.0 - gather.get(NO_WAIT_S, 0.0) / gather["count"]
+                         if gather.get("count") else float("nan"))
         network = delta.get("gpu_network", {}).get("sum", 0.0)
         row["network_busy"] = (network / _lane_seconds(folder, replicas, sessions) if network
                                else float("nan"))
@@ -278,16 +293,19 @@ def main() -> None:
 def _print_quantiles(folder: Path) -> None:
     rows = stage_quantiles(folder)
     shown = [label for label, _, _ in HISTOGRAMS
-             if label not in OPTIONAL or any(row[f"{label}_n"] for row in rows)]
+             if label not in (*OPTIONAL, *LANE) or any(row[f"{label}_n"] for row in rows)]
     children, gpu = "decode_child" in shown, "gpu_network" in shown
+    lane = "idle" in shown or "gather" in shown
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "
           "and replicas); fr/push: frames a push, mean; busy %: the lanes' time in pushes"
           + ("; kids %: a lane's slowest decode child's time decoding and filling" if children
              else "")
           + ("; net %: a lane's time with its network running on the GPU; gpu_*: a push's "
-             "backend calls on their stream, read back by the next push" if gpu else ""))
+             "backend calls on their stream, read back by the next push" if gpu else "")
+          + ("; idle %: the lanes' time in idle work (the flush with overlap); wait %: the "
+             "batches whose wait for company (gather) passed 0.5 ms" if lane else ""))
     fixed = (("replicas", "sessions", "fr/push", "busy %") + (("kids %",) if children else ())
-             + (("net %",) if gpu else ()))
+             + (("net %",) if gpu else ()) + (("idle %", "wait %") if lane else ()))
     print("  " + " ".join(f"{h:>8}" for h in fixed) + "".join(f" {label:>24}" for label in shown))
     for row in rows:
         cells = [f"{row['replicas']:8.0f}", f"{row['sessions']:8.0f}",
@@ -296,6 +314,8 @@ def _print_quantiles(folder: Path) -> None:
             cells.append(f"{100 * row['children_busy']:8.0f}")
         if gpu:
             cells.append(f"{100 * row['network_busy']:8.0f}")
+        if lane:
+            cells += [f"{100 * row['lanes_idle']:8.0f}", f"{100 * row['waited']:8.0f}"]
         for label in shown:
             values = [row[f"{label}_mean"]] + [row[f"{label}_p{round(100 * q)}"] for q in QUANTILES]
             cells.append(" " + "/".join(f"{v:.1f}" for v in values).rjust(24))

@@ -333,3 +333,46 @@ def test_padding_and_carried_windows_are_shown_where_a_run_has_them(tmp_path: Pa
     (tmp_path / "metrics-8-0.txt").write_text(_snapshot(300, 100, 10, 0.1, 0.2))
     (tmp_path / "metrics-8-320.txt").write_text(_snapshot(3300, 1100, 80, 0.2, 0.4))
     assert "padded_pct" not in push_costs.runs(tmp_path)[0]
+
+
+def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: Path) -> None:
+    """The batcher's ``gather`` and ``idle`` stages: columns only where a run has them;
+    ``idle %``: idle seconds over lanes × the load's active seconds; ``wait %``: the gathers
+    above the first bucket (0.5 ms) over all gathers."""
+    def snapshot(scale: float, lane: bool) -> str:
+        lines = [f'ttball_push_seconds_count{{replica="a",stage="total"}} {100 * scale}',
+                 f'ttball_push_seconds_sum{{replica="a",stage="total"}} {10.0 * scale}']
+        if lane:
+            for stage, count, seconds in (("gather", 80.0, 0.04), ("idle", 90.0, 5.0)):
+                labels = f'replica="a",stage="{stage}"'
+                lines += [f"ttball_stage_seconds_count{{{labels}}} {count * scale}",
+                          f"ttball_stage_seconds_sum{{{labels}}} {seconds * scale}",
+                          f'ttball_stage_seconds_bucket{{{labels},le="0.0005"}} {count / 4 * scale}']
+        return "\n".join(lines) + "\n"
+
+    def table(folder: Path) -> list[str]:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                               "--quantiles", str(folder)], capture_output=True, text=True,
+                              timeout=60, check=True)
+        return done.stdout.splitlines()
+
+    with_lane, plain = tmp_path / "lane", tmp_path / "plain"
+    for folder, lane in ((with_lane, True), (plain, False)):
+        folder.mkdir()
+        (folder / "metrics-2-0.txt").write_text(snapshot(0.1, lane))
+        (folder / "metrics-2-64.txt").write_text(snapshot(1.1, lane))
+        (folder / "ready-2.json").write_text(json.dumps({"device_pipeline": {"lanes": 1},
+                                                         "replicas": [{}, {}]}))
+        (folder / "loadtest-2-64.json").write_text(json.dumps({"active_s": 10.0}))
+    (row,) = push_costs.stage_quantiles(with_lane)
+    assert math.isclose(row["lanes_busy"], 10.0 / 20.0)  # two lanes for 10 s
+    assert math.isclose(row["lanes_idle"], 5.0 / 20.0)
+    assert math.isclose(row["waited"], 0.75)  # a quarter of the gathers under 0.5 ms
+    assert math.isclose(row["idle_mean"], 1e3 * 5.0 / 90.0)
+    head, cells = table(with_lane)[1:3]
+    assert head.split()[4:10] == ["%", "idle", "%", "wait", "%", "stay"]
+    assert cells.split()[3:6] == ["50", "25", "75"]
+    assert head.split()[-2:] == list(push_costs.LANE)
+    (row,) = push_costs.stage_quantiles(plain)
+    assert math.isnan(row["lanes_idle"]) and math.isnan(row["waited"])
+    assert "idle" not in table(plain)[1]
