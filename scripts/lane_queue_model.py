@@ -10,10 +10,21 @@ from its last frame's arrival to the end of the push that held it -- what
 queue (a window may run on whichever lane is free first; the worker pins a session to a lane).
 
     python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
+        [--fixed-ms F --per-frame-ms P] [--flush-ms L [--flush-when short|empty]]
 
-Calibrated by hand on docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of two
-lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms); a
-model, not a measurement: what it says is a prediction to test.
+``flush_ms`` (fifty-fourth session): with overlap the batcher runs the lane's flush after every
+push that leaves less than a full batch queued (``Batcher._loop``), so the lane stays occupied
+after a push while the GPU finishes and the rows are read back; the frames that arrive then
+queue, whatever ``delay_ms``. Without it the model predicted 1.3-1.5 frames a push and a stay
+p99 3-6 ms shorter at ``--max-delay-ms 0``; measured (docs/benchmarks/h100-2026-12-06c/):
+2.1-2.3 frames and a stay no shorter. With a flush of 1.5-2 ms and the decode's fixed cost a
+push (``--fixed-ms 2.5 --per-frame-ms 0.95``) it gives 2.1-2.3 frames at 0 ms and the same stay
+at 0 and 2 ms, as measured; the flush's time itself is first measured by the worker's ``idle``
+stage (call21.sh).
+
+First calibrated by hand on docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of
+two lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms);
+a model, not a measurement: what it says is a prediction to test.
 """
 
 from __future__ import annotations
@@ -41,6 +52,15 @@ class Lane:
     fixed_ms: float = 0.0
     sigma: float = 0.0
     pooled: bool = False
+    # the flush with overlap (``Batcher._run_idle``): after a push the lane reads back and
+    # tracks its batches for ``flush_ms`` (the GPU's wait included) before it takes more work,
+    # and the push's rows leave then. ``flush_when``: "short", the batcher's rule (after every
+    # push that leaves less than a full batch queued: at this load, every push), or "empty"
+    # (only when no frame waits; otherwise the next push reads them back, for ``read_ms`` of its
+    # own time, and they leave when it returns)
+    flush_ms: float = 0.0
+    flush_when: str = "short"
+    read_ms: float = 0.3
 
 
 def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
@@ -59,17 +79,36 @@ def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
 
 
 def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
-    """Frames a push, the lanes' busy %, and the windows' stay: mean, p95, p99 (ms)."""
+    """Frames a push, the lanes' busy % (in pushes) and idle % (in flushes), the pushes that
+    waited for company more than 0.5 ms (% : the worker's ``gather`` stage above its first
+    bucket), and the windows' stay: mean, p95, p99 (ms)."""
+    if lane.flush_when not in ("short", "empty"):
+        raise ValueError(f"flush_when: 'short' or 'empty', not {lane.flush_when!r}")
     rnd = random.Random(seed)
     frames = arrivals(load, rnd)
     queues: list[list[tuple[float, int, bool]]] = [[] for _ in range(load.lanes)]
     free_at = [0.0] * load.lanes
-    busy = 0.0
+    unread: list[list[float]] = [[] for _ in range(load.lanes)]  # windows awaiting read-back
+    busy = idle = 0.0
     pushes: list[int] = []
+    waits: list[float] = []
     stays: list[float] = []
 
+    queued = 0  # frames[:queued] have arrived (are in a queue or were pushed)
+
+    def arrives_by(i: int, queue: list[tuple[float, int, bool]], t: float) -> bool:
+        """Whether a frame waits for lane ``i`` at ``t`` (queued, or arriving by then)."""
+        if queue and queue[0][0] <= t:
+            return True
+        for frame in frames[queued:]:
+            if frame[0] > t:
+                return False
+            if lane.pooled or frame[1] % load.lanes == i:
+                return True
+        return False
+
     def push_until(now: float) -> None:
-        nonlocal busy
+        nonlocal busy, idle
         started = True
         while started:
             started = False
@@ -82,26 +121,46 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
                 start = max(free_at[i], queue[0][0] + lane.delay_ms)
                 if start > now:
                     continue
+                waits.append(start - max(free_at[i], queue[0][0]))  # for company
                 n = next((k for k, f in enumerate(queue) if f[0] > start), len(queue))
                 taken, queue[:n] = queue[:n], []
                 spent = (lane.fixed_ms + lane.per_frame_ms * n) * rnd.lognormvariate(0, lane.sigma)
-                free_at[i] = start + spent
+                if unread[i]:  # the last push's windows, read back by this one
+                    spent += lane.read_ms
+                end = start + spent
                 busy += spent
                 pushes.append(n)
-                stays.extend(free_at[i] - f[0] for f in taken if f[2])
+                stays.extend(end - t for t in unread[i])
+                unread[i] = [f[0] for f in taken if f[2]]
+                waiting = arrives_by(i, queue, end)
+                if lane.flush_ms and not (lane.flush_when == "empty" and waiting):
+                    flush = lane.flush_ms * rnd.lognormvariate(0, lane.sigma)
+                    end += flush
+                    idle += flush
+                    stays.extend(end - t for t in unread[i])
+                    unread[i] = []
+                elif not lane.flush_ms:  # no overlap: the rows leave with their push
+                    stays.extend(end - t for t in unread[i])
+                    unread[i] = []
+                free_at[i] = end
                 started = True
 
     for frame in frames:
         push_until(frame[0])
         queues[0 if lane.pooled else frame[1] % load.lanes].append(frame)
+        queued += 1
     push_until(float("inf"))
+    for i, left in enumerate(unread):  # the last pushes' windows: a flush at the end
+        stays.extend(free_at[i] + lane.flush_ms - t for t in left)
     stays.sort()
 
     def q(p: float) -> float:
         return round(stays[int(p * (len(stays) - 1))], 1)
 
+    lane_ms = load.lanes * load.seconds * 1000
     return {"frames_a_push": round(statistics.mean(pushes), 2),
-            "busy_pct": round(100 * busy / load.lanes / (load.seconds * 1000), 1),
+            "busy_pct": round(100 * busy / lane_ms, 1), "idle_pct": round(100 * idle / lane_ms, 1),
+            "waited_pct": round(100 * sum(w > 0.5 for w in waits) / len(waits), 1),
             "stay_mean": round(statistics.mean(stays), 1), "stay_p95": q(0.95), "stay_p99": q(0.99)}
 
 
@@ -112,9 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-frame-ms", type=float, default=2.3)
     p.add_argument("--fixed-ms", type=float, default=0.0)
     p.add_argument("--pooled", action="store_true")
+    p.add_argument("--flush-ms", type=float, default=0.0)
+    p.add_argument("--flush-when", choices=("short", "empty"), default="short")
+    p.add_argument("--read-ms", type=float, default=0.3)
     args = p.parse_args(argv)
     for delay in args.delay_ms:
-        lane = Lane(delay, args.per_frame_ms, args.fixed_ms, args.sigma, args.pooled)
+        lane = Lane(delay, args.per_frame_ms, args.fixed_ms, args.sigma, args.pooled,
+                    args.flush_ms, args.flush_when, args.read_ms)
         print(f"delay {delay} ms: {simulate(Load(), lane)}")
     return 0
 

@@ -37,3 +37,22 @@ def test_the_command_line_prints_one_line_a_delay(capsys: pytest.CaptureFixture[
     assert model.main(["--delay-ms", "2", "0", "--sigma", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["delay 2.0 ms", "delay 0.0 ms"]
+
+
+def test_a_flush_after_every_push_occupies_the_lane_and_delays_the_rows() -> None:
+    plain = model.simulate(LOAD, model.Lane(delay_ms=0.0))
+    flushed = model.simulate(LOAD, model.Lane(delay_ms=0.0, flush_ms=1.0))
+    assert plain["idle_pct"] == 0.0
+    # one flush a push: 1 ms each, on lanes of the same load
+    pushes_a_lane_s = 11 * 60 / flushed["frames_a_push"] / 2
+    assert flushed["idle_pct"] == pytest.approx(pushes_a_lane_s * 1.0 / 10, rel=0.05)
+    assert flushed["frames_a_push"] > plain["frames_a_push"]  # frames queue meanwhile
+    assert flushed["stay_mean"] > plain["stay_mean"] + 1.0
+
+
+def test_flushing_only_an_empty_lane_flushes_less_and_a_bad_rule_is_refused() -> None:
+    short = model.simulate(LOAD, model.Lane(flush_ms=1.5, sigma=0.25))
+    empty = model.simulate(LOAD, model.Lane(flush_ms=1.5, sigma=0.25, flush_when="empty"))
+    assert empty["idle_pct"] < short["idle_pct"]
+    with pytest.raises(ValueError, match="flush_when"):
+        model.simulate(LOAD, model.Lane(flush_ms=1.0, flush_when="never"))
