@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -248,6 +249,11 @@ class GpuPipeline:
         # TTBALL_FUSED_WINDOWS: read (and a bad value refused) now, not in the first capture
         self.fused_windows = fused_windows_level(torch.empty(0, device=self.device))
         self._sessions: dict[str, _Session] = {}
+        # the sessions' streams and rows, the batches in flight and the rows ready: what a
+        # push after its decode and resize, a flush, a finish and a close change, one thread at
+        # a time (a flush may run on a thread of its own, ``serve --flush-thread``, waiting for
+        # the GPU outside it while the next push decodes)
+        self.lock = threading.RLock()
         self._threshold_cache: dict[tuple[float, ...], Tensor] = {}  # see _thresholds_of
         self.fallbacks = 0  # heatmaps post-processed on the host
         self.heatmaps = 0
@@ -265,9 +271,10 @@ class GpuPipeline:
     def close(self, sid: str) -> None:
         """Forget ``sid``; its windows still in flight are dropped when they come back, those
         carried to the next push (``carry``) at once."""
-        self._carry = [w for w in self._carry if w.stream_id != sid]
-        self._sessions.pop(sid, None)
-        self._ready.pop(sid, None)
+        with self.lock:
+            self._carry = [w for w in self._carry if w.stream_id != sid]
+            self._sessions.pop(sid, None)
+            self._ready.pop(sid, None)
 
     @property
     def in_flight(self) -> int:
@@ -290,7 +297,9 @@ class GpuPipeline:
     # -- frames in --------------------------------------------------------------------------------
     def push(self, frames: Sequence[tuple[str, bytes]],
              stamps: Sequence[tuple[int, float]] | None = None,
-             upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
+             upcoming: Sequence[tuple[str, bytes]] = (),
+             deliver: Callable[[dict[str, list[FrameResult]]], None] | None = None,
+             ) -> dict[str, list[FrameResult]]:
         """JPEG frames ``(session id, bytes)`` in arrival order → rows each session finished.
 
         ``stamps``: each frame's ``(index, time_s)`` (increasing per session); default: the
@@ -304,13 +313,28 @@ class GpuPipeline:
         begin with them, and decodes afresh otherwise.
 
         With ``overlap``, the rows are those the previous push's batches finished (and any this
-        push's frames finish without a window), for every session concerned."""
+        push's frames finish without a window), for every session concerned.
+
+        ``deliver``: called with the rows before the push lets go of :attr:`lock`, so rows
+        handed on by another thread's :meth:`flush` never overtake them. The decode and
+        resize run outside the lock (they touch only the sessions' previous frames)."""
         sessions = [self._get(sid) for sid, _ in frames]
         with self._on_side():
             with self.timer.stage("decode"):
                 images, repeats = self._decode(frames, sessions, upcoming)
             with self.timer.stage("preprocess"):
                 smalls, duplicates = self._prepare(images, repeats, sessions)
+        with self.lock:
+            rows = self._push_windows(frames, stamps, sessions, images, smalls, duplicates)
+            if deliver is not None:
+                deliver(rows)
+        return rows
+
+    def _push_windows(self, frames: Sequence[tuple[str, bytes]],
+                      stamps: Sequence[tuple[int, float]] | None, sessions: list[_Session],
+                      images: list[Tensor], smalls: list[Tensor], duplicates: list[bool],
+                      ) -> dict[str, list[FrameResult]]:
+        """:meth:`push` once its frames are decoded and resized (under :attr:`lock`)."""
         windows: list[Window] = []
         touched: dict[str, _Session] = {}
         for k, ((sid, _), session, image, small, dup) in enumerate(
@@ -334,31 +358,44 @@ class GpuPipeline:
             self._run(windows)
         return self._collect(touched)
 
-    def flush(self) -> dict[str, list[FrameResult]]:
+    def flush(self, timer: StageTimer | None = None) -> dict[str, list[FrameResult]]:
         """``overlap``: read back and track what the last push left running; the rows of
         every session that has some (empty without overlap or when nothing is in flight); the
-        windows carried (``carry``) are launched first."""
-        self._launch_carried()
-        self._complete(self._take_pending())
-        return self.take_ready()
+        windows carried (``carry``) are launched first. ``timer``: where its stages' time goes
+        (default :attr:`timer`; a flush on a thread of its own keeps it out of the pushes')."""
+        with self.lock:
+            self._launch_carried()
+            self._complete(self._take_pending(), timer)
+            return self.take_ready()
+
+    def wait_in_flight(self) -> None:
+        """Wait, outside :attr:`lock`, until the batches in flight now are done on the device
+        (their statistics on the host): a :meth:`flush` after it reads them back without
+        waiting, and a push may run meanwhile. Nothing to wait for without overlap on CUDA."""
+        with self.lock:
+            events = [f.ready for flights in self._pending for f in flights if f.ready is not None]
+        for event in events:
+            event.synchronize()
 
     def take_ready(self) -> dict[str, list[FrameResult]]:
         """Rows already read back and not yet returned: those of other sessions that a
         :meth:`finish` read back with its own (``overlap``); waits for nothing."""
-        return self._collect({})
+        with self.lock:
+            return self._collect({})
 
     def finish(self, sid: str) -> list[FrameResult]:
         """No more frames for ``sid``: its last rows; the session is closed. (With
         ``overlap``, the batches in flight are read back first; other sessions' rows among
         them come with the next push or flush.)"""
-        session = self._get(sid)
-        self._launch_carried()
-        self._complete(self._take_pending())
-        self._join_side()
-        self._run(session.stream.finish())
-        session.rows.extend(session.stream.drain())
-        self.close(sid)
-        return self._take(session)
+        with self.lock:
+            session = self._get(sid)
+            self._launch_carried()
+            self._complete(self._take_pending())
+            self._join_side()
+            self._run(session.stream.finish())
+            session.rows.extend(session.stream.drain())
+            self.close(sid)
+            return self._take(session)
 
     def _collect(self, touched: dict[str, _Session]) -> dict[str, list[FrameResult]]:
         """Rows of the sessions given and of those whose windows completed since the last
@@ -590,30 +627,32 @@ class GpuPipeline:
             event.record()
             self._marks.append((name, event))
 
-    def _complete(self, flights: list[_InFlight]) -> None:
+    def _complete(self, flights: list[_InFlight], timer: StageTimer | None = None) -> None:
         """Read launched calls back, in order: candidates to each window's stream (skipping
-        sessions closed meanwhile); the sessions are then ready for :meth:`_collect`."""
+        sessions closed meanwhile); the sessions are then ready for :meth:`_collect`.
+        ``timer``: see :meth:`flush`."""
+        timer = timer or self.timer
         for flight in flights:
-            with self.timer.stage("postprocess"):
-                found = self._post(flight)
-            with self.timer.stage("track"):
+            with timer.stage("postprocess"):
+                found = self._post(flight, timer)
+            with timer.stage("track"):
                 for window, session, per_position in zip(flight.windows, flight.sessions, found):
                     if self._sessions.get(window.stream_id) is not session:
                         continue
                     session.rows.extend(session.stream.complete_found(window, per_position))
                     self._ready[window.stream_id] = session
 
-    def _post(self, flight: _InFlight) -> list[list[list[Detection]]]:
+    def _post(self, flight: _InFlight, timer: StageTimer) -> list[list[list[Detection]]]:
         """A launched call's packed statistics → candidates per window and position."""
         if flight.ready is not None:
-            with self.timer.stage("post_wait"):
+            with timer.stage("post_wait"):
                 flight.ready.synchronize()
             if flight.marks:
                 for stage, seconds in gpu_split(flight.marks, flight.ready,
                                                 self._last_end).items():
-                    self.timer.seconds[stage] += seconds
+                    timer.seconds[stage] += seconds
                 self._last_end = flight.ready
-        with self.timer.stage("post_read"):
+        with timer.stage("post_read"):
             return self._read(flight)
 
     def _read(self, flight: _InFlight) -> list[list[list[Detection]]]:

@@ -47,6 +47,7 @@ from ttball.backends import Backend
 from ttball.kernels import copies
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
+from ttball.kernels.prepost_timing import StageTimer
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import WINDOW, Batcher
@@ -123,6 +124,12 @@ class DevicePath:
         # reaches its count, or its session is closed
         self._waiting: list[tuple[int, str, Future[None]]] = []
         self._ahead = settings.pipeline_decode_ahead  # run() is told the upcoming uploads
+        # --flush-thread: flush() runs on a thread of its own (the batcher's), waiting for the
+        # GPU outside the pipeline's lock while the next push decodes; its stages' time kept
+        # apart from the pushes' (not exported)
+        self.flush_thread = settings.pipeline_flush_thread
+        self._flush_timer = StageTimer(backend.device) if self.flush_thread else None
+        self._heatmaps_seen = self._fallbacks_seen = 0  # the pipeline's counts exported so far
         self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
 
     def describe(self) -> dict[str, object]:
@@ -135,7 +142,7 @@ class DevicePath:
                 "decoder_start": (decoder.start_seconds() if isinstance(decoder, DecoderProcess)
                                   else None),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
-                "carry_windows": self.pipeline.carry,
+                "carry_windows": self.pipeline.carry, "flush_thread": self.flush_thread,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "resize": resizer.running, "compile_resize": resizer.compiled,
@@ -166,13 +173,14 @@ class DevicePath:
             pass
 
     def _close(self, key: str) -> None:
-        self.pipeline.close(key)
-        self._sinks.pop(key, None)
-        # its uploads' rows will not be delivered: they need not wait for the pushes (a window
-        # carried for it is gone with it, and no push may come to resolve them)
-        for _, _, later in [w for w in self._waiting if w[1] == key]:
-            later.set_result(None)
-        self._waiting = [w for w in self._waiting if w[1] != key]
+        with self.pipeline.lock:
+            self.pipeline.close(key)
+            self._sinks.pop(key, None)
+            # its uploads' rows will not be delivered: they need not wait for the pushes (a
+            # window carried for it is gone with it, and no push may come to resolve them)
+            for _, _, later in [w for w in self._waiting if w[1] == key]:
+                later.set_result(None)
+            self._waiting = [w for w in self._waiting if w[1] != key]
 
     # -- the backend thread ------------------------------------------------------------------------
     def warm(self, sizes: Sequence[int]) -> None:
@@ -196,6 +204,9 @@ class DevicePath:
                     self.pipeline.close(key)
         finally:
             self.pipeline.on_batch = report
+            # the warm-up's heatmaps are not work either
+            self._heatmaps_seen, self._fallbacks_seen = (self.pipeline.heatmaps,
+                                                         self.pipeline.fallbacks)
 
     def run(self, uploads: list[Upload], upcoming: Sequence[Upload] = ()
             ) -> list[ApiError | Future[None] | None]:
@@ -209,45 +220,62 @@ class DevicePath:
         those frames' rows are delivered (by the next push, a finish or :meth:`flush`), so a
         step still ends with its rows in the outbox."""
         results: list[ApiError | Future[None] | None] = [None] * len(uploads)
-        live = [i for i, u in enumerate(uploads) if u.key in self.pipeline]
-        for i in live:
-            self._sinks[uploads[i].key] = uploads[i].deliver
+        lock = self.pipeline.lock  # (held by the push itself from its decode's end)
+        with lock:
+            live = [i for i, u in enumerate(uploads) if u.key in self.pipeline]
+            for i in live:
+                self._sinks[uploads[i].key] = uploads[i].deliver
         try:
             ahead = [(u.key, blob) for u in upcoming if u.key in self.pipeline
                      for blob in u.blobs]
             pushed = self._push(uploads, live, results, ahead)
-            for i in live:
-                if uploads[i].finish:
-                    uploads[i].deliver(self.pipeline.finish(uploads[i].key))
-                    self._sinks.pop(uploads[i].key, None)
-            self._deliver(self.pipeline.take_ready())  # rows a finish read back for others
+            with lock:
+                for i in live:
+                    if uploads[i].finish:
+                        uploads[i].deliver(self.pipeline.finish(uploads[i].key))
+                        self._sinks.pop(uploads[i].key, None)
+                self._deliver(self.pipeline.take_ready())  # rows a finish read back for others
+                self._count_heatmaps()  # those a finish read back
         except BaseException as exc:
-            self._release(exc)
+            with lock:
+                self._release(exc)
             raise
         if not self.pipeline.overlap:
             return results
-        self._release()  # the uploads whose pushes' batches have been read back
-        if self.pipeline.in_flight and pushed:
-            carried = self.pipeline.carried_sessions
-            for i in live:
-                if not uploads[i].finish and results[i] is None:
-                    later: Future[None] = Future()
-                    results[i] = later
-                    key = uploads[i].key
-                    self._waiting.append(
-                        (self.pipeline.pushes_launched + (key in carried), key, later))
+        with lock:
+            if self.pipeline.in_flight and pushed:
+                carried = self.pipeline.carried_sessions
+                for i in live:
+                    if not uploads[i].finish and results[i] is None:
+                        later: Future[None] = Future()
+                        results[i] = later
+                        key = uploads[i].key
+                        self._waiting.append(
+                            (self.pipeline.pushes_launched + (key in carried), key, later))
+            # the uploads whose pushes' batches have been read back (with --flush-thread,
+            # perhaps this push's own already, by a flush since it let go of the lock)
+            self._release()
         return results
 
     def flush(self) -> None:
         """Backend thread, when the queue runs short (``--pipeline-overlap``): the rows of the
-        batches the last push left running, to their sessions; then their uploads resolve."""
+        batches the last push left running, to their sessions; then their uploads resolve.
+        With ``--flush-thread`` on a thread of its own: it waits for the GPU first, outside
+        the pipeline's lock, so a push may decode meanwhile."""
+        lock = self.pipeline.lock
         try:
-            if self.pipeline.in_flight:
-                self._deliver(self.pipeline.flush())
+            if self.flush_thread:
+                self.pipeline.wait_in_flight()
+            with lock:
+                if self.pipeline.in_flight:
+                    self._deliver(self.pipeline.flush(self._flush_timer))
+                    self._count_heatmaps()
         except BaseException as exc:
-            self._release(exc)
+            with lock:
+                self._release(exc)
             raise
-        self._release()
+        with lock:
+            self._release()
 
     def _release(self, error: BaseException | None = None) -> None:
         """Resolve the uploads whose pushes' batches have been read back; with ``error``, fail
@@ -281,28 +309,42 @@ class DevicePath:
             frames = [(uploads[i].key, blob) for i in live for blob in uploads[i].blobs]
             stamps = [stamp for i in live for stamp in uploads[i].stamps]
             try:
-                rows = self._timed_push(frames, stamps, upcoming)
+                self._timed_push(frames, stamps, upcoming)  # its rows delivered in it
             except FrameRejected as exc:
                 bad = owner[exc.index]
                 results[bad] = _refusal(exc, uploads[bad].stamps[exc.index - owner.index(bad)][0])
                 live.remove(bad)
                 continue
-            self._deliver(rows)
             self.metrics.frame_accepted(len(frames))
             return True
+
+    def _delivered(self, rows: dict[str, list[FrameResult]]) -> None:
+        """A push's rows, delivered under the pipeline's lock (so a flush on another thread
+        never hands on later rows first), with the heatmaps read back since the last count."""
+        self._deliver(rows)
+        self._count_heatmaps()
+
+    def _count_heatmaps(self) -> None:
+        """``ttball_heatmaps``: the heatmaps the pipeline read back since the last count, by
+        where they were post-processed (under the pipeline's lock: a push's and a flush's)."""
+        assert self.metrics.heatmaps is not None
+        pipeline = self.pipeline
+        host = pipeline.fallbacks - self._fallbacks_seen
+        self.metrics.heatmaps.labels("device").inc(pipeline.heatmaps - self._heatmaps_seen - host)
+        self.metrics.heatmaps.labels("host").inc(host)
+        self._heatmaps_seen, self._fallbacks_seen = pipeline.heatmaps, pipeline.fallbacks
 
     def _timed_push(self, frames: list[tuple[str, bytes]], stamps: list[tuple[int, float]],
                     upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
         pipeline = self.pipeline
         before = dict(pipeline.timer.seconds)
         before_cpu = dict(pipeline.timer.cpu_seconds)
-        heatmaps, fallbacks = pipeline.heatmaps, pipeline.fallbacks
         ahead = self.ahead_counts()
         carried = pipeline.windows_carried
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._profiler.push() if self._profiler is not None else nullcontext():
-                rows = pipeline.push(frames, stamps, upcoming)
+                rows = pipeline.push(frames, stamps, upcoming, deliver=self._delivered)
         finally:
             counter = self.metrics.decode_ahead
             assert counter is not None
@@ -321,9 +363,6 @@ class DevicePath:
         self.metrics.push_frames.observe(len(frames))
         assert self.metrics.windows_carried is not None
         self.metrics.windows_carried.inc(pipeline.windows_carried - carried)
-        host = pipeline.fallbacks - fallbacks
-        self.metrics.heatmaps.labels("device").inc(pipeline.heatmaps - heatmaps - host)
-        self.metrics.heatmaps.labels("host").inc(host)
         return rows
 
 
