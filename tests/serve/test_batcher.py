@@ -379,3 +379,52 @@ def test_api_errors_pickle_with_every_field() -> None:
     overloaded = pickle.loads(pickle.dumps(Overloaded("queue full", 3)))
     assert type(overloaded) is Overloaded and overloaded.status == 429
     assert overloaded.headers == {"Retry-After": "3"} and str(overloaded) == "queue full"
+
+
+def test_idle_work_on_a_thread_of_its_own_lets_the_next_batch_start_meanwhile() -> None:
+    """``set_idle(work, executor)`` (--flush-thread): the idle work after a short batch runs on
+    its own thread and the lane starts its next batch while it runs; idle work that becomes
+    due meanwhile runs once more after it, never two at once; stop waits for it."""
+    events: list[tuple[str, object, float]] = []
+    lock = threading.Lock()
+    running_idle = [0]
+
+    def run(items: list[int]) -> list[int]:
+        with lock:
+            events.append(("run", items, time.perf_counter()))
+        time.sleep(0.02)
+        return items
+
+    def idle() -> None:
+        with lock:
+            running_idle[0] += 1
+            assert running_idle[0] == 1  # one at a time
+            events.append(("idle", None, time.perf_counter()))
+        time.sleep(0.15)
+        with lock:
+            running_idle[0] -= 1
+            events.append(("idle-end", None, time.perf_counter()))
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR, runners={"job": run})
+        batcher.add_lane(ThreadPoolExecutor(1), {"job": run})
+        batcher.set_idle(idle, ThreadPoolExecutor(1), lane=1)
+        batcher.start()
+        batcher.reserve(3)
+        first = batcher.submit_job("job", 1, lane=1)
+        await first
+        await asyncio.sleep(0.03)  # the idle work is running now
+        second = [batcher.submit_job("job", i, lane=1) for i in (2, 3)]
+        await asyncio.gather(*second)
+        await batcher.stop()
+        return stage(batcher, "idle")
+
+    idles, idle_s = asyncio.run(go())
+    kinds = [kind for kind, _, _ in events]
+    assert kinds[:2] == ["run", "idle"] and kinds.count("idle") == 2 == idles
+    later_run = next(t for kind, items, t in events if kind == "run" and items == [2, 3])
+    first_idle_end = next(t for kind, _, t in events if kind == "idle-end")
+    assert later_run < first_idle_end  # the batch ran while the idle work did
+    assert kinds[-1] == "idle-end"  # the second idle work ran to its end before stop returned
+    assert idle_s >= 2 * 0.15

@@ -91,7 +91,8 @@ def servers(small_weights):
 @pytest.fixture(scope="module")
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread; with
-    --no-carry-windows and --max-delay-ms 0: a push never waits for company), and
+    --no-carry-windows and --max-delay-ms 0: a push never waits for company), the same with
+    each lane's flush on a thread of its own (--flush-thread), and
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
     while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
@@ -107,15 +108,20 @@ def laned(small_weights):
                                                          pipeline_carry=False,
                                                          max_delay_ms=0))) as lap_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
+                                                         pipeline_carry=False, max_delay_ms=0,
+                                                         pipeline_flush_thread=True))) as f_url, \
+                serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
                                                          pipeline_decode_early=True,
                                                          pipeline_carry=True,
                                                          batches_ahead=1))) as p_url, \
-                Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(p_url) as process:
-            for client in (lanes, overlap, process):
+                Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(f_url) as flush, \
+                Client(p_url) as process:
+            for client in (lanes, overlap, flush, process):
                 client.wait_ready(timeout=90, poll=0.1)
-            yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-decode-processes": process}
+            yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-flush-thread": flush,
+                   "lanes-decode-processes": process}
     finally:
         torch.set_num_threads(threads)
 
@@ -205,7 +211,8 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
     assert frames == len(steps) * len(jpegs) and pushes < frames  # some pushes held several
 
 
-@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-decode-processes"])
+@pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-flush-thread",
+                                  "lanes-decode-processes"])
 def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
@@ -222,6 +229,7 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["decode_early"] is (mode == "lanes-decode-processes")
     assert ready["carry_windows"] is (mode == "lanes-decode-processes")
+    assert ready["flush_thread"] is (mode == "lanes-flush-thread")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -244,6 +252,12 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         split = f'ttball_push_seconds_count{{stage="decode_{part}"}}'  # the decode stage's parts
         assert (split in metrics) is (mode == "lanes-decode-processes")
     assert ('ttball_decode_ahead_total{result="hit"}' in metrics) is (mode == "lanes-decode-processes")
+    # the flushes (with overlap: each lane's, on its thread or, --flush-thread, one of its own)
+    assert ('ttball_stage_seconds_count{stage="idle"}' in metrics) is (mode != "lanes")
+    flushers = {t.name.rsplit("_", 1)[0] for t in threading.enumerate()} & {
+        "ttball-flush-0", "ttball-flush-1"}
+    if mode == "lanes-flush-thread":
+        assert flushers == {"ttball-flush-0", "ttball-flush-1"}
     ready = client.readiness()["device_pipeline"]
     assert ready["lane_sessions"] == [0, 0]  # streams ended
     # how many pushes had another queued behind them varies: the counts are there, summed
@@ -459,11 +473,62 @@ def test_overlap_resolves_an_upload_once_its_rows_are_delivered(small_model, sma
     broken = path.open("t", StreamOptions(step=1), 30.0).stream_id
     waiting = path.run([Upload(broken, tuple(jpegs[:4]), tuple((k, k / 30) for k in range(4)),
                                rows.extend)])[0]
-    path.pipeline._post = lambda flight: 1 / 0  # type: ignore[method-assign]
+    path.pipeline._post = lambda flight, timer: 1 / 0  # type: ignore[method-assign]
     with pytest.raises(ZeroDivisionError):
         path.flush()
     failure = waiting.exception()
     assert isinstance(failure, ApiError) and (failure.status, failure.code) == (500, "backend_error")
+
+
+def _heatmaps(metrics: Metrics) -> float:
+    return sum(metrics.registry.get_sample_value("ttball_heatmaps_total", {"where": where}) or 0.0
+               for where in ("device", "host"))
+
+
+@pytest.mark.parametrize("flush_thread", [False, True])
+def test_a_flush_on_its_own_thread_delivers_every_row_in_order(small_model, small_config, jpegs,
+                                                               flush_thread) -> None:
+    """--flush-thread at the runner: flushes on another thread, each started as a push returns
+    and racing the next push, deliver every session's rows in frame order and resolve every
+    upload, with the rows a flush on the lane's thread gives; the heatmaps read back by the
+    flushes are counted (ttball_heatmaps: 3 a window, none of the warm-up's)."""
+    from ttball.stream import StreamOptions
+
+    backend = create("eager-fp32", small_model, "cpu")
+    settings = ServeSettings(warmup_batches=(1, 2, 4), device_pipeline=True, pipeline_overlap=True,
+                             pipeline_carry=False, pipeline_flush_thread=flush_thread)
+    metrics = Metrics()
+    path = DevicePath(backend, small_config, settings, metrics, ThreadPoolExecutor(1))
+    path.warm([1, 2])
+    assert _heatmaps(metrics) == 0
+    rows: dict[str, list] = {"a": [], "b": []}
+    keys = {name: path.open(name, StreamOptions(step=1), 30.0).stream_id for name in rows}
+
+    def upload(name: str, first: int, count: int) -> Upload:
+        return Upload(keys[name], tuple(jpegs[first : first + count]),
+                      tuple((k, k / 30) for k in range(first, first + count)), rows[name].extend)
+
+    flusher = ThreadPoolExecutor(1)
+    results, flushes = [], []
+    for round_ in range(3):  # frames 0-1, 2-3, 4-5 of both sessions
+        results += path.run([upload("a", 2 * round_, 2), upload("b", 2 * round_, 2)])
+        flushes.append(flusher.submit(path.flush) if flush_thread else None)
+        if not flush_thread:
+            path.flush()
+    for flush in flushes:
+        if flush is not None:
+            flush.result(timeout=60)
+    for name, got in rows.items():
+        path.run([upload(name, 6, 1)])
+        path.run([Upload(keys[name], (), (), got.extend, finish=True)])
+    for result in results:
+        assert result is None or (isinstance(result, Future) and result.done()
+                                  and result.result() is None)
+    for got in rows.values():
+        assert [r.frame for r in got] == list(range(FRAMES))
+    assert rows["a"] == rows["b"]  # the same frames: the same rows
+    windows = 2 * (FRAMES - 2)  # step 1: five windows a session
+    assert _heatmaps(metrics) == 3 * windows
 
 
 def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config, jpegs) -> None:
@@ -542,6 +607,11 @@ def test_pipeline_depth_needs_overlap() -> None:
         ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_depth=5).validate()
     with pytest.raises(UserError, match="--stats-stream needs --pipeline-overlap"):
         ServeSettings(device_pipeline=True, pipeline_stats_stream=True).validate()
+    with pytest.raises(UserError, match="--flush-thread needs --pipeline-overlap"):
+        ServeSettings(device_pipeline=True, pipeline_flush_thread=True).validate()
+    with pytest.raises(UserError, match="--flush-thread needs --no-carry-windows"):
+        ServeSettings(device_pipeline=True, pipeline_overlap=True,
+                      pipeline_flush_thread=True).validate()
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
@@ -816,6 +886,45 @@ def test_lanes_on_cuda_give_one_lanes_rows_with_frozen_graphs(small_weights, jpe
         ready = two.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["graphs_frozen"] is True
     assert ready["uncaptured_calls"] == 0, ready
+    for g, w in zip(got, want):
+        assert [r["frame"] for r in g] == [r["frame"] for r in w]
+        assert [r["visible"] for r in g] == [r["visible"] for r in w]
+        assert max(abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for a, b in zip(g, w)) < 0.5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jpegs) -> None:
+    """On the GPU: two lanes with overlap whose flushes run on threads of their own
+    (--flush-thread: each waits for its lane's batches on the GPU outside the pipeline's lock
+    while the lane pushes on) give every session the rows of a one-lane worker without
+    overlap (positions within 0.5 px: batches are composed differently)."""
+    base = {"weights": str(small_weights), "device": "cuda", "backend": "cudagraph-fp32",
+            "warmup_batches": (1, 2, 4), "max_frame_bytes": 300_000,
+            "max_body_bytes": 1_000_000, "device_pipeline": True}
+
+    def rows(client) -> list[list[dict]]:
+        def one(step: int) -> list[dict]:
+            with client.open_session(step=step, fps=30).stream() as ws:
+                for data in jpegs:
+                    ws.send(data)
+                return ws.finish()
+
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(one, [3, 1, 3, 1, 3, 1]))
+
+    with serve_in_thread(create_app(ServeSettings(**base))) as one_url, Client(one_url) as one:
+        one.wait_ready(timeout=300, poll=0.2)
+        want = rows(one)
+    flushing = ServeSettings(**base, pipeline_lanes=2, pipeline_overlap=True, pipeline_carry=False,
+                             max_delay_ms=0, pipeline_flush_thread=True)
+    with serve_in_thread(create_app(flushing)) as url, Client(url) as client:
+        client.wait_ready(timeout=300, poll=0.2)
+        got = rows(client)
+        ready = client.readiness()["device_pipeline"]
+        metrics = client.metrics()
+    assert ready["flush_thread"] is True and ready["uncaptured_calls"] == 0, ready
+    assert 'ttball_stage_seconds_count{stage="idle"}' in metrics
     for g, w in zip(got, want):
         assert [r["frame"] for r in g] == [r["frame"] for r in w]
         assert [r["visible"] for r in g] == [r["visible"] for r in w]

@@ -100,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "than one network call launches the full calls and leaves the rest to "
                         "the next push, instead of a short call padded to a warmed size (those "
                         "windows' rows come a push later; docs/serve.md)")
+    p.add_argument("--flush-thread", action="store_true",
+                   help="with --pipeline-overlap: a lane's flush (reading back what its last "
+                        "push left on the GPU when its queue runs short) on a thread of its "
+                        "own, so the lane takes its next push while the GPU finishes "
+                        "(docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
@@ -173,7 +178,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_decode_processes=args.decode_processes,
         pipeline_decode_ahead=args.decode_ahead,
         pipeline_decode_early=args.decode_early,
-        pipeline_carry=args.carry_windows,
+        pipeline_carry=args.carry_windows, pipeline_flush_thread=args.flush_thread,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,

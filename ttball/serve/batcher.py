@@ -80,6 +80,9 @@ class _Lane:
     # backend thread: run after a batch when less than a full batch is queued in this lane
     # (the device pipeline's flush of the batches a push left running, --pipeline-overlap)
     idle: Callable[[], None] | None = None
+    # the idle work's own thread (--flush-thread): the lane takes its next batch while it runs
+    # (None: on ``executor``, the lane waiting for it)
+    idle_executor: ThreadPoolExecutor | None = None
     # kinds whose runners are also told the items of the batch queued after theirs:
     # run(items, upcoming) (the device pipeline's decode ahead, --decode-ahead)
     lookahead: frozenset[str] = frozenset()
@@ -88,6 +91,8 @@ class _Lane:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     finished: float = 0.0  # when its last batch's results came back (perf_counter)
+    idling: asyncio.Task[None] | None = None  # idle work running on ``idle_executor``
+    idle_again: bool = False  # idle work became due while it ran: run it once more after
 
 
 class Batcher:
@@ -133,14 +138,26 @@ class Batcher:
         self.batches = 0
 
     def add_lane(self, executor: ThreadPoolExecutor, runners: Mapping[str, Runner],
-                 idle: Callable[[], None] | None = None, lookahead: Collection[str] = ()) -> int:
+                 idle: Callable[[], None] | None = None, lookahead: Collection[str] = (),
+                 idle_executor: ThreadPoolExecutor | None = None) -> int:
         """Another lane: its jobs (``submit_job(..., lane=i)``) run on ``executor`` (one thread)
         by ``runners``, at the same time as other lanes' batches. Its index. Before
         :meth:`start`. The runners of the kinds in ``lookahead`` are called ``run(items, upcoming)``:
         ``upcoming``, the items of the batch queued after this one as it starts (the batch
-        taken next if nothing else arrives first), for work it can start early."""
-        self._lanes.append(_Lane(executor, dict(runners), idle, frozenset(lookahead)))
+        taken next if nothing else arrives first), for work it can start early. ``idle``: see
+        :class:`_Lane`; ``idle_executor``: its own thread (see :meth:`set_idle`)."""
+        self._lanes.append(_Lane(executor, dict(runners), idle, idle_executor,
+                                 frozenset(lookahead)))
         return len(self._lanes) - 1
+
+    def set_idle(self, work: Callable[[], None] | None,
+                 executor: ThreadPoolExecutor | None = None, lane: int = 0) -> None:
+        """``lane``'s idle work, run after a batch when less than a full batch is queued. On
+        the lane's thread by default, the lane waiting for it; with ``executor`` (one thread,
+        ``--flush-thread``) on that thread, the lane taking its next batch meanwhile (the idle
+        work must then guard what it shares with the runners; one at a time, and once more if
+        it became due while it ran)."""
+        self._lanes[lane].idle, self._lanes[lane].idle_executor = work, executor
 
     @property
     def lanes(self) -> int:
@@ -225,10 +242,12 @@ class Batcher:
             if running and (len(running) > self.batches_ahead or self._short(lane)):
                 await running.popleft()
                 if not running and lane.idle is not None and self._short(lane):
-                    await self._run_idle(lane)
+                    await self._idle(lane)
                 continue
             if not lane.queue:
                 if self._stopping:
+                    if lane.idling is not None:
+                        await lane.idling
                     return
                 lane.wake.clear()
                 await lane.wake.wait()
@@ -239,19 +258,38 @@ class Batcher:
             if jobs:
                 running.append(self._start(lane, jobs))
             elif not running and lane.idle is not None and self._short(lane):
-                await self._run_idle(lane)
+                await self._idle(lane)
 
     def _short(self, lane: _Lane) -> bool:
         """Less than a full batch of work queued in ``lane``."""
         return lane.queued < self.max_batch * WINDOW
 
+    async def _idle(self, lane: _Lane) -> None:
+        """``lane``'s idle work: awaited on the lane's thread, or started on its own (once
+        more after the running one if that is still at it) and not awaited."""
+        if lane.idle_executor is None:
+            await self._run_idle(lane)
+        elif lane.idling is not None and not lane.idling.done():
+            lane.idle_again = True
+        else:
+            lane.idling = asyncio.ensure_future(self._idle_apart(lane))
+
+    async def _idle_apart(self, lane: _Lane) -> None:
+        while True:
+            lane.idle_again = False
+            await self._run_idle(lane)
+            if not lane.idle_again:
+                return
+
     async def _run_idle(self, lane: _Lane) -> None:
         """``lane``'s idle work on its thread (the device pipeline's flush with overlap), its
-        time observed as stage ``idle``: the lane is as occupied as in a batch meanwhile."""
+        time observed as stage ``idle``: on the lane's thread, the lane is as occupied as in
+        a batch meanwhile; on ``idle_executor``, it is not."""
         assert lane.idle is not None
         started = time.perf_counter()
         try:
-            await asyncio.get_running_loop().run_in_executor(lane.executor, lane.idle)
+            await asyncio.get_running_loop().run_in_executor(lane.idle_executor or lane.executor,
+                                                             lane.idle)
         except Exception:  # the rows of that work are lost; the worker goes on
             self.metrics.errors.labels("backend").inc()
             log.exception("the backend thread's idle work failed")

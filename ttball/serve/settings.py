@@ -99,6 +99,10 @@ class ServeSettings:
     # With pipeline_overlap: a push's windows past its full calls carried to the next push
     # (--no-carry-windows turns it off; nothing to carry to without overlap)
     pipeline_carry: bool = True
+    # With pipeline_overlap: a lane's flush (the read-back when its queue runs short) on a
+    # thread of its own, waiting for the GPU while the lane takes its next push, instead of on
+    # the lane's thread before it (ttball/serve/batcher.py, Batcher.set_idle; docs/serve.md)
+    pipeline_flush_thread: bool = False
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -160,6 +164,11 @@ class ServeSettings:
             raise UserError("--pipeline-depth needs --pipeline-overlap")
         if self.pipeline_stats_stream and not self.pipeline_overlap:
             raise UserError("--stats-stream needs --pipeline-overlap")
+        if self.pipeline_flush_thread and not self.pipeline_overlap:
+            raise UserError("--flush-thread needs --pipeline-overlap")
+        if self.pipeline_flush_thread and self.pipeline_carry:
+            raise UserError("--flush-thread needs --no-carry-windows (a flush launches the "
+                            "carried windows, which only the lane's thread may)")
         if self.pipeline_resize not in RESIZE_CHOICES:
             raise UserError(f"--pipeline-resize must be one of {', '.join(RESIZE_CHOICES)}, "
                             f"got {self.pipeline_resize!r}")

@@ -155,6 +155,7 @@ class Worker:
             initializer=_pool_thread, initargs=(threads,))
         self._torch_threads = threads
         self.lane_threads: list[ThreadPoolExecutor] = []  # --pipeline-lanes: lanes 1, 2, ...
+        self.flush_threads: list[ThreadPoolExecutor] = []  # --flush-thread: one a lane
         self.finishing = Finishing()  # WebSocket sessions between their finish and their end
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -323,6 +324,17 @@ class Worker:
             self.lane_threads.append(thread)
             self.device.add(thread.submit(self._build_lane, thread).result())
 
+    def _flush_thread(self, lane: int) -> ThreadPoolExecutor | None:
+        """``--flush-thread``: lane ``lane``'s flush thread (None without), shut down with the
+        lanes' threads."""
+        if not self.settings.pipeline_flush_thread:
+            return None
+        thread = ThreadPoolExecutor(1, thread_name_prefix=f"ttball-flush-{lane}",
+                                    initializer=_lane_thread,
+                                    initargs=(self._torch_threads, self.backend.device))
+        self.flush_threads.append(thread)
+        return thread
+
     def _compiling_alone(self) -> AbstractContextManager[bool]:
         """On CUDA, lane 0's pipeline warm-up compiles the resize (inductor) and the
         statistics' Triton kernels into caches the machine's processes share: eight replicas
@@ -402,11 +414,12 @@ class Worker:
                                capacity=s.max_queue, executor=self.backend_thread,
                                runners=runners, lookahead=ahead,
                                batches_ahead=s.batches_ahead)
-        if paths and s.pipeline_overlap:
-            self.batcher.idle = paths[0].flush
-        for path, thread in zip(paths[1:], self.lane_threads):
-            self.batcher.add_lane(thread, {KIND: path.run},
-                                  idle=path.flush if s.pipeline_overlap else None, lookahead=ahead)
+        for lane, path in enumerate(paths):
+            if lane:
+                self.batcher.add_lane(self.lane_threads[lane - 1], {KIND: path.run},
+                                      lookahead=ahead)
+            if s.pipeline_overlap:
+                self.batcher.set_idle(path.flush, self._flush_thread(lane), lane)
         self.batcher.start()
         self.store = SessionStore(self.weights_config, s, self.metrics, self.device)
         device = DeviceFeeder(self.batcher, s, self.device) if self.device is not None else None
@@ -436,7 +449,7 @@ class Worker:
         self._abort.set()
         if was_ready and self.batcher is not None:
             await self.batcher.stop()
-        for thread in (self.backend_thread, *self.lane_threads):
+        for thread in (self.backend_thread, *self.lane_threads, *self.flush_threads):
             thread.shutdown(wait=False, cancel_futures=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
