@@ -55,9 +55,11 @@ class Lane:
     # the flush with overlap (``Batcher._run_idle``): after a push the lane reads back and
     # tracks its batches for ``flush_ms`` (the GPU's wait included) before it takes more work,
     # and the push's rows leave then. ``flush_when``: "short", the batcher's rule (after every
-    # push that leaves less than a full batch queued: at this load, every push), or "empty"
+    # push that leaves less than a full batch queued: at this load, every push), "empty"
     # (only when no frame waits; otherwise the next push reads them back, for ``read_ms`` of its
-    # own time, and they leave when it returns)
+    # own time, and they leave when it returns), or "thread" (serve --flush-thread: after every
+    # push on a thread of the lane's own, one flush at a time; the lane takes its next push
+    # meanwhile)
     flush_ms: float = 0.0
     flush_when: str = "short"
     read_ms: float = 0.3
@@ -82,13 +84,14 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
     """Frames a push, the lanes' busy % (in pushes) and idle % (in flushes), the pushes that
     waited for company more than 0.5 ms (% : the worker's ``gather`` stage above its first
     bucket), and the windows' stay: mean, p95, p99 (ms)."""
-    if lane.flush_when not in ("short", "empty"):
-        raise ValueError(f"flush_when: 'short' or 'empty', not {lane.flush_when!r}")
+    if lane.flush_when not in ("short", "empty", "thread"):
+        raise ValueError(f"flush_when: 'short', 'empty' or 'thread', not {lane.flush_when!r}")
     rnd = random.Random(seed)
     frames = arrivals(load, rnd)
     queues: list[list[tuple[float, int, bool]]] = [[] for _ in range(load.lanes)]
     free_at = [0.0] * load.lanes
     unread: list[list[float]] = [[] for _ in range(load.lanes)]  # windows awaiting read-back
+    flusher_free = [0.0] * load.lanes  # "thread": when each lane's flush thread is free
     busy = idle = 0.0
     pushes: list[int] = []
     waits: list[float] = []
@@ -125,7 +128,7 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
                 n = next((k for k, f in enumerate(queue) if f[0] > start), len(queue))
                 taken, queue[:n] = queue[:n], []
                 spent = (lane.fixed_ms + lane.per_frame_ms * n) * rnd.lognormvariate(0, lane.sigma)
-                if unread[i]:  # the last push's windows, read back by this one
+                if unread[i]:  # the last push's windows, read back by this one ("empty")
                     spent += lane.read_ms
                 end = start + spent
                 busy += spent
@@ -133,7 +136,13 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
                 stays.extend(end - t for t in unread[i])
                 unread[i] = [f[0] for f in taken if f[2]]
                 waiting = arrives_by(i, queue, end)
-                if lane.flush_ms and not (lane.flush_when == "empty" and waiting):
+                if lane.flush_ms and lane.flush_when == "thread":
+                    flush = lane.flush_ms * rnd.lognormvariate(0, lane.sigma)
+                    flusher_free[i] = max(end, flusher_free[i]) + flush
+                    idle += flush
+                    stays.extend(flusher_free[i] - t for t in unread[i])
+                    unread[i] = []
+                elif lane.flush_ms and not (lane.flush_when == "empty" and waiting):
                     flush = lane.flush_ms * rnd.lognormvariate(0, lane.sigma)
                     end += flush
                     idle += flush
@@ -172,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-ms", type=float, default=0.0)
     p.add_argument("--pooled", action="store_true")
     p.add_argument("--flush-ms", type=float, default=0.0)
-    p.add_argument("--flush-when", choices=("short", "empty"), default="short")
+    p.add_argument("--flush-when", choices=("short", "empty", "thread"), default="short")
     p.add_argument("--read-ms", type=float, default=0.3)
     args = p.parse_args(argv)
     for delay in args.delay_ms:

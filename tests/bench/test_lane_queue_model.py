@@ -56,3 +56,13 @@ def test_flushing_only_an_empty_lane_flushes_less_and_a_bad_rule_is_refused() ->
     assert empty["idle_pct"] < short["idle_pct"]
     with pytest.raises(ValueError, match="flush_when"):
         model.simulate(LOAD, model.Lane(flush_ms=1.0, flush_when="never"))
+
+
+def test_a_flush_thread_leaves_the_lane_free_and_the_rows_a_flush_later() -> None:
+    plain = model.simulate(LOAD, model.Lane(delay_ms=0.0))
+    apart = model.simulate(LOAD, model.Lane(delay_ms=0.0, flush_ms=1.0, flush_when="thread"))
+    # the lane pushes as without a flush; each window's row leaves a flush (1 ms, shorter than
+    # any push: never queued behind another) after its push
+    assert apart["frames_a_push"] == plain["frames_a_push"]
+    assert apart["busy_pct"] == plain["busy_pct"] and apart["idle_pct"] > 0
+    assert apart["stay_mean"] == pytest.approx(plain["stay_mean"] + 1.0, abs=0.051)
