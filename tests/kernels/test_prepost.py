@@ -1044,3 +1044,27 @@ def test_fused_windows_and_pad_kernels_on_cuda_keep_the_rows(small_config: Weigh
         assert max(abs(g.x - w.x) + abs(g.y - w.y)
                    for g, w in zip(got[sid], want[sid]) if w.visible) < 1e-6
         assert any(r.visible for r in want[sid])
+
+
+def test_a_flush_reads_back_only_the_pushes_it_waited_for(small_config: WeightsConfig) -> None:
+    """``wait_in_flight`` returns the pushes in flight; a flush given them reads those back and
+    leaves a push launched since to the next flush (``serve --flush-thread``: it never waits
+    for the GPU holding the lock); every row still comes once, in frame order."""
+    pipeline = cpu_pipeline(small_config, overlap=True)
+    pipeline.open("s", StreamOptions(step=1), 60.0)
+    blobs = [jpeg(draw(i, (320, 180), True)) for i in range(7)]
+    rows = pipeline.push([("s", b) for b in blobs[:4]])["s"]  # two windows left in flight
+    waited = pipeline.wait_in_flight()
+    assert len(waited) == 1 and pipeline.in_flight == 2
+    rows += pipeline.push([("s", b) for b in blobs[4:6]])["s"]  # reads the first back itself
+    assert pipeline.in_flight == 2 and pipeline.pushes_done == 1
+    assert pipeline.flush(waited=waited) == {}  # what it waited for is read back already
+    assert pipeline.in_flight == 2
+    waited = pipeline.wait_in_flight()
+    rows += pipeline.push([("s", blobs[6])])["s"]  # reads the second back; one in flight
+    rows += pipeline.flush(waited=waited).get("s", [])  # nothing of the third
+    assert pipeline.in_flight == 1
+    rows += pipeline.flush()["s"]
+    assert pipeline.in_flight == 0
+    rows += pipeline.finish("s")
+    assert [r.frame for r in rows] == list(range(7))

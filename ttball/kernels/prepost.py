@@ -358,24 +358,38 @@ class GpuPipeline:
             self._run(windows)
         return self._collect(touched)
 
-    def flush(self, timer: StageTimer | None = None) -> dict[str, list[FrameResult]]:
+    def flush(self, timer: StageTimer | None = None,
+              waited: Sequence[list[_InFlight]] | None = None) -> dict[str, list[FrameResult]]:
         """``overlap``: read back and track what the last push left running; the rows of
         every session that has some (empty without overlap or when nothing is in flight); the
         windows carried (``carry``) are launched first. ``timer``: where its stages' time goes
-        (default :attr:`timer`; a flush on a thread of its own keeps it out of the pushes')."""
+        (default :attr:`timer`; a flush on a thread of its own keeps it out of the pushes').
+        ``waited``: what :meth:`wait_in_flight` waited for; only those pushes still in flight
+        are read back (a push launched since is left to the next flush, so this one does not
+        wait for the GPU holding the lock)."""
         with self.lock:
             self._launch_carried()
-            self._complete(self._take_pending(), timer)
+            keep = 0
+            if waited is not None:
+                done = 0
+                while done < len(self._pending) and any(self._pending[done] is w for w in waited):
+                    done += 1
+                keep = len(self._pending) - done
+            self._complete(self._take_pending(keep), timer)
             return self.take_ready()
 
-    def wait_in_flight(self) -> None:
-        """Wait, outside :attr:`lock`, until the batches in flight now are done on the device
-        (their statistics on the host): a :meth:`flush` after it reads them back without
-        waiting, and a push may run meanwhile. Nothing to wait for without overlap on CUDA."""
+    def wait_in_flight(self) -> list[list[_InFlight]]:
+        """Wait, outside :attr:`lock`, until the pushes in flight now are done on the device
+        (their statistics on the host), and return them for :meth:`flush` (``waited``), which
+        then reads them back without waiting; a push may run meanwhile. Nothing to wait for
+        without overlap on CUDA."""
         with self.lock:
-            events = [f.ready for flights in self._pending for f in flights if f.ready is not None]
-        for event in events:
-            event.synchronize()
+            pushes = list(self._pending)
+        for flights in pushes:
+            for flight in flights:
+                if flight.ready is not None:
+                    flight.ready.synchronize()
+        return pushes
 
     def take_ready(self) -> dict[str, list[FrameResult]]:
         """Rows already read back and not yet returned: those of other sessions that a

@@ -261,14 +261,14 @@ class DevicePath:
         """Backend thread, when the queue runs short (``--pipeline-overlap``): the rows of the
         batches the last push left running, to their sessions; then their uploads resolve.
         With ``--flush-thread`` on a thread of its own: it waits for the GPU first, outside
-        the pipeline's lock, so a push may decode meanwhile."""
+        the pipeline's lock, so a push may decode meanwhile, and reads back only what it
+        waited for (a push launched meanwhile has a flush of its own after it)."""
         lock = self.pipeline.lock
         try:
-            if self.flush_thread:
-                self.pipeline.wait_in_flight()
+            waited = self.pipeline.wait_in_flight() if self.flush_thread else None
             with lock:
                 if self.pipeline.in_flight:
-                    self._deliver(self.pipeline.flush(self._flush_timer))
+                    self._deliver(self.pipeline.flush(self._flush_timer, waited))
                     self._count_heatmaps()
         except BaseException as exc:
             with lock:
