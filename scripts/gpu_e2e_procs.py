@@ -66,6 +66,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_e2e import WARM_SIZES, environment, feed, load_weights, make_frames, open_pipeline
 
+from ttball.hostcpu import cpu_shares, cpu_ticks
+
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """The backend named by ``args`` around the default weights, and its weights' config."""
@@ -215,16 +217,6 @@ def _child(rank: int, args: argparse.Namespace, batch: int, sessions: int, lanes
                      "trace": traceback.format_exc()})
 
 
-def _cpu_times() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all cores from ``/proc/stat``; None where there is none."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
 # nvidia-smi's fields and the names of their means in a row
 GPU_FIELDS = {"utilization.gpu": "gpu_util_pct", "power.draw": "gpu_power_w",
               "clocks.sm": "gpu_sm_clock_mhz"}
@@ -247,16 +239,15 @@ def _gpu_sample() -> tuple[float, ...] | None:
 def sample_load(seconds: float, every_s: float = 0.5) -> dict[str, Any]:
     """The host's CPU busy share over ``seconds`` and the GPU's utilization, power and SM
     clock sampled every ``every_s`` (None where this machine can't tell)."""
-    first, gpu = _cpu_times(), []
+    first, gpu = cpu_ticks(), []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         sample = _gpu_sample()
         if sample is not None:
             gpu.append(sample)
         time.sleep(max(0.0, min(every_s, end - time.perf_counter())))
-    last = _cpu_times()
-    cpu = (100.0 * (last[0] - first[0]) / max(1, last[1] - first[1])
-           if first is not None and last is not None else None)
+    shares = cpu_shares(first, cpu_ticks())
+    cpu = shares["busy_pct"] if shares is not None else None
     means = (dict(zip(GPU_FIELDS.values(), map(float, np.mean(gpu, axis=0)))) if gpu
              else dict.fromkeys(GPU_FIELDS.values()))
     return {"cpu_busy_pct": cpu, "cores": os.cpu_count(), **means, "gpu_samples": len(gpu)}

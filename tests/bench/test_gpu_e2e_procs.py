@@ -70,7 +70,7 @@ def test_the_load_sampler_reads_the_host_and_says_when_it_cannot_read_the_gpu(mo
     assert (load["gpu_util_pct"], load["gpu_power_w"], load["gpu_sm_clock_mhz"]) == (40.0, 350.0, 1980.0)
     assert load["gpu_samples"] >= 2
     assert 0 <= load["cpu_busy_pct"] <= 100
-    monkeypatch.setattr(procs, "_cpu_times", lambda: None)
+    monkeypatch.setattr(procs, "cpu_ticks", lambda: None)
     monkeypatch.setattr(procs, "_gpu_sample", lambda: None)
     assert procs.sample_load(0.1) == {"cpu_busy_pct": None, "cores": os.cpu_count(),
                                       "gpu_util_pct": None, "gpu_power_w": None,
