@@ -2,7 +2,8 @@
 # Fifty-fourth session (prepared), any card, one call of END_S seconds (default 560; the first
 # load-test run on a fresh machine compiles, ~110-160 s). First the GPU tests of the new
 # `serve --flush-thread` (two lanes whose flushes run on threads of their own give a plain
-# worker's rows; ~1-2 min, tests-flush.log); if they fail, only the control runs below.
+# worker's rows) and of the overlap the pipeline's new lock wraps (~1-3 min, tests-flush.log);
+# if they fail, only the control runs below (and `sixfb` may not fit in any case).
 # Then six at 64 sessions with --no-carry-windows (`sixc`, `sixcb`: carrying never happens at
 # this load, ~0.7 windows a push) against the same with --flush-thread (`sixf`, `sixfb`),
 # alternated. The worker now times each flush (`idle`) and each batch's wait for company
@@ -24,8 +25,9 @@ END_S=${END_S:-560}
 START=$(date +%s)
 source scripts/_loadtest.sh
 install_wheels
-timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/serve/test_device_pipeline.py \
-  -k "flush_threads_on_cuda or lanes_on_cuda" > $OUT/tests-flush.log 2>&1
+timeout -k 5 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/serve/test_device_pipeline.py \
+  tests/kernels/test_prepost.py -k "flush_threads_on_cuda or lanes_on_cuda or overlap" \
+  > $OUT/tests-flush.log 2>&1
 TESTS=$?
 tail -5 $OUT/tests-flush.log
 TOTAL=$(( END_S - ($(date +%s) - START) ))
