@@ -687,6 +687,21 @@ def test_ready_only_after_warmup_of_backend_and_pipeline(gated, jpegs) -> None:
     assert 'ttball_windows_total 0.0' in client.metrics()  # warm-up is not counted as work
 
 
+def test_one_lane_with_a_flush_thread_freezes_its_graphs(gated, jpegs) -> None:
+    """--flush-thread with one lane: the lane and its flush thread work at once, so the graphs
+    are frozen once warm, as with several lanes (a capture while another thread works fails);
+    its rows come, its flush thread does the flushing."""
+    client, _ = gated(GatedBackend(), warmup_batches=(1, 2), pipeline_overlap=True,
+                      pipeline_carry=False, pipeline_flush_thread=True)
+    ready = client.readiness()["device_pipeline"]
+    assert ready["flush_thread"] is True and ready["graphs_frozen"] is True
+    session = client.open_session(step=3)
+    rows = [row for data in jpegs[:4] for row in session.send(data)]
+    rows += session.finish()
+    assert [r["frame"] for r in rows] == [0, 1, 2, 3]
+    assert "ttball-flush-0" in {t.name.rsplit("_", 1)[0] for t in threading.enumerate()}
+
+
 def test_the_session_of_a_failed_batch_fails_and_others_go_on(gated, jpegs) -> None:
     class Broken(GatedBackend):
         broken = False

@@ -253,8 +253,9 @@ class Worker:
             self._timed("pipeline_warmup", self._warm_pipeline)
         if s.verify:
             self._timed("verify", self._verify)
-        if self.device is not None and s.pipeline_lanes > 1:
-            # from here on lanes run at once, and a capture while another thread works fails
+        if self.device is not None and (s.pipeline_lanes > 1 or s.pipeline_flush_thread):
+            # from here on lanes (or a lane and its flush thread) run at once, and a capture
+            # while another thread works fails
             self.device.freeze_graphs()
 
     def _compile_cache(self) -> Path | None:
