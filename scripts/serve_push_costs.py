@@ -40,6 +40,9 @@ OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # the batcher's own stages of a lane (fifty-fourth session): a batch started on a free lane
 # waiting for company (--max-delay-ms), and the lane's idle work (the flush with overlap)
 LANE = ("gather", "idle")
+# the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session): flush_*_ms
+# columns, a frame, where a run has them
+FLUSH = ("wait", "post_wait", "post_read", "track")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
@@ -75,6 +78,9 @@ def read_metrics(path: Path) -> dict[str, float]:
             elif (sample.name == "ttball_push_cpu_seconds_total"
                   and sample.labels.get("stage") in CPU_STAGES):
                 key = f"cpu_{sample.labels['stage']}"
+            elif (sample.name == "ttball_flush_seconds_total"
+                  and sample.labels.get("stage") in FLUSH):
+                key = f"flush_{sample.labels['stage']}"
             elif (sample.name == "ttball_cuda_allocator_events"
                   and sample.labels.get("event") in ALLOCATOR):
                 key = sample.labels["event"]
@@ -250,6 +256,9 @@ def runs(folder: Path) -> list[dict[str, float]]:
             if f"cpu_{stage}" in now:
                 wall = delta.get(f"push_{stage}", 0.0)
                 row[f"{stage}_cpu_pct"] = 100 * delta[f"cpu_{stage}"] / wall if wall else 0.0
+        for stage in FLUSH:
+            if f"flush_{stage}" in now:
+                row[f"flush_{stage}_ms"] = 1e3 * delta[f"flush_{stage}"] / frames if frames else 0.0
         for event in ALLOCATOR:
             if event in now:
                 row[event] = delta[event]
@@ -274,12 +283,14 @@ def main() -> None:
         head = (["replicas"] if ray else []) + ["sessions", "frames", "windows_a_call"]
         head += [h for h in BATCHING if any(h in row for row in rows)]
         head += [f"{s}_ms" for s in STAGES]
-        head += [h for h in (*(f"{s}_cpu_pct" for s in CPU_STAGES), *ALLOCATOR)
+        head += [h for h in (*(f"{s}_cpu_pct" for s in CPU_STAGES),
+                             *(f"flush_{s}_ms" for s in FLUSH), *ALLOCATOR)
                  if any(h in row for row in rows)]
         print(f"{folder}: push stages, host ms a frame (all lanes{' and replicas' if ray else ''}"
               " summed); padded_pct, carried_pct: the network's padding rows and the windows"
               " carried to the next push, % of the windows run; *_cpu_pct: the lane thread's"
-              " CPU time in a stage over its wall time; num_*: the CUDA caching allocator's"
+              " CPU time in a stage over its wall time; flush_*_ms: the flushes' stages, ms a"
+              " frame; num_*: the CUDA caching allocator's"
               " cudaMalloc, cudaFree and retries")
         print("  " + " ".join(f"{h:>14}" for h in head))
         for row in rows:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench.script_env import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -376,3 +378,27 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["lanes_idle"]) and math.isnan(row["waited"])
     assert "idle" not in table(plain)[1]
+
+
+def test_the_flushes_stages_are_columns_where_a_run_has_them(tmp_path: Path) -> None:
+    """``ttball_flush_seconds_total{stage}``: ``flush_<stage>_ms`` columns, ms a frame of the
+    run, only where the snapshots have them."""
+    def snapshot(frames: int, track: float, wait: float) -> str:
+        return _snapshot(frames, frames // 3, 10, 0.1, 0.4) + "\n".join([
+            f'ttball_flush_seconds_total{{stage="track"}} {track}',
+            f'ttball_flush_seconds_total{{stage="wait"}} {wait}', ""])
+
+    (tmp_path / "metrics-4.txt").write_text(snapshot(1000, 0.3, 1.0))
+    (tmp_path / "metrics-8.txt").write_text(snapshot(3000, 0.7, 3.0))
+    rows = push_costs.runs(tmp_path)
+    assert rows[0]["flush_track_ms"] == pytest.approx(0.3) and rows[0]["flush_wait_ms"] == 1.0
+    assert rows[1]["flush_track_ms"] == pytest.approx(0.2)  # 0.4 s over 2000 frames
+    assert "flush_post_read_ms" not in rows[0]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    head = done.stdout.splitlines()[1].split()
+    assert head[-2:] == ["flush_wait_ms", "flush_track_ms"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "metrics-4.txt").write_text(_snapshot(1000, 300, 100, 0.2, 0.5))
+    assert not any(k.startswith("flush_") for k in push_costs.runs(plain)[0])

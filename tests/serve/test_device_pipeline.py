@@ -32,7 +32,7 @@ from ttball.frames import FrameSource
 from ttball.pipeline import track
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
-from ttball.serve.device import DevicePath, FrameRefused, Upload
+from ttball.serve.device import FLUSH_STAGES, DevicePath, FrameRefused, Upload
 from ttball.serve.metrics import Metrics
 from ttball.serve.settings import ApiError
 
@@ -529,6 +529,12 @@ def test_a_flush_on_its_own_thread_delivers_every_row_in_order(small_model, smal
     assert rows["a"] == rows["b"]  # the same frames: the same rows
     windows = 2 * (FRAMES - 2)  # step 1: five windows a session
     assert _heatmaps(metrics) == 3 * windows
+    flushed = {stage: metrics.registry.get_sample_value("ttball_flush_seconds_total",
+                                                         {"stage": stage})
+               for stage in FLUSH_STAGES}  # the flushes' stages, each counted
+    assert None not in flushed.values()
+    if not flush_thread:  # (a racing flush may find everything read back by the next push)
+        assert flushed["track"] > 0 and flushed["post_read"] > 0 and flushed["wait"] == 0
 
 
 def test_depth_two_resolves_an_upload_two_pushes_later(small_model, small_config, jpegs) -> None:

@@ -59,6 +59,9 @@ from ttball.serve.uploads import PNG_MAGIC, Part, header_size
 from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
+# ttball_flush_seconds' stages: the flush thread's wait for the GPU before it takes the lock
+# (--flush-thread), then the read-back's wait, its reading and the tracking
+FLUSH_STAGES = ("wait", "post_wait", "post_read", "track")
 # --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
 AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
@@ -264,12 +267,19 @@ class DevicePath:
         the pipeline's lock, so a push may decode meanwhile, and reads back only what it
         waited for (a push launched meanwhile has a flush of its own after it)."""
         lock = self.pipeline.lock
+        timer = self._flush_timer or self.pipeline.timer
+        before = dict(timer.seconds)
         try:
-            waited = self.pipeline.wait_in_flight() if self.flush_thread else None
+            waited = None
+            if self.flush_thread:  # (its own timer: the pushes' never gets a "wait" stage)
+                start = time.perf_counter()
+                waited = self.pipeline.wait_in_flight()
+                timer.seconds["wait"] += time.perf_counter() - start
             with lock:
                 if self.pipeline.in_flight:
                     self._deliver(self.pipeline.flush(self._flush_timer, waited))
                     self._count_heatmaps()
+            self._count_flush(timer, before)
         except BaseException as exc:
             with lock:
                 self._release(exc)
@@ -323,6 +333,14 @@ class DevicePath:
         never hands on later rows first), with the heatmaps read back since the last count."""
         self._deliver(rows)
         self._count_heatmaps()
+
+    def _count_flush(self, timer: StageTimer, before: dict[str, float]) -> None:
+        """``ttball_flush_seconds``: a flush's :data:`FLUSH_STAGES` from ``timer`` (the flush
+        thread's own, or the pipeline's: no push runs during a flush on the lane's thread)."""
+        assert self.metrics.flush_seconds is not None
+        for stage in FLUSH_STAGES:
+            self.metrics.flush_seconds.labels(stage).inc(
+                max(0.0, timer.seconds.get(stage, 0.0) - before.get(stage, 0.0)))
 
     def _count_heatmaps(self) -> None:
         """``ttball_heatmaps``: the heatmaps the pipeline read back since the last count, by

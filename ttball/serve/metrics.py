@@ -124,6 +124,7 @@ class Metrics:
         self.heatmaps: Counter | None = None
         self.decode_ahead: Counter | None = None
         self.windows_carried: Counter | None = None
+        self.flush_seconds: Counter | None = None
 
     def note_batch(self, n: int, size: int, seconds: float | None = None) -> None:
         """One network call of ``n`` windows padded to ``size`` (``seconds``: its time)."""
@@ -196,6 +197,11 @@ class Metrics:
         self.windows_carried = Counter("ttball_windows_carried", "Device pipeline, "
                                        "--carry-windows (default): windows a push whose calls "
                                        "were full left to the next push's calls", registry=r)
+        self.flush_seconds = Counter(
+            "ttball_flush_seconds", "Device pipeline, --pipeline-overlap: the flushes' seconds "
+            "by stage (FLUSH_STAGES: wait, the GPU wait outside the pipeline's lock with "
+            "--flush-thread; post_wait, the GPU wait in the read-back; post_read; track)",
+            ["stage"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,8 +6,10 @@
 # if they fail, only the control runs below (and `sixfb` may not fit in any case).
 # Then six at 64 sessions with --no-carry-windows (`sixc`, `sixcb`: carrying never happens at
 # this load, ~0.7 windows a push) against the same with --flush-thread (`sixf`, `sixfb`),
-# alternated. The worker now times each flush (`idle`) and each batch's wait for company
-# (`gather`): serve_push_costs.py's idle % and wait % columns in stages-*.txt.
+# alternated. The worker now times each flush (`idle`), its parts (ttball_flush_seconds: the
+# GPU wait, the read-back, the tracking) and each batch's wait for company (`gather`):
+# serve_push_costs.py's idle % and wait % columns and flush_*_ms in stages-*.txt. Only the
+# flush's GPU wait can leave the lane; its read-back and tracking stay under the lock.
 # Why: ../h100-2026-12-06c/ found the pushes never read back (post_wait, post_read, track sum to
 # 0): the flush after every push does, on the lane's thread, so the lane is occupied by it and
 # --max-delay-ms 0 gained nothing. Predicted (scripts/lane_queue_model.py --sigma 0.25
