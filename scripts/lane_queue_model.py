@@ -10,7 +10,7 @@ from its last frame's arrival to the end of the push that held it -- what
 queue (a window may run on whichever lane is free first; the worker pins a session to a lane).
 
     python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
-        [--fixed-ms F --per-frame-ms P] [--flush-ms L [--flush-when short|empty]]
+        [--fixed-ms F --per-frame-ms P] [--flush-ms L [--flush-when short|empty|thread]]
 
 ``flush_ms`` (fifty-fourth session): with overlap the batcher runs the lane's flush after every
 push that leaves less than a full batch queued (``Batcher._loop``), so the lane stays occupied
