@@ -328,7 +328,7 @@ class DevicePath:
             self.metrics.frame_accepted(len(frames))
             return True
 
-    def _delivered(self, rows: dict[str, list[FrameResult]]) -> None:
+    def _deliver_pushed(self, rows: dict[str, list[FrameResult]]) -> None:
         """A push's rows, delivered under the pipeline's lock (so a flush on another thread
         never hands on later rows first), with the heatmaps read back since the last count."""
         self._deliver(rows)
@@ -362,7 +362,7 @@ class DevicePath:
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._profiler.push() if self._profiler is not None else nullcontext():
-                rows = pipeline.push(frames, stamps, upcoming, deliver=self._delivered)
+                rows = pipeline.push(frames, stamps, upcoming, deliver=self._deliver_pushed)
         finally:
             counter = self.metrics.decode_ahead
             assert counter is not None
