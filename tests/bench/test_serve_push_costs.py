@@ -27,6 +27,14 @@ def _snapshot(frames: int, windows: int, calls: int, decode: float, total: float
         'ttball_push_seconds_bucket{stage="total",le="0.005"} 3.0', ""])
 
 
+def _quantiles_table(folder: Path) -> list[str]:
+    """``serve_push_costs.py --quantiles folder``'s lines."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--quantiles", str(folder)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return done.stdout.splitlines()
+
+
 def test_runs_are_differences_of_the_cumulative_snapshots(tmp_path: Path) -> None:
     (tmp_path / "metrics-4.txt").write_text(_snapshot(1000, 300, 100, 0.2, 0.5))
     (tmp_path / "metrics-16.txt").write_text(_snapshot(5000, 1500, 200, 1.0, 2.5))
@@ -116,10 +124,7 @@ def test_stage_quantiles_are_per_run_and_summed_over_replicas(tmp_path: Path) ->
     assert math.isclose(first["queue_p50"], 1.0) and math.isclose(first["queue_p99"], 9.9)
     assert second["queue_n"] == 200 and math.isclose(second["queue_p50"], 7.5)
     assert math.isnan(second["push_mean"])  # no push histogram in these snapshots
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                           "--quantiles", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, check=True)
-    assert "4.0/1.0/" in done.stdout.splitlines()[2]
+    assert "4.0/1.0/" in _quantiles_table(tmp_path)[2]
 
 
 def test_stage_quantiles_include_the_event_loops_lag(tmp_path: Path) -> None:
@@ -152,10 +157,7 @@ def test_the_decode_process_split_is_shown_only_where_a_run_has_it(tmp_path: Pat
         return "\n".join(lines) + "\n"
 
     def header(folder: Path) -> str:
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                               "--quantiles", str(folder)], capture_output=True, text=True,
-                              timeout=60, check=True)
-        return done.stdout.splitlines()[1]
+        return _quantiles_table(folder)[1]
 
     plain, split = tmp_path / "plain", tmp_path / "split"
     plain.mkdir()
@@ -198,10 +200,7 @@ def test_frames_a_push_and_the_lanes_busy_share(tmp_path: Path) -> None:
     assert math.isnan(second["lanes_busy"])  # no loadtest-2-96.json
     (tmp_path / "loadtest-2-96.json").write_text("")  # an empty report: not a number either
     assert math.isnan(push_costs.stage_quantiles(tmp_path)[1]["lanes_busy"])
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                           "--quantiles", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, check=True)
-    assert done.stdout.splitlines()[2].split()[:4] == ["2", "64", "40.0", "60"]
+    assert _quantiles_table(tmp_path)[2].split()[:4] == ["2", "64", "40.0", "60"]
 
 
 def test_the_children_busy_share(tmp_path: Path) -> None:
@@ -214,12 +213,6 @@ def test_the_children_busy_share(tmp_path: Path) -> None:
                       f'ttball_push_seconds_sum{{replica="a",stage="{stage}"}} {seconds * scale}']
         return "\n".join(lines) + "\n"
 
-    def table(folder: Path) -> list[str]:
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                               "--quantiles", str(folder)], capture_output=True, text=True,
-                              timeout=60, check=True)
-        return done.stdout.splitlines()
-
     kids, plain = tmp_path / "kids", tmp_path / "plain"
     for folder, stages in ((kids, ("decode_child", "decode_fill")), (plain, ())):
         folder.mkdir()
@@ -231,12 +224,12 @@ def test_the_children_busy_share(tmp_path: Path) -> None:
     (row,) = push_costs.stage_quantiles(kids)
     assert math.isclose(row["children_busy"], (9.0 + 3.0) / (2 * 10.0))  # two lanes, 10 s
     assert math.isclose(row["lanes_busy"], 30.0 / 20.0)
-    head, cells = table(kids)[1:3]
+    head, cells = _quantiles_table(kids)[1:3]
     assert head.split()[:6] == ["replicas", "sessions", "fr/push", "busy", "%", "kids"]
     assert cells.split()[4] == "60"
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["children_busy"])
-    assert "kids" not in table(plain)[1]
+    assert "kids" not in _quantiles_table(plain)[1]
 
 
 def test_the_gpu_stages_and_the_network_busy_share(tmp_path: Path) -> None:
@@ -249,12 +242,6 @@ def test_the_gpu_stages_and_the_network_busy_share(tmp_path: Path) -> None:
             lines += [f'ttball_push_seconds_count{{replica="a",stage="{stage}"}} {100 * scale}',
                       f'ttball_push_seconds_sum{{replica="a",stage="{stage}"}} {seconds * scale}']
         return "\n".join(lines) + "\n"
-
-    def table(folder: Path) -> list[str]:
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                               "--quantiles", str(folder)], capture_output=True, text=True,
-                              timeout=60, check=True)
-        return done.stdout.splitlines()
 
     gpu, plain = tmp_path / "gpu", tmp_path / "plain"
     stages = {"decode_child": 9.0, "gpu_between": 4.0, "gpu_normalize": 1.0, "gpu_network": 15.0,
@@ -269,13 +256,14 @@ def test_the_gpu_stages_and_the_network_busy_share(tmp_path: Path) -> None:
     (row,) = push_costs.stage_quantiles(gpu)
     assert math.isclose(row["network_busy"], 15.0 / (2 * 10.0))
     assert math.isclose(row["gpu_network_mean"], 150.0)  # ms a push: 15 s over 100 pushes
-    head, cells = table(gpu)[1:3]
+    head, cells = _quantiles_table(gpu)[1:3]
     assert head.split()[-5:] == ["decode_child", *push_costs.GPU]
     assert head.split()[5:8] == ["kids", "%", "net"]
     assert cells.split()[4:6] == ["45", "75"]
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["network_busy"])
-    assert "net %" not in table(plain)[1] and "gpu_network" not in table(plain)[1]
+    head = _quantiles_table(plain)[1]
+    assert "net %" not in head and "gpu_network" not in head
 
 
 def test_the_gpu_columns_are_the_pipelines_stages() -> None:
@@ -352,12 +340,6 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
                           f'ttball_stage_seconds_bucket{{{labels},le="0.0005"}} {count / 4 * scale}']
         return "\n".join(lines) + "\n"
 
-    def table(folder: Path) -> list[str]:
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                               "--quantiles", str(folder)], capture_output=True, text=True,
-                              timeout=60, check=True)
-        return done.stdout.splitlines()
-
     with_lane, plain = tmp_path / "lane", tmp_path / "plain"
     for folder, lane in ((with_lane, True), (plain, False)):
         folder.mkdir()
@@ -371,13 +353,13 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
     assert math.isclose(row["lanes_idle"], 5.0 / 20.0)
     assert math.isclose(row["waited"], 0.75)  # a quarter of the gathers under 0.5 ms
     assert math.isclose(row["idle_mean"], 1e3 * 5.0 / 90.0)
-    head, cells = table(with_lane)[1:3]
+    head, cells = _quantiles_table(with_lane)[1:3]
     assert head.split()[4:10] == ["%", "idle", "%", "wait", "%", "stay"]
     assert cells.split()[3:6] == ["50", "25", "75"]
     assert head.split()[-2:] == list(push_costs.LANE)
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["lanes_idle"]) and math.isnan(row["waited"])
-    assert "idle" not in table(plain)[1]
+    assert "idle" not in _quantiles_table(plain)[1]
 
 
 def test_the_flushes_stages_are_columns_where_a_run_has_them(tmp_path: Path) -> None:

@@ -874,6 +874,33 @@ def test_sigterm_finishes_in_flight_request_and_exits_0(small_weights, tmp_path,
                                       'ttball_stage_seconds_count{stage="queue"} 3.0')
 
 
+def _cuda_settings(small_weights) -> dict:
+    """The GPU tests' worker: a CUDA-graph backend, the device pipeline."""
+    return {"weights": str(small_weights), "device": "cuda", "backend": "cudagraph-fp32",
+            "warmup_batches": (1, 2, 4), "max_frame_bytes": 300_000,
+            "max_body_bytes": 1_000_000, "device_pipeline": True}
+
+
+def _six_streams(client, jpegs) -> list[list[dict]]:
+    """Six WebSocket sessions at once (steps 3, 1, 3, 1, 3, 1), the clip each: their rows."""
+    def one(step: int) -> list[dict]:
+        with client.open_session(step=step, fps=30).stream() as ws:
+            for data in jpegs:
+                ws.send(data)
+            return ws.finish()
+
+    with ThreadPoolExecutor(6) as pool:
+        return list(pool.map(one, [3, 1, 3, 1, 3, 1]))
+
+
+def _assert_rows_close(got: list[list[dict]], want: list[list[dict]]) -> None:
+    """The same frames and visibility, positions within 0.5 px (batches composed differently)."""
+    for g, w in zip(got, want):
+        assert [r["frame"] for r in g] == [r["frame"] for r in w]
+        assert [r["visible"] for r in g] == [r["visible"] for r in w]
+        assert max(abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for a, b in zip(g, w)) < 0.5
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_lanes_on_cuda_give_one_lanes_rows_with_frozen_graphs(small_weights, jpegs) -> None:
@@ -881,36 +908,21 @@ def test_lanes_on_cuda_give_one_lanes_rows_with_frozen_graphs(small_weights, jpe
     at once from their threads once their graphs are frozen. Every session's rows match those
     of a one-lane worker (batches are composed differently, so positions within 0.5 px), and
     no call ran without a graph."""
-    base = {"weights": str(small_weights), "device": "cuda", "backend": "cudagraph-fp32",
-            "warmup_batches": (1, 2, 4), "max_frame_bytes": 300_000,
-            "max_body_bytes": 1_000_000, "device_pipeline": True}
-
-    def rows(client) -> list[list[dict]]:
-        def one(step: int) -> list[dict]:
-            with client.open_session(step=step, fps=30).stream() as ws:
-                for data in jpegs:
-                    ws.send(data)
-                return ws.finish()
-
-        with ThreadPoolExecutor(6) as pool:
-            return list(pool.map(one, [3, 1, 3, 1, 3, 1]))
+    base = _cuda_settings(small_weights)
 
     # one server after the other: two servers warming in one process would capture CUDA
     # graphs from two threads at once, which a worker never does (its lanes warm in turn)
     with serve_in_thread(create_app(ServeSettings(**base))) as one_url, Client(one_url) as one:
         one.wait_ready(timeout=300, poll=0.2)
-        want = rows(one)
+        want = _six_streams(one, jpegs)
     with serve_in_thread(create_app(ServeSettings(**base, pipeline_lanes=2))) as two_url, \
             Client(two_url) as two:
         two.wait_ready(timeout=300, poll=0.2)
-        got = rows(two)
+        got = _six_streams(two, jpegs)
         ready = two.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["graphs_frozen"] is True
     assert ready["uncaptured_calls"] == 0, ready
-    for g, w in zip(got, want):
-        assert [r["frame"] for r in g] == [r["frame"] for r in w]
-        assert [r["visible"] for r in g] == [r["visible"] for r in w]
-        assert max(abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for a, b in zip(g, w)) < 0.5
+    _assert_rows_close(got, want)
 
 
 @pytest.mark.gpu
@@ -920,33 +932,18 @@ def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jp
     (--flush-thread: each waits for its lane's batches on the GPU outside the pipeline's lock
     while the lane pushes on) give every session the rows of a one-lane worker without
     overlap (positions within 0.5 px: batches are composed differently)."""
-    base = {"weights": str(small_weights), "device": "cuda", "backend": "cudagraph-fp32",
-            "warmup_batches": (1, 2, 4), "max_frame_bytes": 300_000,
-            "max_body_bytes": 1_000_000, "device_pipeline": True}
-
-    def rows(client) -> list[list[dict]]:
-        def one(step: int) -> list[dict]:
-            with client.open_session(step=step, fps=30).stream() as ws:
-                for data in jpegs:
-                    ws.send(data)
-                return ws.finish()
-
-        with ThreadPoolExecutor(6) as pool:
-            return list(pool.map(one, [3, 1, 3, 1, 3, 1]))
+    base = _cuda_settings(small_weights)
 
     with serve_in_thread(create_app(ServeSettings(**base))) as one_url, Client(one_url) as one:
         one.wait_ready(timeout=300, poll=0.2)
-        want = rows(one)
+        want = _six_streams(one, jpegs)
     flushing = ServeSettings(**base, pipeline_lanes=2, pipeline_overlap=True, pipeline_carry=False,
                              max_delay_ms=0, pipeline_flush_thread=True)
     with serve_in_thread(create_app(flushing)) as url, Client(url) as client:
         client.wait_ready(timeout=300, poll=0.2)
-        got = rows(client)
+        got = _six_streams(client, jpegs)
         ready = client.readiness()["device_pipeline"]
         metrics = client.metrics()
     assert ready["flush_thread"] is True and ready["uncaptured_calls"] == 0, ready
     assert 'ttball_stage_seconds_count{stage="idle"}' in metrics
-    for g, w in zip(got, want):
-        assert [r["frame"] for r in g] == [r["frame"] for r in w]
-        assert [r["visible"] for r in g] == [r["visible"] for r in w]
-        assert max(abs(a["x"] - b["x"]) + abs(a["y"] - b["y"]) for a, b in zip(g, w)) < 0.5
+    _assert_rows_close(got, want)
