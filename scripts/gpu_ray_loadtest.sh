@@ -20,7 +20,8 @@
 #   --batches-ahead), PIPELINE_DEPTH (serve --pipeline-depth, with OVERLAP=1), STATS_STREAM=1 (serve
 #   --stats-stream), MAX_DELAY_MS (serve --max-delay-ms: how long a lane's oldest job waits for
 #   company, default 2), FLUSH_THREAD=1 (serve --flush-thread: each lane's flush on a thread of
-#   its own; needs CARRY=0), PYSPY=1 (py-spy --gil on one
+#   its own; needs CARRY=0), FLUSH_AFTER=1 (serve --flush-after-push: a lane's thread flushes
+#   right after its push, in the same hand-off), PYSPY=1 (py-spy --gil on one
 #   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md;
 #   PYSPY=idle: py-spy --idle on one replica and one of its decode children instead, every
 #   thread's stacks waiting or not, stacks-R-S.txt and stacks-child-R-S.txt for
@@ -123,6 +124,7 @@ start() {
     $([ -n "${STATS_STREAM:-}" ] && echo --stats-stream) \
     $([ -n "${MAX_DELAY_MS:-}" ] && echo --max-delay-ms "$MAX_DELAY_MS") \
     $([ -n "${FLUSH_THREAD:-}" ] && echo --flush-thread) \
+    $([ -n "${FLUSH_AFTER:-}" ] && echo --flush-after-push) \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds

@@ -160,6 +160,7 @@ def mode(env: dict[str, str]) -> str:
     text += ", --stats-stream" if env.get("STATS_STREAM") else ""
     text += f", --max-delay-ms {env['MAX_DELAY_MS']}" if env.get("MAX_DELAY_MS") else ""
     text += ", --flush-thread" if env.get("FLUSH_THREAD") else ""
+    text += ", --flush-after-push" if env.get("FLUSH_AFTER") else ""
     text += ", --decode-early" if env.get("DECODE_EARLY") else ""
     text += ", --no-carry-windows" if env.get("CARRY") == "0" else ""
     text += ", RAY_USE_UVLOOP=0" if env.get("RAY_USE_UVLOOP") == "0" else ""

@@ -38,11 +38,13 @@ GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_
 POST = ("post_launch", "post_wait", "post_read")
 OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # the batcher's own stages of a lane (fifty-fourth session): a batch started on a free lane
-# waiting for company (--max-delay-ms), and the lane's idle work (the flush with overlap)
-LANE = ("gather", "idle")
-# the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session): flush_*_ms
-# columns, a frame, where a run has them
-FLUSH = ("wait", "post_wait", "post_read", "track")
+# waiting for company (--max-delay-ms), the lane's idle work (the flush with overlap), and
+# (fifty-fifth) each batch as the event loop sees it, its hand-offs to the thread and back
+# included
+LANE = ("gather", "idle", "batch")
+# the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session; the whole call on
+# its thread and its CPU time, fifty-fifth): flush_*_ms columns, a frame, where a run has them
+FLUSH = ("wait", "post_wait", "post_read", "track", "call", "call_cpu")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),

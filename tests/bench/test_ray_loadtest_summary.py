@@ -88,6 +88,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert summary.mode({"MAX_DELAY_MS": "0"}).endswith(", --max-delay-ms 0")
     assert summary.mode({"FLUSH_THREAD": "1", "CARRY": "0"}).endswith(
         ", --flush-thread, --no-carry-windows")
+    assert summary.mode({"FLUSH_AFTER": "1"}).endswith(", --flush-after-push")
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
     assert rows[1].endswith("| None (None; None) | None |  |  |  |  |")

@@ -326,14 +326,15 @@ def test_padding_and_carried_windows_are_shown_where_a_run_has_them(tmp_path: Pa
 
 
 def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: Path) -> None:
-    """The batcher's ``gather`` and ``idle`` stages: columns only where a run has them;
+    """The batcher's ``gather``, ``idle`` and ``batch`` stages: columns only where a run has them;
     ``idle %``: idle seconds over lanes × the load's active seconds; ``wait %``: the gathers
     above the first bucket (0.5 ms) over all gathers."""
     def snapshot(scale: float, lane: bool) -> str:
         lines = [f'ttball_push_seconds_count{{replica="a",stage="total"}} {100 * scale}',
                  f'ttball_push_seconds_sum{{replica="a",stage="total"}} {10.0 * scale}']
         if lane:
-            for stage, count, seconds in (("gather", 80.0, 0.04), ("idle", 90.0, 5.0)):
+            for stage, count, seconds in (("gather", 80.0, 0.04), ("idle", 90.0, 5.0),
+                                          ("batch", 100.0, 9.0)):
                 labels = f'replica="a",stage="{stage}"'
                 lines += [f"ttball_stage_seconds_count{{{labels}}} {count * scale}",
                           f"ttball_stage_seconds_sum{{{labels}}} {seconds * scale}",
@@ -356,7 +357,7 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
     head, cells = _quantiles_table(with_lane)[1:3]
     assert head.split()[4:10] == ["%", "idle", "%", "wait", "%", "stay"]
     assert cells.split()[3:6] == ["50", "25", "75"]
-    assert head.split()[-2:] == list(push_costs.LANE)
+    assert head.split()[-3:] == list(push_costs.LANE)
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["lanes_idle"]) and math.isnan(row["waited"])
     assert "idle" not in _quantiles_table(plain)[1]

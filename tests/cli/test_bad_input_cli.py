@@ -228,3 +228,21 @@ def test_serve_refuses_a_port_it_cannot_listen_on_before_loading_anything(
         if importlib.util.find_spec("ray") is not None:  # before a private cluster starts
             err = _fails_in_one_line(capsys, "serve", "--ray", "--port", port)
             assert f"cannot listen on 127.0.0.1 port {port}:" in err
+
+
+def test_serve_refuses_flush_settings_that_do_not_go_together_in_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flush's placement needs the overlap, and one flush cannot be on two threads: one
+    line each, before anything is built."""
+    pytest.importorskip("fastapi")
+    import ttball.serve.app
+
+    def no_app(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the application was built before the settings were checked")
+
+    monkeypatch.setattr(ttball.serve.app, "create_app", no_app)
+    err = _fails_in_one_line(capsys, "serve", "--device-pipeline", "--flush-after-push")
+    assert "--flush-after-push needs --pipeline-overlap" in err
+    err = _fails_in_one_line(capsys, "serve", "--device-pipeline", "--pipeline-overlap",
+                             "--no-carry-windows", "--flush-thread", "--flush-after-push")
+    assert "--flush-after-push and --flush-thread are exclusive" in err

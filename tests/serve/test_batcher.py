@@ -428,3 +428,75 @@ def test_idle_work_on_a_thread_of_its_own_lets_the_next_batch_start_meanwhile() 
     assert later_run < first_idle_end  # the batch ran while the idle work did
     assert kinds[-1] == "idle-end"  # the second idle work ran to its end before stop returned
     assert idle_s >= 2 * 0.15
+
+
+def test_idle_work_after_a_batch_runs_in_its_hand_off_once() -> None:
+    """``idle_after_batch`` (--flush-after-push): the lane's thread runs its idle work right
+    after a batch that leaves less than a full batch queued, on that thread and before the
+    batch's results are back; the event loop does not run it again for that batch. A batch
+    with a full one queued behind it is followed by the next batch, not by idle work; a
+    failing idle work is counted and the batch's results still arrive."""
+    events: list[tuple[str, object, str]] = []
+    fail = [False]
+    settled: list[int] = []  # the batches settled on the event loop when each idle work ran
+
+    def run(items: list[int]) -> list[int]:
+        events.append(("run", items, threading.current_thread().name))
+        time.sleep(0.03)
+        return items
+
+    def idle() -> None:
+        events.append(("idle", None, threading.current_thread().name))
+        settled.append(batcher.batches)
+        if fail[0]:
+            raise RuntimeError("flush failed")
+
+    async def go():
+        nonlocal batcher
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR, runners={"job": run},
+                          idle_after_batch=True)
+        batcher.add_lane(ThreadPoolExecutor(1, thread_name_prefix="lane-one"), {"job": run},
+                         idle=idle)
+        batcher.start()
+        batcher.reserve(6)
+        first = [batcher.submit_job("job", i, lane=1) for i in (1, 2, 3, 4, 5)]
+        out = await asyncio.gather(*first)
+        fail[0] = True
+        out.append(await batcher.submit_job("job", 6, lane=1))
+        await batcher.stop()
+        return out, stage(batcher, "idle"), stage(batcher, "batch")[0], batcher.metrics
+
+    batcher: Batcher | None = None
+    out, (idles, _), batches, metrics = asyncio.run(go())
+    assert out == [1, 2, 3, 4, 5, 6]
+    assert settled == [1, 2, 3]  # each before its own batch was settled: in the same hand-off
+    # [1, 2] ran with [3, 4] queued behind it (full: no idle work); [3, 4] left one job
+    assert [(kind, items) for kind, items, _ in events] == [
+        ("run", [1, 2]), ("run", [3, 4]), ("idle", None), ("run", [5]), ("idle", None),
+        ("run", [6]), ("idle", None)]
+    assert {name for _, _, name in events} == {"lane-one_0"}
+    assert idles == 3 and batches == 4
+    assert metrics.registry.get_sample_value("ttball_errors_total", {"kind": "backend"}) == 1
+
+
+def test_idle_after_batch_leaves_idle_work_on_its_own_thread_alone() -> None:
+    """With ``set_idle(work, executor)`` (--flush-thread) the idle work keeps its own thread:
+    ``idle_after_batch`` applies to idle work on the lane's thread only."""
+    names: list[str] = []
+
+    def idle() -> None:
+        names.append(threading.current_thread().name)
+
+    async def go():
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2), max_batch=2,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR,
+                          runners={"job": lambda items: items}, idle_after_batch=True)
+        batcher.set_idle(idle, ThreadPoolExecutor(1, thread_name_prefix="own-idle"))
+        batcher.start()
+        batcher.reserve(1)
+        await batcher.submit_job("job", 1)
+        await batcher.stop()
+
+    asyncio.run(go())
+    assert names == ["own-idle_0"]

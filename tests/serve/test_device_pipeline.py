@@ -92,7 +92,8 @@ def servers(small_weights):
 def laned(small_weights):
     """--pipeline-lanes 2, without and with overlap (each lane's idle flush on its thread; with
     --no-carry-windows and --max-delay-ms 0: a push never waits for company), the same with
-    each lane's flush on a thread of its own (--flush-thread), and
+    each lane's flush on a thread of its own (--flush-thread), the same with each lane's flush
+    run by its thread right after a push (--flush-after-push; windows carried), and
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
     while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
@@ -110,6 +111,8 @@ def laned(small_weights):
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_carry=False, max_delay_ms=0,
                                                          pipeline_flush_thread=True))) as f_url, \
+                serve_in_thread(create_app(ServeSettings(
+                    **base, pipeline_overlap=True, pipeline_flush_after_push=True))) as a_url, \
                 serve_in_thread(create_app(ServeSettings(**base, pipeline_overlap=True,
                                                          pipeline_decode_processes=2,
                                                          pipeline_decode_ahead=True,
@@ -117,11 +120,11 @@ def laned(small_weights):
                                                          pipeline_carry=True,
                                                          batches_ahead=1))) as p_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(f_url) as flush, \
-                Client(p_url) as process:
-            for client in (lanes, overlap, flush, process):
+                Client(a_url) as after, Client(p_url) as process:
+            for client in (lanes, overlap, flush, after, process):
                 client.wait_ready(timeout=90, poll=0.1)
             yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-flush-thread": flush,
-                   "lanes-decode-processes": process}
+                   "lanes-flush-after-push": after, "lanes-decode-processes": process}
     finally:
         torch.set_num_threads(threads)
 
@@ -212,7 +215,7 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
 
 
 @pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-flush-thread",
-                                  "lanes-decode-processes"])
+                                  "lanes-flush-after-push", "lanes-decode-processes"])
 def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
@@ -228,8 +231,9 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         mode == "lanes-decode-processes")
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["decode_early"] is (mode == "lanes-decode-processes")
-    assert ready["carry_windows"] is (mode == "lanes-decode-processes")
+    assert ready["carry_windows"] is (mode in ("lanes-decode-processes", "lanes-flush-after-push"))
     assert ready["flush_thread"] is (mode == "lanes-flush-thread")
+    assert ready["flush_after_push"] is (mode == "lanes-flush-after-push")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
     steps = [3, 1, 3, 1]
     sessions = [client.open_session(step=step, fps=30) for step in steps]
@@ -252,8 +256,12 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         split = f'ttball_push_seconds_count{{stage="decode_{part}"}}'  # the decode stage's parts
         assert (split in metrics) is (mode == "lanes-decode-processes")
     assert ('ttball_decode_ahead_total{result="hit"}' in metrics) is (mode == "lanes-decode-processes")
-    # the flushes (with overlap: each lane's, on its thread or, --flush-thread, one of its own)
+    # the flushes (with overlap: each lane's, on its thread or, --flush-thread, one of its own),
+    # each whole call timed on its thread
     assert ('ttball_stage_seconds_count{stage="idle"}' in metrics) is (mode != "lanes")
+    flush_call = _sample(metrics, 'ttball_flush_seconds_total{stage="call"}')
+    flush_cpu = _sample(metrics, 'ttball_flush_seconds_total{stage="call_cpu"}')
+    assert (flush_call > 0) is (mode != "lanes") and 0 <= flush_cpu <= flush_call + 0.05
     flushers = {t.name.rsplit("_", 1)[0] for t in threading.enumerate()} & {
         "ttball-flush-0", "ttball-flush-1"}
     if mode == "lanes-flush-thread":
@@ -282,6 +290,13 @@ def test_lanes_run_on_threads_of_their_own(laned) -> None:
 def _push_counts(text: str) -> tuple[float, float]:
     values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("ttball_push_frames_"))
     return float(values["ttball_push_frames_count"]), float(values["ttball_push_frames_sum"])
+
+
+def _sample(text: str, name: str) -> float:
+    """One sample's value from a metrics page, 0 when it is not there."""
+    prefix = name + " "
+    return next((float(line[len(prefix):]) for line in text.splitlines()
+                 if line.startswith(prefix)), 0.0)
 
 
 def corrupt(jpegs):
@@ -618,6 +633,11 @@ def test_pipeline_depth_needs_overlap() -> None:
     with pytest.raises(UserError, match="--flush-thread needs --no-carry-windows"):
         ServeSettings(device_pipeline=True, pipeline_overlap=True,
                       pipeline_flush_thread=True).validate()
+    with pytest.raises(UserError, match="--flush-after-push needs --pipeline-overlap"):
+        ServeSettings(device_pipeline=True, pipeline_flush_after_push=True).validate()
+    with pytest.raises(UserError, match="exclusive"):
+        ServeSettings(device_pipeline=True, pipeline_overlap=True, pipeline_carry=False,
+                      pipeline_flush_thread=True, pipeline_flush_after_push=True).validate()
 
 
 # -- batching and back-pressure with a gated backend -------------------------------------------------
@@ -927,10 +947,13 @@ def test_lanes_on_cuda_give_one_lanes_rows_with_frozen_graphs(small_weights, jpe
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jpegs) -> None:
+@pytest.mark.parametrize("placement", ["thread", "after-push"])
+def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jpegs,
+                                                               placement) -> None:
     """On the GPU: two lanes with overlap whose flushes run on threads of their own
     (--flush-thread: each waits for its lane's batches on the GPU outside the pipeline's lock
-    while the lane pushes on) give every session the rows of a one-lane worker without
+    while the lane pushes on), or on the lane's thread right after each push
+    (--flush-after-push), give every session the rows of a one-lane worker without
     overlap (positions within 0.5 px: batches are composed differently)."""
     base = _cuda_settings(small_weights)
 
@@ -938,12 +961,15 @@ def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jp
         one.wait_ready(timeout=300, poll=0.2)
         want = _six_streams(one, jpegs)
     flushing = ServeSettings(**base, pipeline_lanes=2, pipeline_overlap=True, pipeline_carry=False,
-                             max_delay_ms=0, pipeline_flush_thread=True)
+                             max_delay_ms=0, pipeline_flush_thread=placement == "thread",
+                             pipeline_flush_after_push=placement == "after-push")
     with serve_in_thread(create_app(flushing)) as url, Client(url) as client:
         client.wait_ready(timeout=300, poll=0.2)
         got = _six_streams(client, jpegs)
         ready = client.readiness()["device_pipeline"]
         metrics = client.metrics()
-    assert ready["flush_thread"] is True and ready["uncaptured_calls"] == 0, ready
+    assert ready["flush_thread"] is (placement == "thread"), ready
+    assert ready["flush_after_push"] is (placement == "after-push"), ready
+    assert ready["uncaptured_calls"] == 0, ready
     assert 'ttball_stage_seconds_count{stage="idle"}' in metrics
     _assert_rows_close(got, want)

@@ -93,6 +93,9 @@ class _Lane:
     finished: float = 0.0  # when its last batch's results came back (perf_counter)
     idling: asyncio.Task[None] | None = None  # idle work running on ``idle_executor``
     idle_again: bool = False  # idle work became due while it ran: run it once more after
+    # the lane's thread ran its idle work right after its last batch (``idle_after_batch``);
+    # set there, read and cleared on the event loop once that batch is settled
+    idled: bool = False
 
 
 class Batcher:
@@ -113,11 +116,15 @@ class Batcher:
         runners: Mapping[str, Runner] | None = None,
         lookahead: Collection[str] = (),
         batches_ahead: int = 0,
+        idle_after_batch: bool = False,
     ) -> None:
         """``max_batch``, ``capacity``: in windows; ``runners``: more job kinds;
         ``lookahead``: kinds whose runners in lane 0 take ``(items, upcoming)`` (see
         :meth:`add_lane`); ``batches_ahead``: full batches a lane hands its thread while one
-        runs (see :meth:`_loop`)."""
+        runs (see :meth:`_loop`); ``idle_after_batch``: a lane's thread runs its idle work
+        (on that thread) right after a batch that leaves less than a full batch queued, in
+        the same hand-off, instead of the event loop handing it over once the batch is
+        settled (``serve --flush-after-push``)."""
         self.backend, self.config, self.metrics = backend, config, metrics
         self.sizes = sorted(set(sizes))
         if max_batch > self.sizes[-1]:
@@ -126,6 +133,7 @@ class Batcher:
         if batches_ahead < 0:
             raise ValueError(f"batches_ahead must be >= 0, got {batches_ahead}")
         self.batches_ahead = batches_ahead
+        self.idle_after_batch = idle_after_batch
         # lane 0: ``executor`` is one thread, the backend's (see Worker.backend_thread)
         self._lanes = [_Lane(executor, {
             "window": lambda windows: self._run_windows(windows, raw=False),
@@ -241,7 +249,8 @@ class Batcher:
         while True:
             if running and (len(running) > self.batches_ahead or self._short(lane)):
                 await running.popleft()
-                if not running and lane.idle is not None and self._short(lane):
+                idled, lane.idled = lane.idled, False  # (by the thread, after that batch)
+                if not running and not idled and lane.idle is not None and self._short(lane):
                     await self._idle(lane)
                 continue
             if not lane.queue:
@@ -284,16 +293,39 @@ class Batcher:
     async def _run_idle(self, lane: _Lane) -> None:
         """``lane``'s idle work on its thread (the device pipeline's flush with overlap), its
         time observed as stage ``idle``: on the lane's thread, the lane is as occupied as in
-        a batch meanwhile; on ``idle_executor``, it is not."""
+        a batch meanwhile (the hand-offs to the thread and back included); on
+        ``idle_executor``, it is not."""
         assert lane.idle is not None
         started = time.perf_counter()
         try:
             await asyncio.get_running_loop().run_in_executor(lane.idle_executor or lane.executor,
                                                              lane.idle)
-        except Exception:  # the rows of that work are lost; the worker goes on
-            self.metrics.errors.labels("backend").inc()
-            log.exception("the backend thread's idle work failed")
+        except Exception:  # noqa: BLE001  (the rows of that work are lost; the worker goes on)
+            self._idle_failed()
         self.metrics.stage_seconds.labels("idle").observe(time.perf_counter() - started)
+
+    def _idle_failed(self) -> None:
+        """Count and log the idle work's exception being handled."""
+        self.metrics.errors.labels("backend").inc()
+        log.exception("the backend thread's idle work failed")
+
+    def _batch_then_idle(self, lane: _Lane, run: Callable[..., Sequence[Any]],
+                         *args: Any) -> Sequence[Any]:
+        """Lane's thread (``idle_after_batch``): ``run(*args)``, then the lane's idle work
+        if less than a full batch is queued now (``queued`` is the event loop's, read here:
+        a job queued meanwhile is at worst one the idle work runs before, as when the loop
+        decides), timed as stage ``idle`` on this thread. A failed batch skips it (the loop
+        runs it then, as without)."""
+        out = run(*args)
+        if lane.idle is not None and self._short(lane):
+            lane.idled = True
+            started = time.perf_counter()
+            try:
+                lane.idle()
+            except Exception:  # noqa: BLE001  (the rows of that work are lost; the batch's are not)
+                self._idle_failed()
+            self.metrics.stage_seconds.labels("idle").observe(time.perf_counter() - started)
+        return out
 
     async def _gather(self, lane: _Lane) -> None:
         """Wait until max_batch windows of work are queued in ``lane`` or its oldest job has
@@ -363,7 +395,10 @@ class Batcher:
         args: tuple[Any, ...] = ([j.item for j in jobs],)
         if jobs[0].kind in lane.lookahead:
             args += (self._peek(lane, jobs[0].kind),)
-        out = asyncio.get_running_loop().run_in_executor(lane.executor, run, *args)
+        call: Callable[..., Sequence[Any]] = run
+        if self.idle_after_batch and lane.idle is not None and lane.idle_executor is None:
+            call, args = self._batch_then_idle, (lane, run, *args)
+        out = asyncio.get_running_loop().run_in_executor(lane.executor, call, *args)
         return asyncio.ensure_future(self._settle(lane, jobs, out, started))
 
     async def _settle(self, lane: _Lane, jobs: list[Job], running: asyncio.Future[Any],
@@ -381,6 +416,7 @@ class Batcher:
         self.batches += 1
         seconds = finished - max(started, lane.finished)  # a batch handed ahead waited for one
         lane.finished = finished
+        self.metrics.stage_seconds.labels("batch").observe(seconds)
         self._batch_s = seconds if self.batches == 1 else 0.9 * self._batch_s + 0.1 * seconds
         for job, result in zip(jobs, out):
             if isinstance(result, concurrent.futures.Future):  # its work is still in flight

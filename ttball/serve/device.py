@@ -60,8 +60,10 @@ from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
 # ttball_flush_seconds' stages: the flush thread's wait for the GPU before it takes the lock
-# (--flush-thread), then the read-back's wait, its reading and the tracking
-FLUSH_STAGES = ("wait", "post_wait", "post_read", "track")
+# (--flush-thread), then the read-back's wait, its reading and the tracking; and the whole call
+# on its thread (lock waits and delivery included) with that thread's CPU time in it: what a
+# flush's hand-offs add is the batcher's ``idle`` stage less ``call``
+FLUSH_STAGES = ("wait", "post_wait", "post_read", "track", "call", "call_cpu")
 # --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
 AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
@@ -131,6 +133,7 @@ class DevicePath:
         # GPU outside the pipeline's lock while the next push decodes; its stages' time kept
         # apart from the pushes' (not exported)
         self.flush_thread = settings.pipeline_flush_thread
+        self.flush_after_push = settings.pipeline_flush_after_push  # (the batcher's to run)
         self._flush_timer = StageTimer(backend.device) if self.flush_thread else None
         self._heatmaps_seen = self._fallbacks_seen = 0  # the pipeline's counts exported so far
         self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
@@ -146,6 +149,7 @@ class DevicePath:
                                   else None),
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "carry_windows": self.pipeline.carry, "flush_thread": self.flush_thread,
+                "flush_after_push": self.flush_after_push,
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "resize": resizer.running, "compile_resize": resizer.compiled,
@@ -269,23 +273,23 @@ class DevicePath:
         lock = self.pipeline.lock
         timer = self._flush_timer or self.pipeline.timer
         before = dict(timer.seconds)
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             waited = None
             if self.flush_thread:  # (its own timer: the pushes' never gets a "wait" stage)
-                start = time.perf_counter()
                 waited = self.pipeline.wait_in_flight()
                 timer.seconds["wait"] += time.perf_counter() - start
             with lock:
                 if self.pipeline.in_flight:
                     self._deliver(self.pipeline.flush(self._flush_timer, waited))
                     self._count_heatmaps()
-            self._count_flush(timer, before)
         except BaseException as exc:
             with lock:
                 self._release(exc)
             raise
         with lock:
             self._release()
+        self._count_flush(timer, before, time.perf_counter() - start, time.thread_time() - cpu)
 
     def _release(self, error: BaseException | None = None) -> None:
         """Resolve the uploads whose pushes' batches have been read back; with ``error``, fail
@@ -334,13 +338,17 @@ class DevicePath:
         self._deliver(rows)
         self._count_heatmaps()
 
-    def _count_flush(self, timer: StageTimer, before: dict[str, float]) -> None:
+    def _count_flush(self, timer: StageTimer, before: dict[str, float], call: float,
+                     call_cpu: float) -> None:
         """``ttball_flush_seconds``: a flush's :data:`FLUSH_STAGES` from ``timer`` (the flush
-        thread's own, or the pipeline's: no push runs during a flush on the lane's thread)."""
+        thread's own, or the pipeline's: no push runs during a flush on the lane's thread),
+        and the whole call's wall and CPU seconds."""
         assert self.metrics.flush_seconds is not None
+        whole = {"call": call, "call_cpu": call_cpu}
         for stage in FLUSH_STAGES:
             self.metrics.flush_seconds.labels(stage).inc(
-                max(0.0, timer.seconds.get(stage, 0.0) - before.get(stage, 0.0)))
+                whole[stage] if stage in whole
+                else max(0.0, timer.seconds.get(stage, 0.0) - before.get(stage, 0.0)))
 
     def _count_heatmaps(self) -> None:
         """``ttball_heatmaps``: the heatmaps the pipeline read back since the last count, by

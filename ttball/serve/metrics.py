@@ -6,6 +6,8 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 - ``queue``: a window waiting in the batcher (until its batch starts)
 - ``gather``: a batch started on a free lane waiting for company (``--max-delay-ms``), per batch
 - ``idle``: a lane's idle work (the device pipeline's flush with overlap), per call
+- ``batch``: one batch as its lane's event-loop side sees it, handed to the thread → results
+  back (the hand-offs included; with ``--flush-after-push`` the flush after it too)
 - ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
 - ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
 
@@ -200,7 +202,9 @@ class Metrics:
         self.flush_seconds = Counter(
             "ttball_flush_seconds", "Device pipeline, --pipeline-overlap: the flushes' seconds "
             "by stage (FLUSH_STAGES: wait, the GPU wait outside the pipeline's lock with "
-            "--flush-thread; post_wait, the GPU wait in the read-back; post_read; track)",
+            "--flush-thread; post_wait, the GPU wait in the read-back; post_read; track; "
+            "call, the whole flush on its thread, lock waits included; call_cpu, that "
+            "thread's CPU time in it)",
             ["stage"], registry=r)
 
     def render(self) -> bytes:

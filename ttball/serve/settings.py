@@ -103,6 +103,10 @@ class ServeSettings:
     # thread of its own, waiting for the GPU while the lane takes its next push, instead of on
     # the lane's thread before it (ttball/serve/batcher.py, Batcher.set_idle; docs/serve.md)
     pipeline_flush_thread: bool = False
+    # With pipeline_overlap: a lane's thread flushes right after a push that leaves less than a
+    # full batch queued, in the same hand-off, instead of the event loop handing the flush over
+    # once the push is settled (Batcher's idle_after_batch; docs/serve.md)
+    pipeline_flush_after_push: bool = False
     # With device_pipeline: this many GpuPipelines in the process, each with its own backend,
     # CUDA stream and backend thread; sessions are dealt to the lane with the fewest, so the
     # lanes' host work overlaps (ttball/serve/device.py, DeviceLanes).
@@ -166,6 +170,11 @@ class ServeSettings:
             raise UserError("--stats-stream needs --pipeline-overlap")
         if self.pipeline_flush_thread and not self.pipeline_overlap:
             raise UserError("--flush-thread needs --pipeline-overlap")
+        if self.pipeline_flush_after_push and not self.pipeline_overlap:
+            raise UserError("--flush-after-push needs --pipeline-overlap")
+        if self.pipeline_flush_after_push and self.pipeline_flush_thread:
+            raise UserError("--flush-after-push and --flush-thread are exclusive (a flush on a "
+                            "thread of its own never runs on the lane's)")
         if self.pipeline_flush_thread and self.pipeline_carry:
             raise UserError("--flush-thread needs --no-carry-windows (a flush launches the "
                             "carried windows, which only the lane's thread may)")

@@ -414,7 +414,8 @@ class Worker:
                                max_batch=s.batch_limit, max_delay_s=s.max_delay_ms / 1000,
                                capacity=s.max_queue, executor=self.backend_thread,
                                runners=runners, lookahead=ahead,
-                               batches_ahead=s.batches_ahead)
+                               batches_ahead=s.batches_ahead,
+                               idle_after_batch=s.pipeline_flush_after_push)
         for lane, path in enumerate(paths):
             if lane:
                 self.batcher.add_lane(self.lane_threads[lane - 1], {KIND: path.run},
