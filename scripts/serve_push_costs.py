@@ -42,9 +42,10 @@ OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # (fifty-fifth) each batch as the event loop sees it, its hand-offs to the thread and back
 # included
 LANE = ("gather", "idle", "batch")
-# the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session; the whole call on
-# its thread and its CPU time, fifty-fifth): flush_*_ms columns, a frame, where a run has them
-FLUSH = ("wait", "post_wait", "post_read", "track", "call", "call_cpu")
+# the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session; the GPU time of the
+# calls they read back, the whole call on its thread and its CPU time, fifty-fifth): flush_*_ms
+# columns, a frame, where a run has them
+FLUSH = ("wait", "post_wait", "post_read", "track", *GPU, "call", "call_cpu")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),

@@ -972,4 +972,6 @@ def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jp
     assert ready["flush_after_push"] is (placement == "after-push"), ready
     assert ready["uncaptured_calls"] == 0, ready
     assert 'ttball_stage_seconds_count{stage="idle"}' in metrics
+    # the calls the flushes read back: their GPU time from their timing events
+    assert _sample(metrics, 'ttball_flush_seconds_total{stage="gpu_network"}') > 0
     _assert_rows_close(got, want)

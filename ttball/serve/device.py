@@ -47,7 +47,7 @@ from ttball.backends import Backend
 from ttball.kernels import copies
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
-from ttball.kernels.prepost_timing import StageTimer
+from ttball.kernels.prepost_timing import GPU_STAGES, StageTimer
 from ttball.model.config import WeightsConfig
 from ttball.results import FrameResult
 from ttball.serve.batcher import WINDOW, Batcher
@@ -60,10 +60,12 @@ from ttball.stream import StreamOptions
 
 KIND = "device"  # the batcher's job kind of an Upload
 # ttball_flush_seconds' stages: the flush thread's wait for the GPU before it takes the lock
-# (--flush-thread), then the read-back's wait, its reading and the tracking; and the whole call
-# on its thread (lock waits and delivery included) with that thread's CPU time in it: what a
-# flush's hand-offs add is the batcher's ``idle`` stage less ``call``
-FLUSH_STAGES = ("wait", "post_wait", "post_read", "track", "call", "call_cpu")
+# (--flush-thread), then the read-back's wait, its reading and the tracking; the GPU time of
+# the calls it read back, from their timing events (GPU_STAGES: under a latency load the
+# flushes, not the pushes, read every call back, so this is the only place those times reach);
+# and the whole call on its thread (lock waits and delivery included) with that thread's CPU
+# time in it: what a flush's hand-offs add is the batcher's ``idle`` stage less ``call``
+FLUSH_STAGES = ("wait", "post_wait", "post_read", "track", *GPU_STAGES, "call", "call_cpu")
 # --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
 AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)

@@ -203,8 +203,9 @@ class Metrics:
             "ttball_flush_seconds", "Device pipeline, --pipeline-overlap: the flushes' seconds "
             "by stage (FLUSH_STAGES: wait, the GPU wait outside the pipeline's lock with "
             "--flush-thread; post_wait, the GPU wait in the read-back; post_read; track; "
-            "call, the whole flush on its thread, lock waits included; call_cpu, that "
-            "thread's CPU time in it)",
+            "gpu_*, the GPU time of the calls read back, from their events on CUDA; call, the "
+            "whole flush on its thread, lock waits included; call_cpu, that thread's CPU "
+            "time in it)",
             ["stage"], registry=r)
 
     def render(self) -> bytes:
