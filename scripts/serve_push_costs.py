@@ -11,6 +11,10 @@ that takes 0.1 ms a frame on each thread reads 0.1 here, as with one, unless the
 each other (their threads share one interpreter lock)::
 
     python scripts/serve_push_costs.py OUT/serve [OUT/ray ...]
+
+``--quantiles``: each stage's mean and quantiles instead; ``--flushes``: ms a flush (the
+device pipeline's flush with overlap) by part, beside the push and the batch as the event loop
+sees them (what the hand-offs to a lane's thread and back cost).
 """
 
 from __future__ import annotations
@@ -230,6 +234,46 @@ def _counts(path: Path) -> tuple[int, int]:
     return (0, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 
+def flush_costs(folder: Path) -> list[dict[str, float]]:
+    """One row per run in ``folder``, as :func:`runs`: ``flushes`` (the lanes' idle calls),
+    ``idle_ms`` (a flush as the event loop sees it, the hand-offs to the lane's thread and back
+    included, or on the thread itself with ``--flush-after-push``), each of :data:`FLUSH`'s ms
+    a flush (``call_ms``: the flush on its thread), ``handoff_ms`` (``idle_ms`` less
+    ``call_ms``), ``push_ms`` (a push on its thread), ``batch_ms`` (a batch as the loop sees
+    it) and ``batch_less_push_ms``. NaN where a run has no flushes or pushes."""
+    nan = float("nan")
+    rows = []
+    for counters, spread in zip(runs(folder), stage_quantiles(folder)):
+        flushes = spread["idle_n"]
+        row = {"replicas": counters["replicas"], "sessions": counters["sessions"],
+               "flushes": flushes, "idle_ms": spread["idle_mean"]}
+        frames = counters["frames"]
+        for stage in FLUSH:  # ms a frame → ms a flush
+            key = f"flush_{stage}_ms"
+            row[f"{stage}_ms"] = (counters[key] * frames / flushes
+                                  if key in counters and flushes else nan)
+        row["handoff_ms"] = row["idle_ms"] - row["call_ms"]
+        row["push_ms"], row["batch_ms"] = spread["push_mean"], spread["batch_mean"]
+        row["batch_less_push_ms"] = row["batch_ms"] - row["push_ms"]
+        rows.append(row)
+    return rows
+
+
+def _print_flushes(folder: Path) -> None:
+    rows = flush_costs(folder)
+    head = ["replicas", "sessions", "flushes", "idle_ms", *(f"{s}_ms" for s in FLUSH),
+            "handoff_ms", "push_ms", "batch_ms", "batch_less_push_ms"]
+    head = [h for h in head if h in ("replicas", "sessions", "flushes")
+            or any(row[h] == row[h] for row in rows)]  # columns some run has (not all NaN)
+    print(f"{folder}: ms a flush (all lanes and replicas); idle: a flush as the event loop sees "
+          "it; call: on its thread; handoff: idle less call; push, batch: a push on its "
+          "thread, a batch as the loop sees it")
+    print("  " + " ".join(f"{h.removesuffix('_ms'):>12}" for h in head))
+    for row in rows:
+        print("  " + " ".join(f"{row[h]:12.0f}" if h in ("replicas", "sessions", "flushes")
+                              else f"{row[h]:12.3f}" for h in head))
+
+
 def runs(folder: Path) -> list[dict[str, float]]:
     """One row per snapshot in ``folder``, by replicas then sessions: frames, windows a
     backend call, and each push stage's milliseconds a frame."""
@@ -272,14 +316,21 @@ def runs(folder: Path) -> list[dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="a load test's serve/ folder")
-    parser.add_argument("--quantiles", action="store_true",
-                        help="a job's stay, its queue wait and its push: mean, p50, p95, p99 ms")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quantiles", action="store_true",
+                       help="a job's stay, its queue wait and its push: mean, p50, p95, p99 ms")
+    shown.add_argument("--flushes", action="store_true",
+                       help="ms a flush by part, beside the push and the batch as the event "
+                            "loop sees them")
     args = parser.parse_args()
     for folder in args.folders:
         if not any(folder.glob("metrics-*.txt")):
             parser.error(f"{folder}: no metrics-N.txt snapshots")
         if args.quantiles:
             _print_quantiles(folder)
+            continue
+        if args.flushes:
+            _print_flushes(folder)
             continue
         rows = runs(folder)
         ray = any(row["replicas"] for row in rows)

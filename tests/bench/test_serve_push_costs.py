@@ -385,3 +385,35 @@ def test_the_flushes_stages_are_columns_where_a_run_has_them(tmp_path: Path) -> 
     plain.mkdir()
     (plain / "metrics-4.txt").write_text(_snapshot(1000, 300, 100, 0.2, 0.5))
     assert not any(k.startswith("flush_") for k in push_costs.runs(plain)[0])
+
+
+def test_flushes_are_split_into_ms_a_flush_beside_the_push_and_the_batch(tmp_path: Path) -> None:
+    """``--flushes``: a flush's parts in ms a flush (the counters' seconds over the idle
+    calls), the hand-offs (the loop's idle mean less the call on the thread) and a batch's
+    time beyond its push, per run (differences of the cumulative snapshots)."""
+    def snapshot(scale: float) -> str:
+        lines = [f"ttball_frames_total {3000 * scale}",
+                 f'ttball_push_seconds_count{{stage="total"}} {1000 * scale}',
+                 f'ttball_push_seconds_sum{{stage="total"}} {5.0 * scale}',
+                 f'ttball_flush_seconds_total{{stage="post_wait"}} {0.4 * scale}',
+                 f'ttball_flush_seconds_total{{stage="call"}} {0.7 * scale}',
+                 f'ttball_flush_seconds_total{{stage="call_cpu"}} {0.5 * scale}']
+        for stage, seconds in (("idle", 0.9), ("batch", 5.5)):
+            lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
+                      f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-6-0.txt").write_text(snapshot(0.25))  # the warm-up's: left out
+    (tmp_path / "metrics-6-64.txt").write_text(snapshot(1.25))
+    (row,) = push_costs.flush_costs(tmp_path)
+    assert row["flushes"] == 1000 and row["idle_ms"] == pytest.approx(0.9)
+    assert row["post_wait_ms"] == pytest.approx(0.4) and row["call_ms"] == pytest.approx(0.7)
+    assert row["call_cpu_ms"] == pytest.approx(0.5) and row["handoff_ms"] == pytest.approx(0.2)
+    assert row["push_ms"] == pytest.approx(5.0) and row["batch_less_push_ms"] == pytest.approx(0.5)
+    assert math.isnan(row["track_ms"])  # not in the snapshots
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--flushes", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    head, cells = (line.split() for line in done.stdout.splitlines()[1:3])
+    assert "track" not in head and head[:4] == ["replicas", "sessions", "flushes", "idle"]
+    assert dict(zip(head, cells))["handoff"] == "0.200"
