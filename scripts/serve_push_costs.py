@@ -44,8 +44,8 @@ OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
 # the batcher's own stages of a lane (fifty-fourth session): a batch started on a free lane
 # waiting for company (--max-delay-ms), the lane's idle work (the flush with overlap), and
 # (fifty-fifth) each batch as the event loop sees it, its hand-offs to the thread and back
-# included
-LANE = ("gather", "idle", "batch")
+# included, and on its thread
+LANE = ("gather", "idle", "batch", "thread")
 # the flushes' seconds by stage (ttball_flush_seconds, fifty-fourth session; the GPU time of the
 # calls they read back, the whole call on its thread and its CPU time, fifty-fifth): flush_*_ms
 # columns, a frame, where a run has them
@@ -240,7 +240,9 @@ def flush_costs(folder: Path) -> list[dict[str, float]]:
     included, or on the thread itself with ``--flush-after-push``), each of :data:`FLUSH`'s ms
     a flush (``call_ms``: the flush on its thread), ``handoff_ms`` (``idle_ms`` less
     ``call_ms``), ``push_ms`` (a push on its thread), ``batch_ms`` (a batch as the loop sees
-    it) and ``batch_less_push_ms``. NaN where a run has no flushes or pushes."""
+    it), ``thread_ms`` (a batch on its thread, the push and the runner's own work around it),
+    ``batch_less_push_ms`` and ``batch_handoff_ms`` (``batch_ms`` less ``thread_ms``: the
+    batch's hand-offs). NaN where a run has no flushes or pushes (or no such stage)."""
     nan = float("nan")
     rows = []
     for counters, spread in zip(runs(folder), stage_quantiles(folder)):
@@ -254,7 +256,9 @@ def flush_costs(folder: Path) -> list[dict[str, float]]:
                                   if key in counters and flushes else nan)
         row["handoff_ms"] = row["idle_ms"] - row["call_ms"]
         row["push_ms"], row["batch_ms"] = spread["push_mean"], spread["batch_mean"]
+        row["thread_ms"] = spread["thread_mean"]
         row["batch_less_push_ms"] = row["batch_ms"] - row["push_ms"]
+        row["batch_handoff_ms"] = row["batch_ms"] - row["thread_ms"]
         rows.append(row)
     return rows
 
@@ -262,12 +266,14 @@ def flush_costs(folder: Path) -> list[dict[str, float]]:
 def _print_flushes(folder: Path) -> None:
     rows = flush_costs(folder)
     head = ["replicas", "sessions", "flushes", "idle_ms", *(f"{s}_ms" for s in FLUSH),
-            "handoff_ms", "push_ms", "batch_ms", "batch_less_push_ms"]
+            "handoff_ms", "push_ms", "batch_ms", "thread_ms", "batch_less_push_ms",
+            "batch_handoff_ms"]
     head = [h for h in head if h in ("replicas", "sessions", "flushes")
             or any(row[h] == row[h] for row in rows)]  # columns some run has (not all NaN)
     print(f"{folder}: ms a flush (all lanes and replicas); idle: a flush as the event loop sees "
-          "it; call: on its thread; handoff: idle less call; push, batch: a push on its "
-          "thread, a batch as the loop sees it")
+          "it; call: on its thread; handoff: idle less call; push, batch, thread: a push on its "
+          "thread, a batch as the loop sees it and on its thread; batch_handoff: batch less "
+          "thread")
     print("  " + " ".join(f"{h.removesuffix('_ms'):>12}" for h in head))
     for row in rows:
         print("  " + " ".join(f"{row[h]:12.0f}" if h in ("replicas", "sessions", "flushes")

@@ -326,7 +326,7 @@ def test_padding_and_carried_windows_are_shown_where_a_run_has_them(tmp_path: Pa
 
 
 def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: Path) -> None:
-    """The batcher's ``gather``, ``idle`` and ``batch`` stages: columns only where a run has them;
+    """The batcher's ``gather``, ``idle``, ``batch`` and ``thread`` stages: columns only where a run has them;
     ``idle %``: idle seconds over lanes × the load's active seconds; ``wait %``: the gathers
     above the first bucket (0.5 ms) over all gathers."""
     def snapshot(scale: float, lane: bool) -> str:
@@ -334,7 +334,7 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
                  f'ttball_push_seconds_sum{{replica="a",stage="total"}} {10.0 * scale}']
         if lane:
             for stage, count, seconds in (("gather", 80.0, 0.04), ("idle", 90.0, 5.0),
-                                          ("batch", 100.0, 9.0)):
+                                          ("batch", 100.0, 9.0), ("thread", 100.0, 8.0)):
                 labels = f'replica="a",stage="{stage}"'
                 lines += [f"ttball_stage_seconds_count{{{labels}}} {count * scale}",
                           f"ttball_stage_seconds_sum{{{labels}}} {seconds * scale}",
@@ -357,7 +357,7 @@ def test_the_lanes_idle_work_and_the_batches_that_waited_for_company(tmp_path: P
     head, cells = _quantiles_table(with_lane)[1:3]
     assert head.split()[4:10] == ["%", "idle", "%", "wait", "%", "stay"]
     assert cells.split()[3:6] == ["50", "25", "75"]
-    assert head.split()[-3:] == list(push_costs.LANE)
+    assert head.split()[-4:] == list(push_costs.LANE)
     (row,) = push_costs.stage_quantiles(plain)
     assert math.isnan(row["lanes_idle"]) and math.isnan(row["waited"])
     assert "idle" not in _quantiles_table(plain)[1]
@@ -398,7 +398,7 @@ def test_flushes_are_split_into_ms_a_flush_beside_the_push_and_the_batch(tmp_pat
                  f'ttball_flush_seconds_total{{stage="post_wait"}} {0.4 * scale}',
                  f'ttball_flush_seconds_total{{stage="call"}} {0.7 * scale}',
                  f'ttball_flush_seconds_total{{stage="call_cpu"}} {0.5 * scale}']
-        for stage, seconds in (("idle", 0.9), ("batch", 5.5)):
+        for stage, seconds in (("idle", 0.9), ("batch", 5.5), ("thread", 5.2)):
             lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
                       f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
         return "\n".join(lines) + "\n"
@@ -410,6 +410,7 @@ def test_flushes_are_split_into_ms_a_flush_beside_the_push_and_the_batch(tmp_pat
     assert row["post_wait_ms"] == pytest.approx(0.4) and row["call_ms"] == pytest.approx(0.7)
     assert row["call_cpu_ms"] == pytest.approx(0.5) and row["handoff_ms"] == pytest.approx(0.2)
     assert row["push_ms"] == pytest.approx(5.0) and row["batch_less_push_ms"] == pytest.approx(0.5)
+    assert row["thread_ms"] == pytest.approx(5.2) and row["batch_handoff_ms"] == pytest.approx(0.3)
     assert math.isnan(row["track_ms"])  # not in the snapshots
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
                            "--flushes", str(tmp_path)], capture_output=True, text=True,

@@ -465,10 +465,11 @@ def test_idle_work_after_a_batch_runs_in_its_hand_off_once() -> None:
         fail[0] = True
         out.append(await batcher.submit_job("job", 6, lane=1))
         await batcher.stop()
-        return out, stage(batcher, "idle"), stage(batcher, "batch")[0], batcher.metrics
+        return (out, stage(batcher, "idle"), stage(batcher, "batch")[0],
+                stage(batcher, "thread"), batcher.metrics)
 
     batcher: Batcher | None = None
-    out, (idles, _), batches, metrics = asyncio.run(go())
+    out, (idles, _), batches, (threads, thread_s), metrics = asyncio.run(go())
     assert out == [1, 2, 3, 4, 5, 6]
     assert settled == [1, 2, 3]  # each before its own batch was settled: in the same hand-off
     # [1, 2] ran with [3, 4] queued behind it (full: no idle work); [3, 4] left one job
@@ -477,6 +478,7 @@ def test_idle_work_after_a_batch_runs_in_its_hand_off_once() -> None:
         ("run", [6]), ("idle", None)]
     assert {name for _, _, name in events} == {"lane-one_0"}
     assert idles == 3 and batches == 4
+    assert threads == 4 and thread_s >= 4 * 0.03  # each batch (and its idle work) on the thread
     assert metrics.registry.get_sample_value("ttball_errors_total", {"kind": "backend"}) == 1
 
 

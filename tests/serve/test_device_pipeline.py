@@ -262,6 +262,9 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     flush_call = _sample(metrics, 'ttball_flush_seconds_total{stage="call"}')
     flush_cpu = _sample(metrics, 'ttball_flush_seconds_total{stage="call_cpu"}')
     assert (flush_call > 0) is (mode != "lanes") and 0 <= flush_cpu <= flush_call + 0.05
+    # each batch as the event loop sees it and on its lane's thread
+    assert _sample(metrics, 'ttball_stage_seconds_count{stage="batch"}') == _sample(
+        metrics, 'ttball_stage_seconds_count{stage="thread"}') > 0
     flushers = {t.name.rsplit("_", 1)[0] for t in threading.enumerate()} & {
         "ttball-flush-0", "ttball-flush-1"}
     if mode == "lanes-flush-thread":

@@ -8,6 +8,8 @@ Where a window's time goes: ``ttball_stage_seconds{stage=...}``
 - ``idle``: a lane's idle work (the device pipeline's flush with overlap), per call
 - ``batch``: one batch as its lane's event-loop side sees it, handed to the thread → results
   back (the hand-offs included; with ``--flush-after-push`` the flush after it too)
+- ``thread``: one batch on its lane's thread (with ``--flush-after-push`` the flush after it
+  too): ``batch`` less ``thread`` is what the hand-offs to the thread and back cost
 - ``network``: one batch on the backend, input copy and sigmoid included (backend thread)
 - ``post``: post-processing and tracking of one window's three heatmaps (thread pool)
 
