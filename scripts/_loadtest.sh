@@ -65,6 +65,13 @@ if command -v curl > /dev/null; then
 else
   fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; }
 fi
+# put_json URL JSON: PUT the JSON body, print the reply's body (fails on a 4xx/5xx)
+put_json() {
+  python3 -c 'import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), method="PUT",
+                             headers={"Content-Type": "application/json"})
+sys.stdout.write(urllib.request.urlopen(req, timeout=30).read().decode())' "$1" "$2"
+}
 
 # pick_clip DIR: CLIP = $CLIP, else the real rally if present, else a drawn clip in DIR
 # (a 1280x720 white ball on a green table, 120 frames at 60 fps).

@@ -21,7 +21,10 @@
 #   --stats-stream), MAX_DELAY_MS (serve --max-delay-ms: how long a lane's oldest job waits for
 #   company, default 2), FLUSH_THREAD=1 (serve --flush-thread: each lane's flush on a thread of
 #   its own; needs CARRY=0), FLUSH_AFTER=1 (serve --flush-after-push: a lane's thread flushes
-#   right after its push, in the same hand-off), PYSPY=1 (py-spy --gil on one
+#   right after its push, in the same hand-off), LIVE=1 (serve --live-settings) with
+#   LIVE_<s>='{"flush_after_push": true}' (PUT /v1/admin/settings on every replica before the
+#   load of s sessions, the reply kept as live-R-S.json: settings compared under one start, a
+#   distinct session count each, e.g. SESSIONS_6="63 64 65 66"), PYSPY=1 (py-spy --gil on one
 #   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md;
 #   PYSPY=idle: py-spy --idle on one replica and one of its decode children instead, every
 #   thread's stacks waiting or not, stacks-R-S.txt and stacks-child-R-S.txt for
@@ -125,6 +128,7 @@ start() {
     $([ -n "${MAX_DELAY_MS:-}" ] && echo --max-delay-ms "$MAX_DELAY_MS") \
     $([ -n "${FLUSH_THREAD:-}" ] && echo --flush-thread) \
     $([ -n "${FLUSH_AFTER:-}" ] && echo --flush-after-push) \
+    $([ -n "${LIVE:-}" ] && echo --live-settings) \
     > "$S/server-$n.log" 2>&1 &
   SERVER_PID=$!
   local limit=$(( BUDGET_S - 60 ))  # in elapsed seconds
@@ -164,6 +168,12 @@ for n in $REPLICAS; do
   for s in ${!counts:-$SESSIONS}; do
     need=$(( DURATION + 20 ))
     if [ "$(left)" -lt $(( need + 30 )) ]; then say "loadtest $s: skipped, $(left) s left"; break; fi
+    live="LIVE_$s"
+    if [ -n "${!live:-}" ]; then  # this load's live settings, on every replica (LIVE=1)
+      put_json "$URL/v1/admin/settings" "${!live}" > "$S/live-$n-$s.json" \
+        || { say "loadtest $s: the live settings ${!live} were refused"; rm -f "$S/live-$n-$s.json"; continue; }
+      say "live settings for $s sessions: $(cat "$S/live-$n-$s.json")"
+    fi
     say "loadtest: $n replica(s), $s sessions x 60 fps, step 3, ${DURATION} s"
     head -1 /proc/stat > "$S/cpu-$n-$s.txt"  # host CPU busy over the load test (summary)
     gpu_sampler "$S/gpu-$n-$s.csv"  # the GPU's busy % and SM clock every 100 ms (summary)

@@ -161,6 +161,7 @@ def mode(env: dict[str, str]) -> str:
     text += f", --max-delay-ms {env['MAX_DELAY_MS']}" if env.get("MAX_DELAY_MS") else ""
     text += ", --flush-thread" if env.get("FLUSH_THREAD") else ""
     text += ", --flush-after-push" if env.get("FLUSH_AFTER") else ""
+    text += ", --live-settings" if env.get("LIVE") else ""
     text += ", --decode-early" if env.get("DECODE_EARLY") else ""
     text += ", --no-carry-windows" if env.get("CARRY") == "0" else ""
     text += ", RAY_USE_UVLOOP=0" if env.get("RAY_USE_UVLOOP") == "0" else ""
@@ -174,6 +175,18 @@ def _gil_cell(gil: dict[str, Any] | None) -> str:
     failed = gil.get("failed_pct")
     bound = f"; up to {gil['held_max_pct']} with {failed} % failed samples" if failed else ""
     return f"{gil['held_pct']} ({top}{bound})"
+
+
+def live_settings(path: str) -> dict[str, Any] | None:
+    """``live-R-S.json`` (PUT /v1/admin/settings's reply before that load): the settings the
+    replicas ran it under, when they all agree (else every replica's, by id); None without
+    the file."""
+    try:
+        replicas = json.loads(Path(path).read_text())["replicas"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    values = list(replicas.values())
+    return values[0] if values and all(v == values[0] for v in values) else replicas
 
 
 def _ready(path: Path) -> dict[str, Any]:
@@ -204,10 +217,11 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
         r["decoder_cpu"] = decoder_cpu(at % ("procs", ".json"))
         r["gil"] = gil_share(at % ("gil", ".txt"), duration,
                              names=thread_names(at % ("procs", ".json")))
+        r["live"] = live_settings(at % ("live", ".json"))
     keys = ("sessions", "achieved_fps", "offered_fps", "latency_ms", "late", "dropped",
             "behind_schedule", "errors", "host_cpu_busy_pct", "host_cpu_steal_pct",
             "host_cpu_steal_boot_pct", "gpu_busy_pct", "gpm",
-            "replica_cpu", "decoder_cpu", "gil")
+            "replica_cpu", "decoder_cpu", "gil", "live")
     how = mode(env)
     summary = {"backend": backend, "warmup_batches": batches, "mode": how,
                "time_to_ready_s": {n: r.get("time_to_ready_s") for n, r in ready.items()},
@@ -234,6 +248,10 @@ def summarize(folder: str, backend: str, batches: str, duration: float,
                      f"| {r['errors']} | {r['host_cpu_busy_pct']} ({r['host_cpu_steal_pct']}; "
                      f"{r['host_cpu_steal_boot_pct']}) | {r['gpu_busy_pct']} | {gpm} | {cpu} "
                      f"| {kids_cell} | {_gil_cell(r['gil'])} |")
+    if any(r["live"] for r in runs):  # LIVE_<s>: the settings each load ran under
+        lines += ["", "| replicas | sessions | live settings (every replica) |", "|---|---|---|"]
+        lines += [f"| {r['replicas']} | {r['sessions']} | "
+                  f"{json.dumps(r['live'], sort_keys=True) if r['live'] else ''} |" for r in runs]
     Path(f"{folder}/SUMMARY.md").write_text("\n".join(lines) + "\n")
     return lines
 

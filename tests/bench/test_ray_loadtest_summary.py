@@ -89,6 +89,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
     assert summary.mode({"FLUSH_THREAD": "1", "CARRY": "0"}).endswith(
         ", --flush-thread, --no-carry-windows")
     assert summary.mode({"FLUSH_AFTER": "1"}).endswith(", --flush-after-push")
+    assert summary.mode({"LIVE": "1"}).endswith(", --live-settings")
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
     assert rows[1].endswith("| None (None; None) | None |  |  |  |  |")
@@ -122,3 +123,27 @@ def test_decode_children_are_counted_by_their_name(tmp_path: Path) -> None:
     (tmp_path / "old.json").write_text(json.dumps(procs[:1]))  # before names: no children
     assert summary.decoder_cpu(str(tmp_path / "old.json")) is None
     assert summary.decoder_cpu(str(tmp_path / "missing.json")) is None
+
+
+def test_each_loads_live_settings_get_a_table_of_their_own(tmp_path: Path) -> None:
+    """LIVE_<s> (``live-R-S.json``, the PUT's reply): the settings each load ran under, one
+    value when every replica agrees, each replica's when not; no table without the files."""
+    load = {"sessions": 63, "achieved_fps": 3780.0, "offered_fps": 3780.0, "late": 0,
+            "dropped": 0, "behind_schedule": 0, "errors": {},
+            "latency_ms": {"p50": 30.0, "p95": 45.0, "p99": 49.0}}
+    (tmp_path / "ready-6.json").write_text(json.dumps({"replicas": []}))
+    for s in (63, 64, 65):
+        (tmp_path / f"loadtest-6-{s}.json").write_text(json.dumps({**load, "sessions": s}))
+    assert not any("live settings" in line
+                   for line in summary.summarize(str(tmp_path), "b", "1", 8.0, {}))
+    on = {"flush_after_push": True, "max_delay_ms": 2.0}
+    (tmp_path / "live-6-63.json").write_text(json.dumps({"replicas": {"a": on, "b": on}}))
+    (tmp_path / "live-6-64.json").write_text(json.dumps(
+        {"replicas": {"a": on, "b": {**on, "flush_after_push": False}}}))
+    lines = summary.summarize(str(tmp_path), "b", "1", 8.0, {"LIVE": "1"})
+    at = lines.index("| replicas | sessions | live settings (every replica) |")
+    assert lines[at + 2] == '| 6 | 63 | {"flush_after_push": true, "max_delay_ms": 2.0} |'
+    assert '"b": {"flush_after_push": false' in lines[at + 3]
+    assert lines[at + 4] == "| 6 | 65 |  |"
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["runs"][0]["live"] == on and written["runs"][2]["live"] is None

@@ -40,7 +40,9 @@ pytestmark = pytest.mark.ray
 FRAMES = 12  # per session: four step-3 windows
 SESSIONS = 4
 # worker settings of each mode; "direct": WebSockets served by the replicas themselves
-MODES = {"host": {}, "device": {"device_pipeline": True}, "direct": {"direct_streams": True}}
+# (the device mode's also take live settings: PUT /v1/admin/settings)
+MODES = {"host": {}, "device": {"device_pipeline": True, "live_settings": True},
+         "direct": {"direct_streams": True}}
 
 
 def clip(seed: int, n: int = FRAMES) -> list[bytes]:
@@ -271,6 +273,27 @@ def test_device_pipeline_refuses_bad_frames_like_the_single_worker(url, expected
         metrics = client.metrics()
         assert metrics.count("ttball_push_frames_count{replica=") == 2
         assert 'ttball_errors_total{kind="unsupported_media_type"}' in metrics
+
+
+@pytest.mark.parametrize("mode", ["device"], indirect=True)
+def test_live_settings_reach_every_replica(url) -> None:
+    """--live-settings through the ingress: the change is applied by both replicas (their
+    values by replica id, and in /readyz); a refusal is the replicas' 422, nothing applied."""
+    with Client(url) as client:
+        reply = client.http.put("/v1/admin/settings", json={"max_delay_ms": 1.5})
+        assert reply.status_code == 200, reply.text
+        replicas = reply.json()["replicas"]
+        assert len(replicas) == 2 and all(v["max_delay_ms"] == 1.5 for v in replicas.values())
+        ready = client.readiness()["replicas"]
+        assert sorted(r["replica"] for r in ready) == sorted(replicas)
+        assert all(r["live_settings"]["max_delay_ms"] == 1.5 for r in ready)
+        refused = client.http.put("/v1/admin/settings",
+                                  json={"max_delay_ms": 3.0, "flush_after_push": True})
+        assert refused.status_code == 422 and "--pipeline-overlap" in refused.text
+        assert all(r["live_settings"]["max_delay_ms"] == 1.5
+                   for r in client.readiness()["replicas"])
+        back = client.http.put("/v1/admin/settings", json={"max_delay_ms": 2.0})
+        assert back.status_code == 200
 
 
 @pytest.mark.parametrize("mode", list(MODES), indirect=True)

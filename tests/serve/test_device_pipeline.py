@@ -978,3 +978,53 @@ def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jp
     # the calls the flushes read back: their GPU time from their timing events
     assert _sample(metrics, 'ttball_flush_seconds_total{stage="gpu_network"}') > 0
     _assert_rows_close(got, want)
+
+
+def test_live_settings_change_the_flush_the_wait_and_the_switch_interval_while_serving(
+        small_weights, jpegs, reference, laned) -> None:
+    """--live-settings: PUT /v1/admin/settings changes the flush's placement, the wait for
+    company and the switch interval of a running worker, all or none; /readyz shows them; the
+    rows stay ``track``'s. A bad change is a 422 that changes nothing; off, the route is 404."""
+    import sys
+
+    switch = sys.getswitchinterval()
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
+                             torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000,
+                             device_pipeline=True, pipeline_overlap=True, live_settings=True)
+    try:
+        with serve_in_thread(create_app(settings)) as url, Client(url) as client:
+            client.wait_ready(timeout=90, poll=0.1)
+            assert client.readiness()["live_settings"] == {
+                "flush_after_push": False, "max_delay_ms": 2.0,
+                "switch_interval_ms": round(switch * 1e3, 6)}
+            change = {"flush_after_push": True, "max_delay_ms": 0.5, "switch_interval_ms": 1}
+            reply = client.http.put("/v1/admin/settings", json=change)
+            assert reply.status_code == 200 and reply.json() == {**change, "switch_interval_ms": 1.0}
+            assert sys.getswitchinterval() == pytest.approx(1e-3)
+            ready = client.readiness()
+            assert ready["live_settings"]["flush_after_push"] is True
+            assert ready["device_pipeline"]["flush_after_push"] is True
+            for bad, words in (({"max_delay_ms": -1}, "0..1000"), ({"bogus": 1}, "not a live"),
+                               ({"flush_after_push": 1}, "true or false"),
+                               ({"max_delay_ms": 3, "switch_interval_ms": 0}, "0.01..100"),
+                               ([1], "JSON object")):
+                refused = client.http.put("/v1/admin/settings", json=bad)
+                assert refused.status_code == 422, refused.text
+                assert words in refused.json()["error"]["message"]
+            assert client.readiness()["live_settings"]["max_delay_ms"] == 0.5  # none applied
+            broken = client.http.put("/v1/admin/settings", content=b"{not json")
+            assert broken.status_code == 400
+            session = client.open_session(step=3, fps=30)  # served with the flush after push
+            rows = [r for data in jpegs for r in session.send(data)] + session.finish()
+            assert_rows_equal(rows, reference[3])
+            assert _sample(client.metrics(), 'ttball_stage_seconds_count{stage="idle"}') > 0
+    finally:
+        sys.setswitchinterval(switch)
+    off = laned["lanes"].http.put("/v1/admin/settings", json={"max_delay_ms": 1})
+    assert off.status_code == 404 and "--live-settings" in off.json()["error"]["message"]
+    overlap_off = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                                torch_threads=1, live_settings=True)
+    with serve_in_thread(create_app(overlap_off)) as url, Client(url) as client:
+        client.wait_ready(timeout=90, poll=0.1)
+        refused = client.http.put("/v1/admin/settings", json={"flush_after_push": True})
+        assert refused.status_code == 422 and "--pipeline-overlap" in refused.text

@@ -110,6 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "that leaves less than a full batch queued, in the same hand-off, "
                         "instead of the event loop handing it the flush once the push is "
                         "answered (docs/serve.md)")
+    p.add_argument("--live-settings", action="store_true",
+                   help="for measurement: PUT /v1/admin/settings changes --flush-after-push, "
+                        "--max-delay-ms and the switch interval while serving (with --ray, on "
+                        "every replica), so a load test compares them under one start "
+                        "(docs/serve.md)")
     p.add_argument("--pipeline-lanes", type=int, default=1, metavar="N",
                    help="with --device-pipeline: N pipelines in this process, each with its own "
                         "backend, CUDA stream and thread; sessions are dealt to the lane with the "
@@ -184,7 +189,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_decode_ahead=args.decode_ahead,
         pipeline_decode_early=args.decode_early,
         pipeline_carry=args.carry_windows, pipeline_flush_thread=args.flush_thread,
-        pipeline_flush_after_push=args.flush_after_push,
+        pipeline_flush_after_push=args.flush_after_push, live_settings=args.live_settings,
         pipeline_lanes=args.pipeline_lanes,
         cuda_blocking_sync=args.cuda_blocking_sync,
         switch_interval_ms=args.switch_interval_ms,

@@ -43,7 +43,8 @@ CALL_TIMEOUT_S = 5.0  # a status call; a replica slower than this is counted as 
 RETRY_DELAYS_S = (0.0, 0.5, 2.0)  # a POST's frames, sent again after its replica died
 # what /readyz lists of each replica's own readiness, beside its phase, device and sessions (its
 # warm-up says which sizes it tuned and which it took from another's tuning record)
-REPLICA_KEYS = ("gpu", "switch_interval_ms", "event_loop", "warmup", "startup_seconds")
+REPLICA_KEYS = ("gpu", "switch_interval_ms", "live_settings", "event_loop", "warmup",
+                "startup_seconds")
 
 
 class ReplicaLost(ApiError):
@@ -185,6 +186,26 @@ class Ingress:
                                           score_threshold=info["score_threshold"])
             self.backend = SimpleNamespace(name=info["backend"], device=info["device"])
         return self.replicas
+
+    async def change_settings(self, changes: Any) -> dict[str, dict[str, Any]]:
+        """``--live-settings``: ``changes`` applied by every replica (ranks 0..max_replicas-1
+        reach them all, some twice: a change is the same applied again); each replica's
+        values by its id. The first refusal (404, 422) is raised as it is; a replica that does
+        not answer is one the change did not reach (504)."""
+        async def one(rank: int) -> Any:
+            return await asyncio.wait_for(
+                self.call(f"{RANK_PREFIX}{rank}", "change_settings", changes), CALL_TIMEOUT_S)
+
+        values: dict[str, dict[str, Any]] = {}
+        for reply in await asyncio.gather(*(one(k) for k in range(self.max_replicas)),
+                                          return_exceptions=True):
+            if isinstance(reply, ApiError):
+                raise reply
+            if isinstance(reply, BaseException):
+                raise ApiError(504, "replica_timeout", f"a replica did not take the change: "
+                                                       f"{_last_line(reply)}")
+            values[reply["replica"]] = reply["settings"]
+        return dict(sorted(values.items()))
 
     async def _poll_forever(self) -> None:
         while True:

@@ -245,6 +245,10 @@ class ReplicaWorker:
             yield line
 
     # -- what the ingress gathers from every replica --------------------------------------------
+    async def change_settings(self, changes: Any) -> dict[str, Any]:
+        """``--live-settings``: this replica's worker applies ``changes``."""
+        return {"replica": self.id, "settings": self.worker.change_settings(changes)}
+
     async def status(self) -> dict[str, Any]:
         """Readiness, sessions and the Prometheus text of this replica."""
         if self.worker.batcher is not None:

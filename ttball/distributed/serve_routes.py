@@ -63,6 +63,12 @@ def _add_health(app: FastAPI, ingress: Ingress) -> None:
     async def info() -> dict[str, Any]:
         return ingress.info()
 
+    @app.put("/v1/admin/settings")
+    async def change_settings(request: Request) -> dict[str, Any]:
+        """``--live-settings``: the change on every replica (all or none on each)."""
+        changes = parse_json(await read_body(request, JSON_LIMIT), "settings")
+        return {"replicas": await ingress.change_settings(changes)}
+
 
 def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     settings = ingress.settings

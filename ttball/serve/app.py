@@ -199,6 +199,12 @@ def _add_health(app: FastAPI, worker: Worker) -> None:
     async def info() -> dict[str, Any]:
         return worker.info()
 
+    @app.put("/v1/admin/settings")
+    async def change_settings(request: Request) -> dict[str, Any]:
+        """``--live-settings``: change a few settings while serving (measurement)."""
+        return worker.change_settings(parse_json(await read_body(request, JSON_LIMIT),
+                                                 "settings"))
+
 
 def _add_sessions(app: FastAPI, worker: Worker) -> None:
     settings = worker.settings

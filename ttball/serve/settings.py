@@ -119,6 +119,10 @@ class ServeSettings:
     # which reads and answers every session) waits before its holder (a lane's Python) must
     # drop it. None: Python's own, 5 ms.
     switch_interval_ms: float | None = None
+    # For measurement: PUT /v1/admin/settings changes a few settings while serving (the flush's
+    # placement, the wait for company, the switch interval; Worker.change_settings), so a load
+    # test can compare them under one start of the server (docs/serve.md). Off: that route is 404.
+    live_settings: bool = False
     # Full batches each lane hands its thread while one runs (Batcher._loop): the thread starts
     # the next when one ends instead of waiting for the event loop to answer it; 0: one at a time.
     batches_ahead: int = 0

@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CUDA_WARM_CALLS = 3
+# --live-settings: what PUT /v1/admin/settings may change while serving, name -> (type, low,
+# high): read by the batcher or the interpreter at each use, so a change holds from the next
+# batch on (a measurement's A/B under one start: docs/serve.md)
+LIVE_SETTINGS: dict[str, tuple[type, float, float]] = {
+    "flush_after_push": (bool, 0.0, 0.0), "max_delay_ms": (float, 0.0, 1000.0),
+    "switch_interval_ms": (float, 0.01, 100.0)}
 
 
 def gpu_share(device: object, sched_note: str | None = None) -> dict[str, Any] | None:
@@ -481,6 +487,7 @@ class Worker:
             "device_pipeline": self.device.describe() if self.device is not None else None,
             "gpu": self._gpu_share(),
             "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 3),
+            "live_settings": self.live_values() if self.settings.live_settings else None,
             "event_loop": None if self._loop is None else type(self._loop).__module__.split(".")[0],
             "startup_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "elapsed_s": round(time.monotonic() - self.started, 3),
@@ -511,6 +518,49 @@ class Worker:
         self.require_ready()
         assert self.store is not None and self.feeder is not None  # set when going live
         return self.store, self.feeder
+
+    def change_settings(self, changes: Any) -> dict[str, Any]:
+        """``--live-settings``: apply ``changes`` (a JSON object of :data:`LIVE_SETTINGS`'
+        names) to the running worker, all or none; the current values. 404 without the
+        option, 422 for a name, type or value it does not take, 503 before the worker is
+        ready."""
+        if not self.settings.live_settings:
+            raise ApiError(404, "not_found", "live settings are off (serve --live-settings)")
+        self.require_ready()
+        assert self.batcher is not None
+        if not isinstance(changes, dict):
+            raise ApiError(422, "bad_settings", "the body must be a JSON object of settings")
+        for name, value in changes.items():
+            kind, low, high = LIVE_SETTINGS.get(name, (None, 0.0, 0.0))
+            if kind is None:
+                raise ApiError(422, "bad_settings", f"{name!r} is not a live setting (one of "
+                                                    f"{', '.join(LIVE_SETTINGS)})")
+            if kind is bool and not isinstance(value, bool):
+                raise ApiError(422, "bad_settings", f"{name} must be true or false")
+            if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not low <= value <= high):
+                raise ApiError(422, "bad_settings", f"{name} must be a number in "
+                                                    f"{low:g}..{high:g}, got {value!r}")
+        if changes.get("flush_after_push") and not (self.settings.pipeline_overlap
+                                                    and not self.settings.pipeline_flush_thread):
+            raise ApiError(422, "bad_settings", "flush_after_push needs --pipeline-overlap "
+                                                "without --flush-thread")
+        if "flush_after_push" in changes:
+            self.batcher.idle_after_batch = changes["flush_after_push"]
+            for path in self.device.paths if self.device is not None else []:
+                path.flush_after_push = changes["flush_after_push"]
+        if "max_delay_ms" in changes:
+            self.batcher.max_delay_s = changes["max_delay_ms"] / 1e3
+        if "switch_interval_ms" in changes:
+            sys.setswitchinterval(changes["switch_interval_ms"] / 1e3)
+        return self.live_values()
+
+    def live_values(self) -> dict[str, Any]:
+        """The :data:`LIVE_SETTINGS` as the worker runs them now."""
+        batcher = self.batcher
+        return {"flush_after_push": bool(batcher and batcher.idle_after_batch),
+                "max_delay_ms": round(batcher.max_delay_s * 1e3, 6) if batcher else None,
+                "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 6)}
 
     def require_ready(self) -> None:
         if not self.ready:
