@@ -14,7 +14,8 @@ each other (their threads share one interpreter lock)::
 
 ``--quantiles``: each stage's mean and quantiles instead; ``--flushes``: ms a flush (the
 device pipeline's flush with overlap) by part, beside the push and the batch as the event loop
-sees them (what the hand-offs to a lane's thread and back cost).
+sees them (what the hand-offs to a lane's thread and back cost); ``--loads``: a load a row, the
+figures that tell a fast run from a slow one, and the live settings it ran under.
 """
 
 from __future__ import annotations
@@ -280,6 +281,53 @@ def _print_flushes(folder: Path) -> None:
                               else f"{row[h]:12.3f}" for h in head))
 
 
+def load_states(folder: Path) -> list[dict[str, object]]:
+    """One row per load in ``folder`` (a Ray load test's), the figures that tell its state
+    apart (fifty-fifth session: fast, ~2.1 frames a push; slow, ~2.6-2.9): the client's p99
+    (``loadtest-R-S.json``), the live settings it ran under (``live-R-S.json``, ``LIVE_<s>``;
+    None without), frames a push, the push's and its preprocess stage's mean ms, the stay's
+    mean, and per flush its GPU work (``gpu_*`` ms a flush: the calls it read back) and
+    hand-offs (:func:`flush_costs`)."""
+    rows: list[dict[str, object]] = []
+    for flush, spread in zip(flush_costs(folder), stage_quantiles(folder)):
+        replicas, sessions = int(flush["replicas"]), int(flush["sessions"])
+        row: dict[str, object] = {"replicas": replicas, "sessions": sessions}
+        try:
+            report = json.loads((folder / f"loadtest-{replicas}-{sessions}.json").read_text())
+            row["p99"] = float(report["latency_ms"]["p99"])
+        except (OSError, ValueError, KeyError, TypeError):
+            row["p99"] = float("nan")
+        try:
+            live = json.loads((folder / f"live-{replicas}-{sessions}.json").read_text())
+            values = list(live["replicas"].values())
+            row["live"] = values[0] if all(v == values[0] for v in values) else "differ"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            row["live"] = None
+        row["frames_a_push"] = spread["frames_a_push"]
+        for label in ("push", "preprocess", "stay"):
+            row[f"{label}_ms"] = spread[f"{label}_mean"]
+        for stage in (*GPU, "post_wait"):
+            row[f"{stage}_ms"] = flush[f"{stage}_ms"]
+        row["handoff_ms"] = flush["handoff_ms"]
+        rows.append(row)
+    return rows
+
+
+def _print_loads(folder: Path) -> None:
+    rows = load_states(folder)
+    head = ["replicas", "sessions", "p99", "frames_a_push", "push_ms", "preprocess_ms", "stay_ms",
+            *(f"{s}_ms" for s in (*GPU, "post_wait")), "handoff_ms"]
+    print(f"{folder}: a load a row; p99: the client's, ms; push, preprocess, stay: mean ms; "
+          "gpu_*, post_wait, handoff: ms a flush; live: the settings it ran under")
+    print("  " + " ".join(f"{h.removesuffix('_ms'):>13}" for h in head) + "  live")
+    for row in rows:
+        cells = [f"{row[h]:13.0f}" if h in ("replicas", "sessions") else f"{row[h]:13.3f}"
+                 for h in head]
+        live = row["live"]
+        print("  " + " ".join(cells) + "  " + (json.dumps(live, sort_keys=True)
+                                              if isinstance(live, dict) else str(live or "")))
+
+
 def runs(folder: Path) -> list[dict[str, float]]:
     """One row per snapshot in ``folder``, by replicas then sessions: frames, windows a
     backend call, and each push stage's milliseconds a frame."""
@@ -328,6 +376,9 @@ def main() -> None:
     shown.add_argument("--flushes", action="store_true",
                        help="ms a flush by part, beside the push and the batch as the event "
                             "loop sees them")
+    shown.add_argument("--loads", action="store_true",
+                       help="a load a row: the client's p99, its live settings, frames a push, "
+                            "push and stay, the flushes' GPU work (a Ray load test's folder)")
     args = parser.parse_args()
     for folder in args.folders:
         if not any(folder.glob("metrics-*.txt")):
@@ -337,6 +388,9 @@ def main() -> None:
             continue
         if args.flushes:
             _print_flushes(folder)
+            continue
+        if args.loads:
+            _print_loads(folder)
             continue
         rows = runs(folder)
         ray = any(row["replicas"] for row in rows)

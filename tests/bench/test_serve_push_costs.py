@@ -418,3 +418,37 @@ def test_flushes_are_split_into_ms_a_flush_beside_the_push_and_the_batch(tmp_pat
     head, cells = (line.split() for line in done.stdout.splitlines()[1:3])
     assert "track" not in head and head[:4] == ["replicas", "sessions", "flushes", "idle"]
     assert dict(zip(head, cells))["handoff"] == "0.200"
+
+
+def test_loads_put_each_loads_state_and_live_settings_on_a_row(tmp_path: Path) -> None:
+    """``--loads``: a load a row, from the snapshots' differences and the files beside them:
+    the client's p99, the live settings (one value when the replicas agree), frames a push and
+    each flush's GPU work; a load without a ``live-R-S.json`` ran with none."""
+    def snapshot(scale: float) -> str:
+        lines = [f"ttball_frames_total {3000 * scale}",
+                 f'ttball_push_frames_count {1000 * scale}', f"ttball_push_frames_sum {2600 * scale}",
+                 f'ttball_push_seconds_count{{stage="total"}} {1000 * scale}',
+                 f'ttball_push_seconds_sum{{stage="total"}} {6.0 * scale}',
+                 f'ttball_flush_seconds_total{{stage="gpu_network"}} {1.2 * scale}',
+                 f'ttball_flush_seconds_total{{stage="call"}} {0.7 * scale}']
+        for stage, seconds in (("idle", 0.9), ("batch", 5.5), ("thread", 5.2)):
+            lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
+                      f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
+        return "\n".join(lines) + "\n"
+
+    for sessions, scale in ((0, 0.5), (63, 1.5), (64, 2.5)):
+        (tmp_path / f"metrics-6-{sessions}.txt").write_text(snapshot(scale))
+    for sessions, p99 in ((63, 50.5), (64, 57.0)):
+        (tmp_path / f"loadtest-6-{sessions}.json").write_text(
+            json.dumps({"latency_ms": {"p99": p99}, "active_s": 8.0}))
+    on = {"flush_after_push": True}
+    (tmp_path / "live-6-64.json").write_text(json.dumps({"replicas": {"a": on, "b": on}}))
+    first, second = push_costs.load_states(tmp_path)
+    assert (first["sessions"], first["p99"], first["live"]) == (63, 50.5, None)
+    assert second["live"] == on and second["p99"] == 57.0
+    assert second["frames_a_push"] == pytest.approx(2.6)
+    assert second["gpu_network_ms"] == pytest.approx(1.2) and second["push_ms"] == pytest.approx(6.0)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--loads", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.splitlines()[-1].endswith('{"flush_after_push": true}')

@@ -9,7 +9,9 @@ R() {
     SESSIONS_4="$SESSIONS_4" SESSIONS_PER_CLIENT=32 DURATION=8 BUDGET_S=$budget "$@" OUT=$W/$label \
     bash scripts/gpu_ray_loadtest.sh > $W/$label.log 2>&1; t $label
   PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --quantiles $W/$label/ray > $W/$label/stages.txt 2>&1
-  # (since the fifty-fifth session) ms a flush by part, and the hand-offs, under the quantiles
+  # (since the fifty-fifth session) ms a flush by part and the hand-offs, then a load a row
+  # (its state's figures, its live settings), under the quantiles
   PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --flushes $W/$label/ray >> $W/$label/stages.txt 2>&1
+  PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --loads $W/$label/ray >> $W/$label/stages.txt 2>&1
   cp $W/$label/ray/SUMMARY.md $OUT/SUMMARY-$label.md 2>/dev/null
 }

@@ -14,6 +14,7 @@
 # on average each way) cancel. The flushes export the GPU time of the calls they
 # read back (ttball_flush_seconds gpu_between / gpu_normalize / gpu_network / gpu_stats) and
 # each batch is timed on its lane's thread (stage `thread`): `serve_push_costs.py --flushes`
+# and `--loads` (a load a row: p99, frames a push, the flushes' GPU work, its live settings)
 # in each stages-*.txt, ms a flush, with batch_handoff (a batch as the loop sees it less on
 # its thread). Calls 22-23 had batch less push 0.46-0.50 ms and the flush's hand-offs 0.25-0.27.
 # First the GPU test that checks those counters (tests-flush.log).
