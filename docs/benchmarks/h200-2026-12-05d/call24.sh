@@ -13,10 +13,10 @@
 # last table says which load ran which): A B B A, so a linear drift and the load (64.5 sessions
 # on average each way) cancel. The flushes export the GPU time of the calls they
 # read back (ttball_flush_seconds gpu_between / gpu_normalize / gpu_network / gpu_stats) and
-# each batch is timed on its lane's thread (stage `thread`): `serve_push_costs.py --flushes`
-# and `--loads` (a load a row: p99, frames a push, the flushes' GPU work, its live settings)
-# in each stages-*.txt, ms a flush, with batch_handoff (a batch as the loop sees it less on
-# its thread). Calls 22-23 had batch less push 0.46-0.50 ms and the flush's hand-offs 0.25-0.27.
+# each batch is timed on its lane's thread (stage `thread`). Each stages-*.txt has
+# `serve_push_costs.py --flushes` (ms a flush, with batch_handoff: a batch as the loop sees it
+# less on its thread) and `--loads` (a load a row: p99, frames a push, push, preprocess, the
+# flushes' GPU work, its live settings). Calls 22-23 had batch less push 0.46-0.50 ms and the flush's hand-offs 0.25-0.27.
 # First the GPU test that checks those counters (tests-flush.log).
 # Predicted: (1) the state is a start's: a start's 63 and 66 agree (frames a push within ±0.2,
 # p99 within ±3 ms) while starts may differ; if not, it comes and goes on its own. (2) The slow
