@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ import torch
 from ttball import __version__
 from ttball.backends import resolve_device
 from ttball.cachedir import use_compile_cache
+from ttball.errors import UserError
 from ttball.kernels.records import RECORD
 from ttball.model.config import WeightsConfig
 from ttball.serve.batcher import Batcher
@@ -541,10 +543,12 @@ class Worker:
                                   or not low <= value <= high):
                 raise ApiError(422, "bad_settings", f"{name} must be a number in "
                                                     f"{low:g}..{high:g}, got {value!r}")
-        if changes.get("flush_after_push") and not (self.settings.pipeline_overlap
-                                                    and not self.settings.pipeline_flush_thread):
-            raise ApiError(422, "bad_settings", "flush_after_push needs --pipeline-overlap "
-                                                "without --flush-thread")
+        if "flush_after_push" in changes:  # the option's own rules, as at start-up
+            try:
+                replace(self.settings,
+                        pipeline_flush_after_push=changes["flush_after_push"]).validate()
+            except UserError as exc:
+                raise ApiError(422, "bad_settings", str(exc)) from None
         if "flush_after_push" in changes:
             self.batcher.idle_after_batch = changes["flush_after_push"]
             for path in self.device.paths if self.device is not None else []:
