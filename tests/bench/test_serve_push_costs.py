@@ -387,21 +387,28 @@ def test_the_flushes_stages_are_columns_where_a_run_has_them(tmp_path: Path) -> 
     assert not any(k.startswith("flush_") for k in push_costs.runs(plain)[0])
 
 
+def _flush_snapshot(scale: float, push_s: float, flush: dict[str, float],
+                    extra: tuple[str, ...] = ()) -> str:
+    """A cumulative snapshot of ``scale`` × (3000 frames, 1000 pushes of ``push_s`` seconds in
+    all, ``flush``'s ttball_flush_seconds by stage, 1000 idle / batch / thread observations of
+    0.9 / 5.5 / 5.2 s in all), with the ``extra`` lines."""
+    lines = [f"ttball_frames_total {3000 * scale}", *extra,
+             f'ttball_push_seconds_count{{stage="total"}} {1000 * scale}',
+             f'ttball_push_seconds_sum{{stage="total"}} {push_s * scale}',
+             *(f'ttball_flush_seconds_total{{stage="{stage}"}} {seconds * scale}'
+               for stage, seconds in flush.items())]
+    for stage, seconds in (("idle", 0.9), ("batch", 5.5), ("thread", 5.2)):
+        lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
+                  f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
+    return "\n".join(lines) + "\n"
+
+
 def test_flushes_are_split_into_ms_a_flush_beside_the_push_and_the_batch(tmp_path: Path) -> None:
     """``--flushes``: a flush's parts in ms a flush (the counters' seconds over the idle
     calls), the hand-offs (the loop's idle mean less the call on the thread) and a batch's
     time beyond its push, per run (differences of the cumulative snapshots)."""
     def snapshot(scale: float) -> str:
-        lines = [f"ttball_frames_total {3000 * scale}",
-                 f'ttball_push_seconds_count{{stage="total"}} {1000 * scale}',
-                 f'ttball_push_seconds_sum{{stage="total"}} {5.0 * scale}',
-                 f'ttball_flush_seconds_total{{stage="post_wait"}} {0.4 * scale}',
-                 f'ttball_flush_seconds_total{{stage="call"}} {0.7 * scale}',
-                 f'ttball_flush_seconds_total{{stage="call_cpu"}} {0.5 * scale}']
-        for stage, seconds in (("idle", 0.9), ("batch", 5.5), ("thread", 5.2)):
-            lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
-                      f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
-        return "\n".join(lines) + "\n"
+        return _flush_snapshot(scale, 5.0, {"post_wait": 0.4, "call": 0.7, "call_cpu": 0.5})
 
     (tmp_path / "metrics-6-0.txt").write_text(snapshot(0.25))  # the warm-up's: left out
     (tmp_path / "metrics-6-64.txt").write_text(snapshot(1.25))
@@ -425,16 +432,9 @@ def test_loads_put_each_loads_state_and_live_settings_on_a_row(tmp_path: Path) -
     the client's p99, the live settings (one value when the replicas agree), frames a push and
     each flush's GPU work; a load without a ``live-R-S.json`` ran with none."""
     def snapshot(scale: float) -> str:
-        lines = [f"ttball_frames_total {3000 * scale}",
-                 f'ttball_push_frames_count {1000 * scale}', f"ttball_push_frames_sum {2600 * scale}",
-                 f'ttball_push_seconds_count{{stage="total"}} {1000 * scale}',
-                 f'ttball_push_seconds_sum{{stage="total"}} {6.0 * scale}',
-                 f'ttball_flush_seconds_total{{stage="gpu_network"}} {1.2 * scale}',
-                 f'ttball_flush_seconds_total{{stage="call"}} {0.7 * scale}']
-        for stage, seconds in (("idle", 0.9), ("batch", 5.5), ("thread", 5.2)):
-            lines += [f'ttball_stage_seconds_count{{stage="{stage}"}} {1000 * scale}',
-                      f'ttball_stage_seconds_sum{{stage="{stage}"}} {seconds * scale}']
-        return "\n".join(lines) + "\n"
+        return _flush_snapshot(scale, 6.0, {"gpu_network": 1.2, "call": 0.7},
+                               (f"ttball_push_frames_count {1000 * scale}",
+                                f"ttball_push_frames_sum {2600 * scale}"))
 
     for sessions, scale in ((0, 0.5), (63, 1.5), (64, 2.5)):
         (tmp_path / f"metrics-6-{sessions}.txt").write_text(snapshot(scale))
