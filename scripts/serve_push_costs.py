@@ -15,13 +15,17 @@ each other (their threads share one interpreter lock)::
 ``--quantiles``: each stage's mean and quantiles instead; ``--flushes``: ms a flush (the
 device pipeline's flush with overlap) by part, beside the push and the batch as the event loop
 sees them (what the hand-offs to a lane's thread and back cost); ``--loads``: a load a row, the
-figures that tell a fast run from a slow one, and the live settings it ran under.
+figures that tell a fast run from a slow one, and the live settings it ran under; ``--pairs``:
+settings compared within starts (each folder a start whose loads ran under two live settings,
+A B B A): B's loads less A's, a start a row, then their mean and spread over the starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,6 +55,9 @@ LANE = ("gather", "idle", "batch", "thread")
 # calls they read back, the whole call on its thread and its CPU time, fifty-fifth): flush_*_ms
 # columns, a frame, where a run has them
 FLUSH = ("wait", "post_wait", "post_read", "track", *GPU, "call", "call_cpu")
+# --pairs: the figures compared between a start's loads (load_states' keys)
+PAIRED = ("p99", "frames_a_push", "gather_ms", "push_ms", "stay_ms", "gpu_network_ms",
+          "handoff_ms")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
@@ -304,7 +311,7 @@ def load_states(folder: Path) -> list[dict[str, object]]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             row["live"] = None
         row["frames_a_push"] = spread["frames_a_push"]
-        for label in ("push", "preprocess", "stay"):
+        for label in ("gather", "push", "preprocess", "stay"):
             row[f"{label}_ms"] = spread[f"{label}_mean"]
         for stage in (*GPU, "post_wait"):
             row[f"{stage}_ms"] = flush[f"{stage}_ms"]
@@ -315,9 +322,10 @@ def load_states(folder: Path) -> list[dict[str, object]]:
 
 def _print_loads(folder: Path) -> None:
     rows = load_states(folder)
-    head = ["replicas", "sessions", "p99", "frames_a_push", "push_ms", "preprocess_ms", "stay_ms",
-            *(f"{s}_ms" for s in (*GPU, "post_wait")), "handoff_ms"]
-    print(f"{folder}: a load a row; p99: the client's, ms; push, preprocess, stay: mean ms; "
+    head = ["replicas", "sessions", "p99", "frames_a_push", "gather_ms", "push_ms",
+            "preprocess_ms", "stay_ms", *(f"{s}_ms" for s in (*GPU, "post_wait")), "handoff_ms"]
+    print(f"{folder}: a load a row; p99: the client's, ms; gather (a batch's wait for company), "
+          "push, preprocess, stay: mean ms; "
           "gpu_*, post_wait, handoff: ms a flush; live: the settings it ran under")
     print("  " + " ".join(f"{h.removesuffix('_ms'):>13}" for h in head) + "  live")
     for row in rows:
@@ -367,6 +375,67 @@ def runs(folder: Path) -> list[dict[str, float]]:
     return rows
 
 
+def paired(folders: list[Path]) -> list[dict[str, object]]:
+    """``--pairs``: one row per start (a Ray load test's folder, :func:`load_states`) whose
+    loads ran under two live settings: A, its first load's, and B, the other. Each of
+    :data:`PAIRED` as B's loads' mean less A's (``d_<figure>``; loads run A B B A put both at
+    the same mean position, so a drift over the start cancels), ``drift_p99`` (A's last load
+    less its first: what the start did by itself), and ``a`` / ``b``, the settings that differ.
+    ValueError for a start whose loads ran under one setting (or none) or more than two."""
+    rows: list[dict[str, object]] = []
+    for folder in folders:
+        loads = load_states(folder)
+        kinds = [json.dumps(load["live"], sort_keys=True) for load in loads]
+        if not loads or any(not isinstance(load["live"], dict) for load in loads) or \
+                len(set(kinds)) != 2:
+            raise ValueError(f"{folder}: its loads ran under {len(set(kinds))} live settings "
+                             "(or without --live-settings); --pairs needs two")
+        first, other = loads[0]["live"], next(load["live"] for load in loads
+                                              if load["live"] != loads[0]["live"])
+        assert isinstance(first, dict) and isinstance(other, dict)
+        a = [load for load in loads if load["live"] == first]
+        b = [load for load in loads if load["live"] == other]
+        changed = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        row: dict[str, object] = {"start": str(folder),
+                                  "a": {k: first.get(k) for k in changed},
+                                  "b": {k: other.get(k) for k in changed}}
+        for figure in PAIRED:
+            row[f"d_{figure}"] = (statistics.fmean(float(x[figure]) for x in b)  # type: ignore[arg-type]
+                                  - statistics.fmean(float(x[figure]) for x in a))  # type: ignore[arg-type]
+        row["drift_p99"] = float(a[-1]["p99"]) - float(a[0]["p99"])  # type: ignore[arg-type]
+        rows.append(row)
+    return rows
+
+
+def _stdev(values: list[float]) -> float:
+    """The sample standard deviation; NaN where a value is (``statistics.stdev`` raises)."""
+    return statistics.stdev(values) if all(math.isfinite(v) for v in values) else float("nan")
+
+
+def _print_pairs(folders: list[Path]) -> None:
+    rows = paired(folders)
+    head = [f"d_{figure}" for figure in PAIRED] + ["drift_p99"]
+    print("B's loads less A's within each start (mean over each setting's loads); p99: the "
+          "client's, ms; gather, push, stay: mean ms; gpu_network, handoff: ms a flush; "
+          "drift_p99: A's last load less its first")
+    print("  " + " ".join(f"{h.removeprefix('d_').removesuffix('_ms'):>13}" for h in head)
+          + "  A -> B  start")
+
+    def change(row: dict[str, object]) -> str:
+        return f"{json.dumps(row['a'], sort_keys=True)} -> {json.dumps(row['b'], sort_keys=True)}"
+
+    for row in rows:
+        print("  " + " ".join(f"{float(row[h]):13.3f}" for h in head)  # type: ignore[arg-type]
+              + f"  {change(row)}  {row['start']}")
+    for key in dict.fromkeys(change(row) for row in rows):
+        group = [row for row in rows if change(row) == key]
+        means = [statistics.fmean(float(r[h]) for r in group) for h in head]  # type: ignore[arg-type]
+        print("  " + " ".join(f"{m:13.3f}" for m in means) + f"  {key}  mean of {len(group)}")
+        if len(group) > 1:
+            spreads = [_stdev([float(r[h]) for r in group]) for h in head]  # type: ignore[arg-type]
+            print("  " + " ".join(f"{s:13.3f}" for s in spreads) + f"  {key}  sd")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="a load test's serve/ folder")
@@ -379,7 +448,16 @@ def main() -> None:
     shown.add_argument("--loads", action="store_true",
                        help="a load a row: the client's p99, its live settings, frames a push, "
                             "push and stay, the flushes' GPU work (a Ray load test's folder)")
+    shown.add_argument("--pairs", action="store_true",
+                       help="each folder a start whose loads ran under two live settings "
+                            "(A B B A): B's loads less A's, a start a row, and their mean")
     args = parser.parse_args()
+    if args.pairs:
+        try:
+            _print_pairs(args.folders)
+        except ValueError as exc:
+            parser.error(str(exc))
+        return
     for folder in args.folders:
         if not any(folder.glob("metrics-*.txt")):
             parser.error(f"{folder}: no metrics-N.txt snapshots")

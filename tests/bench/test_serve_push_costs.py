@@ -452,3 +452,52 @@ def test_loads_put_each_loads_state_and_live_settings_on_a_row(tmp_path: Path) -
                            "--loads", str(tmp_path)], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.splitlines()[-1].endswith('{"flush_after_push": true}')
+
+
+def _abba_start(folder: Path, p99s: tuple[float, ...], a: dict, b: dict) -> Path:
+    """A start's folder of four loads (63-66 sessions) run A B B A with client p99s ``p99s``;
+    the snapshots grow linearly, so every other figure is the same for each load."""
+    folder.mkdir()
+    for k, sessions in enumerate((0, 63, 64, 65, 66)):
+        (folder / f"metrics-6-{sessions}.txt").write_text(
+            _flush_snapshot(1.0 + k, 6.0, {"gpu_network": 1.2, "call": 0.7},
+                            (f"ttball_push_frames_count {1000 * (1 + k)}",
+                             f"ttball_push_frames_sum {2100 * (1 + k)}")))
+    for sessions, p99, live in zip((63, 64, 65, 66), p99s, (a, b, b, a)):
+        (folder / f"loadtest-6-{sessions}.json").write_text(
+            json.dumps({"latency_ms": {"p99": p99}, "active_s": 8.0}))
+        (folder / f"live-6-{sessions}.json").write_text(
+            json.dumps({"replicas": {"r0": live, "r1": live}}))
+    return folder
+
+
+def test_pairs_compare_two_settings_within_each_start(tmp_path: Path) -> None:
+    """``--pairs``: a start a row, B's loads' mean less A's (A: the first load's settings),
+    A's drift (its last load less its first), only the settings that differ named; then the
+    mean and sd over the starts that compared the same settings."""
+    a = {"flush_after_push": False, "max_delay_ms": 2.0}
+    b = {"flush_after_push": False, "max_delay_ms": 1.0}
+    one = _abba_start(tmp_path / "p1", (50.0, 49.0, 51.0, 52.0), a, b)  # B - A: 50 - 51 = -1
+    two = _abba_start(tmp_path / "p2", (48.0, 50.0, 51.0, 49.0), a, b)  # 50.5 - 48.5 = +2
+    first, second = push_costs.paired([one, two])
+    assert first["a"] == {"max_delay_ms": 2.0} and first["b"] == {"max_delay_ms": 1.0}
+    assert first["d_p99"] == pytest.approx(-1.0) and second["d_p99"] == pytest.approx(2.0)
+    assert first["drift_p99"] == pytest.approx(2.0) and second["drift_p99"] == pytest.approx(1.0)
+    assert first["d_frames_a_push"] == pytest.approx(0.0)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--pairs", str(one), str(two)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    mean, sd = done.stdout.splitlines()[-2:]
+    assert mean.split()[0] == "0.500" and mean.endswith("mean of 2")
+    assert sd.split()[0] == f"{math.sqrt(4.5):.3f}" and '{"max_delay_ms": 2.0} -> ' in sd
+
+
+def test_pairs_refuse_a_start_with_one_setting(tmp_path: Path) -> None:
+    same = {"flush_after_push": False}
+    start = _abba_start(tmp_path / "p1", (50.0, 49.0, 51.0, 52.0), same, same)
+    with pytest.raises(ValueError, match="1 live settings"):
+        push_costs.paired([start])
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--pairs", str(start)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 2 and "--pairs needs two" in done.stderr
