@@ -177,16 +177,31 @@ def _gil_cell(gil: dict[str, Any] | None) -> str:
     return f"{gil['held_pct']} ({top}{bound})"
 
 
-def live_settings(path: str) -> dict[str, Any] | None:
-    """``live-R-S.json`` (PUT /v1/admin/settings's reply before that load): the settings the
-    replicas ran it under, when they all agree (else every replica's, by id); None without
-    the file."""
+def replica_settings(path: str | Path) -> dict[str, Any] | None:
+    """``live-R-S.json`` (PUT /v1/admin/settings's reply before that load): each replica's
+    settings by its id; None without the file (or one that is not such a reply)."""
     try:
         replicas = json.loads(Path(path).read_text())["replicas"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return replicas if isinstance(replicas, dict) else None
+
+
+def agreed(replicas: dict[str, Any]) -> Any | None:
+    """The settings every replica in ``replicas`` (:func:`replica_settings`) ran under; None
+    when they differ or there are none."""
     values = list(replicas.values())
-    return values[0] if values and all(v == values[0] for v in values) else replicas
+    return values[0] if values and all(v == values[0] for v in values) else None
+
+
+def live_settings(path: str) -> dict[str, Any] | None:
+    """The settings the replicas ran a load under (:func:`replica_settings`), when they all
+    agree, else every replica's, by id; None without the file."""
+    replicas = replica_settings(path)
+    if replicas is None:
+        return None
+    common = agreed(replicas)
+    return common if common is not None else replicas
 
 
 def _ready(path: Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import statistics
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from ray_loadtest_summary import agreed, replica_settings
 
 STAGES = ("decode", "preprocess", "network", "postprocess", "track", "total")
 # serve --decode-processes's split of the decode stage (transfer's own split since the
@@ -304,12 +305,9 @@ def load_states(folder: Path) -> list[dict[str, object]]:
             row["p99"] = float(report["latency_ms"]["p99"])
         except (OSError, ValueError, KeyError, TypeError):
             row["p99"] = float("nan")
-        try:
-            live = json.loads((folder / f"live-{replicas}-{sessions}.json").read_text())
-            values = list(live["replicas"].values())
-            row["live"] = values[0] if all(v == values[0] for v in values) else "differ"
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-            row["live"] = None
+        settings = replica_settings(folder / f"live-{replicas}-{sessions}.json")
+        common = None if settings is None else agreed(settings)
+        row["live"] = None if settings is None else "differ" if common is None else common
         row["frames_a_push"] = spread["frames_a_push"]
         for label in ("gather", "push", "preprocess", "stay"):
             row[f"{label}_ms"] = spread[f"{label}_mean"]

@@ -436,22 +436,25 @@ def test_loads_put_each_loads_state_and_live_settings_on_a_row(tmp_path: Path) -
                                (f"ttball_push_frames_count {1000 * scale}",
                                 f"ttball_push_frames_sum {2600 * scale}"))
 
-    for sessions, scale in ((0, 0.5), (63, 1.5), (64, 2.5)):
+    for sessions, scale in ((0, 0.5), (63, 1.5), (64, 2.5), (65, 3.5)):
         (tmp_path / f"metrics-6-{sessions}.txt").write_text(snapshot(scale))
-    for sessions, p99 in ((63, 50.5), (64, 57.0)):
+    for sessions, p99 in ((63, 50.5), (64, 57.0), (65, 51.0)):
         (tmp_path / f"loadtest-6-{sessions}.json").write_text(
             json.dumps({"latency_ms": {"p99": p99}, "active_s": 8.0}))
     on = {"flush_after_push": True}
     (tmp_path / "live-6-64.json").write_text(json.dumps({"replicas": {"a": on, "b": on}}))
-    first, second = push_costs.load_states(tmp_path)
+    (tmp_path / "live-6-65.json").write_text(json.dumps({"replicas": {"a": on, "b": {}}}))
+    first, second, third = push_costs.load_states(tmp_path)
     assert (first["sessions"], first["p99"], first["live"]) == (63, 50.5, None)
+    assert third["live"] == "differ"  # the replicas disagree
     assert second["live"] == on and second["p99"] == 57.0
     assert second["frames_a_push"] == pytest.approx(2.6)
     assert second["gpu_network_ms"] == pytest.approx(1.2) and second["push_ms"] == pytest.approx(6.0)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
                            "--loads", str(tmp_path)], capture_output=True, text=True,
                           timeout=60, check=True)
-    assert done.stdout.splitlines()[-1].endswith('{"flush_after_push": true}')
+    assert done.stdout.splitlines()[-2].endswith('{"flush_after_push": true}')
+    assert done.stdout.splitlines()[-1].endswith("differ")
 
 
 def _abba_start(folder: Path, p99s: tuple[float, ...], a: dict, b: dict) -> Path:
