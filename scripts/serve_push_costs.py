@@ -17,7 +17,8 @@ device pipeline's flush with overlap) by part, beside the push and the batch as 
 sees them (what the hand-offs to a lane's thread and back cost); ``--loads``: a load a row, the
 figures that tell a fast run from a slow one, and the live settings it ran under; ``--pairs``:
 settings compared within starts (each folder a start whose loads ran under two live settings,
-A B B A): B's loads less A's, a start a row, then their mean and spread over the starts.
+A B B A): B's loads less A's, a start a row, then their mean and spread over the starts;
+``--replicas``: each replica's share of a load, its frames a push and its windows' stay.
 """
 
 from __future__ import annotations
@@ -116,10 +117,24 @@ def read_histograms(path: Path) -> dict[str, dict[float | str, float]]:
 def histograms(text: str) -> dict[str, dict[float | str, float]]:
     """The :data:`HISTOGRAMS` of one Prometheus text, summed over replicas: per label, the
     cumulative count at each bucket's upper edge (``le``), and ``"sum"`` and ``"count"``."""
+    return replica_histograms(text, by_replica=False).get("", {})
+
+
+def replica_histograms(text: str, by_replica: bool = True
+                       ) -> dict[str, dict[str, dict[float | str, float]]]:
+    """:func:`histograms` of each replica, by its ``replica`` label ("" for a sample without
+    one), with ``frames`` (``ttball_frames_total``) as a series of its own (``"sum"``); with
+    ``by_replica`` False, every sample under ""."""
     wanted = {(metric, stage): label for label, metric, stage in (*HISTOGRAMS, PUSH_FRAMES)}
-    out: dict[str, dict[float | str, float]] = {}
+    out: dict[str, dict[str, dict[float | str, float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            replica = sample.labels.get("replica", "") if by_replica else ""
+            if sample.name == "ttball_frames_total":
+                if by_replica:
+                    series = out.setdefault(replica, {}).setdefault("frames", {})
+                    series["sum"] = series.get("sum", 0.0) + sample.value
+                continue
             for suffix in ("_bucket", "_sum", "_count"):
                 if sample.name.endswith(suffix):
                     metric = sample.name.removesuffix(suffix)
@@ -130,7 +145,7 @@ def histograms(text: str) -> dict[str, dict[float | str, float]]:
             if label is None:
                 continue
             key: float | str = float(sample.labels["le"]) if suffix == "_bucket" else suffix[1:]
-            series = out.setdefault(label, {})
+            series = out.setdefault(replica, {}).setdefault(label, {})
             series[key] = series.get(key, 0.0) + sample.value
     return out
 
@@ -318,6 +333,93 @@ def load_states(folder: Path) -> list[dict[str, object]]:
     return rows
 
 
+def replica_loads(folder: Path) -> list[dict[str, float | str]]:
+    """``--replicas``: one row per load and replica of a Ray load test's folder (the snapshots'
+    differences, as :func:`stage_quantiles`): ``sessions`` (the replica's frames over the
+    load's active seconds × each session's frames a second, ``loadtest-R-S.json``; NaN without
+    it), ``frames_a_push``, and the stay's mean and p99 in ms (``ttball_window_seconds``: a
+    window's time in the worker, upload to rows). Replicas differ in their share of the
+    sessions (64 over six: 10 or 11), and a lane with more sessions batches more frames a
+    push."""
+    rows: list[dict[str, float | str]] = []
+    before: dict[str, dict[str, dict[float | str, float]]] = {}
+    server = None
+    for path in sorted(folder.glob("metrics-*.txt"), key=_counts):
+        replicas, sessions = _counts(path)
+        if replicas != server:
+            before, server = {}, replicas
+        now = replica_histograms(path.read_text())
+        delta = {name: {label: {k: v - before.get(name, {}).get(label, {}).get(k, 0.0)
+                                for k, v in series.items()} for label, series in got.items()}
+                 for name, got in now.items()}
+        before = now
+        if sessions == 0:
+            continue
+        try:
+            report = json.loads((folder / f"loadtest-{replicas}-{sessions}.json").read_text())
+            per_second = float(report["active_s"]) * float(report["fps_per_session"])
+        except (OSError, ValueError, KeyError, TypeError):
+            per_second = float("nan")
+        for name, got in sorted(delta.items()):
+            frames, stay = got.get("push_frames", {}), got.get("stay", {})
+            rows.append({
+                "replicas": float(replicas), "load": float(sessions), "replica": name,
+                "sessions": got.get("frames", {}).get("sum", 0.0) / per_second,
+                "frames_a_push": (frames.get("sum", 0.0) / frames["count"]
+                                  if frames.get("count") else float("nan")),
+                "stay_mean": (1e3 * stay.get("sum", 0.0) / stay["count"] if stay.get("count")
+                              else float("nan")),
+                "stay_p99": 1e3 * quantile(0.99, stay)})
+    return rows
+
+
+def share_differences(loads: list[list[dict[str, float | str]]]) -> dict[str, list[float]]:
+    """Within each load (its :func:`replica_loads` rows) whose replicas had two shares of the
+    sessions (rounded), the replicas with the larger share less those with the smaller, in
+    ``frames_a_push``, ``stay_mean`` and ``stay_p99`` (means over each share's replicas): a
+    list of differences per figure, a load each. Loads of one share are left out."""
+    out: dict[str, list[float]] = {h: [] for h in ("frames_a_push", "stay_mean", "stay_p99")}
+    for rows in loads:
+        shares = sorted({round(float(r["sessions"])) for r in rows
+                         if math.isfinite(float(r["sessions"]))})
+        if len(shares) != 2:
+            continue
+        low, high = ([r for r in rows if math.isfinite(float(r["sessions"]))
+                      and round(float(r["sessions"])) == share] for share in shares)
+        for h, values in out.items():
+            values.append(statistics.fmean(float(r[h]) for r in high)
+                          - statistics.fmean(float(r[h]) for r in low))
+    return out
+
+
+def _print_replicas(folders: list[Path]) -> None:
+    per_folder = [replica_loads(folder) for folder in folders]
+    rows = [row for folder_rows in per_folder for row in folder_rows]
+    head = ("sessions", "frames_a_push", "stay_mean", "stay_p99")
+    print("a replica's share of a load: sessions (its frames over the load's), frames a push, "
+          "its windows' stay in ms; then the means by sessions (rounded), over every load and "
+          "folder, and within loads whose replicas had two shares, the larger less the smaller")
+    print("  " + " ".join(f"{h:>13}" for h in ("replicas", "load", *head)) + "  replica")
+    for row in rows:
+        print("  " + " ".join(f"{float(row[h]):13.0f}" for h in ("replicas", "load"))
+              + " " + " ".join(f"{float(row[h]):13.2f}" for h in head) + f"  {row['replica']}")
+    shares = sorted({round(float(row["sessions"])) for row in rows
+                     if math.isfinite(float(row["sessions"]))})
+    for share in shares:
+        group = [row for row in rows if math.isfinite(float(row["sessions"]))
+                 and round(float(row["sessions"])) == share]
+        means = [statistics.fmean(float(row[h]) for row in group) for h in head[1:]]
+        print(f"  {share:13d} sessions: {len(group)} replica-loads, frames a push "
+              f"{means[0]:.2f}, stay mean {means[1]:.2f} ms, stay p99 {means[2]:.1f} ms")
+    loads = [[r for r in folder_rows if r["load"] == load] for folder_rows in per_folder
+             for load in dict.fromkeys(r["load"] for r in folder_rows)]
+    within = share_differences(loads)
+    if within["stay_mean"]:
+        print(f"  within {len(within['stay_mean'])} loads, the larger share less the smaller: "
+              + ", ".join(f"{h} {statistics.fmean(v):+.2f} (sd {_stdev(v):.2f})"
+                          for h, v in within.items()))
+
+
 def _print_loads(folder: Path) -> None:
     rows = load_states(folder)
     head = ["replicas", "sessions", "p99", "frames_a_push", "gather_ms", "push_ms",
@@ -406,8 +508,10 @@ def paired(folders: list[Path]) -> list[dict[str, object]]:
 
 
 def _stdev(values: list[float]) -> float:
-    """The sample standard deviation; NaN where a value is (``statistics.stdev`` raises)."""
-    return statistics.stdev(values) if all(math.isfinite(v) for v in values) else float("nan")
+    """The sample standard deviation; NaN for fewer than two values or where one is
+    (``statistics.stdev`` raises)."""
+    return (statistics.stdev(values) if len(values) > 1 and all(math.isfinite(v) for v in values)
+            else float("nan"))
 
 
 def _print_pairs(folders: list[Path]) -> None:
@@ -449,7 +553,13 @@ def main() -> None:
     shown.add_argument("--pairs", action="store_true",
                        help="each folder a start whose loads ran under two live settings "
                             "(A B B A): B's loads less A's, a start a row, and their mean")
+    shown.add_argument("--replicas", action="store_true",
+                       help="a replica a row per load: its share of the sessions, frames a "
+                            "push, its windows' stay; then the means by share")
     args = parser.parse_args()
+    if args.replicas:
+        _print_replicas(args.folders)
+        return
     if args.pairs:
         try:
             _print_pairs(args.folders)

@@ -504,3 +504,50 @@ def test_pairs_refuse_a_start_with_one_setting(tmp_path: Path) -> None:
                            "--pairs", str(start)], capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 2 and "--pairs needs two" in done.stderr
+
+
+def _replica_snapshot(load: dict[str, tuple[float, float, float, float]]) -> str:
+    """A cumulative snapshot of replicas ``name: (frames, pushes, windows, stay seconds)``, the
+    windows' stay all in the 10-20 ms bucket."""
+    lines = []
+    for name, (frames, pushes, windows, stay) in load.items():
+        r = f'replica="{name}"'
+        lines += [f"ttball_frames_total{{{r}}} {frames}",
+                  f"ttball_push_frames_count{{{r}}} {pushes}",
+                  f"ttball_push_frames_sum{{{r}}} {frames}",
+                  f'ttball_window_seconds_bucket{{{r},le="0.01"}} 0.0',
+                  f'ttball_window_seconds_bucket{{{r},le="0.02"}} {windows}',
+                  f'ttball_window_seconds_bucket{{{r},le="+Inf"}} {windows}',
+                  f"ttball_window_seconds_count{{{r}}} {windows}",
+                  f"ttball_window_seconds_sum{{{r}}} {stay}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_replicas_split_a_load_by_each_replicas_share(tmp_path: Path) -> None:
+    """``--replicas``: a replica a row per load (differences of the cumulative snapshots): its
+    share of the sessions from its frames over the load's active seconds × 60, frames a
+    push, its windows' stay; within a load of two shares, the larger less the smaller."""
+    (tmp_path / "metrics-2-0.txt").write_text(
+        _replica_snapshot({"a": (100, 100, 30, 0.3), "b": (100, 100, 30, 0.3)}))
+    # 8 s at 60 frames/s: 5,280 frames are 11 sessions, 4,800 ten
+    (tmp_path / "metrics-2-21.txt").write_text(
+        _replica_snapshot({"a": (5380, 2500, 1790, 18.3), "b": (4900, 2500, 1630, 13.3)}))
+    (tmp_path / "loadtest-2-21.json").write_text(
+        json.dumps({"active_s": 8.0, "fps_per_session": 60.0, "latency_ms": {"p99": 40.0}}))
+    a, b = push_costs.replica_loads(tmp_path)
+    assert (a["replica"], b["replica"]) == ("a", "b")
+    assert a["sessions"] == pytest.approx(11.0) and b["sessions"] == pytest.approx(10.0)
+    assert a["frames_a_push"] == pytest.approx(5280 / 2400)
+    assert b["frames_a_push"] == pytest.approx(2.0)
+    assert a["stay_mean"] == pytest.approx(1e3 * 18.0 / 1760)
+    assert 10.0 < a["stay_p99"] <= 20.0
+    within = push_costs.share_differences([[a, b]])
+    assert within["frames_a_push"] == [pytest.approx(5280 / 2400 - 2.0)]
+    assert within["stay_mean"] == [pytest.approx(1e3 * (18.0 / 1760 - 13.0 / 1600))]
+    assert push_costs.share_differences([[a]])["stay_mean"] == []  # one share: left out
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--replicas", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("  within 1 loads") and "frames_a_push +0.20" in lines[-1]
+    assert "11 sessions: 1 replica-loads, frames a push 2.20" in done.stdout
