@@ -500,11 +500,17 @@ def paired(folders: list[Path]) -> list[dict[str, object]]:
                                   "a": {k: first.get(k) for k in changed},
                                   "b": {k: other.get(k) for k in changed}}
         for figure in PAIRED:
-            row[f"d_{figure}"] = (statistics.fmean(float(x[figure]) for x in b)  # type: ignore[arg-type]
-                                  - statistics.fmean(float(x[figure]) for x in a))  # type: ignore[arg-type]
-        row["drift_p99"] = float(a[-1]["p99"]) - float(a[0]["p99"])  # type: ignore[arg-type]
+            row[f"d_{figure}"] = (statistics.fmean(_number(x[figure]) for x in b)
+                                  - statistics.fmean(_number(x[figure]) for x in a))
+        row["drift_p99"] = _number(a[-1]["p99"]) - _number(a[0]["p99"])
         rows.append(row)
     return rows
+
+
+def _number(value: object) -> float:
+    """A figure of :func:`load_states` or :func:`paired` (their rows also hold settings)."""
+    assert isinstance(value, int | float), value
+    return float(value)
 
 
 def _stdev(values: list[float]) -> float:
@@ -527,14 +533,14 @@ def _print_pairs(folders: list[Path]) -> None:
         return f"{json.dumps(row['a'], sort_keys=True)} -> {json.dumps(row['b'], sort_keys=True)}"
 
     for row in rows:
-        print("  " + " ".join(f"{float(row[h]):13.3f}" for h in head)  # type: ignore[arg-type]
+        print("  " + " ".join(f"{_number(row[h]):13.3f}" for h in head)
               + f"  {change(row)}  {row['start']}")
     for key in dict.fromkeys(change(row) for row in rows):
         group = [row for row in rows if change(row) == key]
-        means = [statistics.fmean(float(r[h]) for r in group) for h in head]  # type: ignore[arg-type]
+        means = [statistics.fmean(_number(r[h]) for r in group) for h in head]
         print("  " + " ".join(f"{m:13.3f}" for m in means) + f"  {key}  mean of {len(group)}")
         if len(group) > 1:
-            spreads = [_stdev([float(r[h]) for r in group]) for h in head]  # type: ignore[arg-type]
+            spreads = [_stdev([_number(r[h]) for r in group]) for h in head]
             print("  " + " ".join(f"{s:13.3f}" for s in spreads) + f"  {key}  sd")
 
 
