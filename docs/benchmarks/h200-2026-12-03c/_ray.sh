@@ -13,5 +13,7 @@ R() {
   # (its state's figures, its live settings), under the quantiles
   PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --flushes $W/$label/ray >> $W/$label/stages.txt 2>&1
   PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --loads $W/$label/ray >> $W/$label/stages.txt 2>&1
+  # (since the fifty-sixth session) each replica's share of each load, its frames a push, its stay
+  PYTHONPATH=/tmp/site python3 scripts/serve_push_costs.py --replicas $W/$label/ray >> $W/$label/stages.txt 2>&1
   cp $W/$label/ray/SUMMARY.md $OUT/SUMMARY-$label.md 2>/dev/null
 }
