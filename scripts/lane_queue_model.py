@@ -11,6 +11,7 @@ queue (a window may run on whichever lane is free first; the worker pins a sessi
 
     python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
         [--fixed-ms F --per-frame-ms P] [--flush-ms L [--flush-when short|empty|thread]]
+        [--sessions 11] [--phases random|even] [--seeds N]
 
 ``flush_ms`` (fifty-fourth session): with overlap the batcher runs the lane's flush after every
 push that leaves less than a full batch queued (``Batcher._loop``), so the lane stays occupied
@@ -21,6 +22,15 @@ p99 3-6 ms shorter at ``--max-delay-ms 0``; measured (docs/benchmarks/h100-2026-
 push (``--fixed-ms 2.5 --per-frame-ms 0.95``) it gives 2.1-2.3 frames at 0 ms and the same stay
 at 0 and 2 ms, as measured; the flush's time itself is first measured by the worker's ``idle``
 stage (call21.sh).
+
+Fifty-sixth session: ``--phases even`` starts the sessions as ``ttball loadtest`` does (evenly
+over ``step`` frame intervals) instead of at random; ``--seeds N`` averages N draws. With the
+hand-offs in the lane's time (a batch as the event loop sees it: ``--fixed-ms 2.95``, the
+push's 2.5 ms fixed cost and 0.45 of hand-offs; ``--per-frame-ms 1.02``, the push's slope
+between replicas of one load; ``--flush-ms 0.93``, the flush as the loop sees it) and
+``--sigma 0.3`` it gives an 11-session replica 2.13-2.28 frames a push, 8-19 % waits, stay mean
+10.0, p99 19.1-19.5 ms (even / random phases), measured 2.23, 19-27 %, 9.75 and 20.5
+(docs/benchmarks/h100-2026-12-06e/).
 
 First calibrated by hand on docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of
 two lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms);
@@ -43,6 +53,13 @@ class Load:
     step: int = 3
     seconds: float = 60.0
     jitter_ms: float = 0.3  # the network's and the clients' own spread of arrivals
+    # "random": each session from a random phase, its windows from a random frame; "even":
+    # as ``ttball loadtest`` starts them (``start_offset``: the starts of all ``total``
+    # sessions spread evenly over ``step`` frame intervals, a window every ``step`` frames from
+    # the first), this replica serving every ``replicas``-th (the ingress spreads them in turn)
+    phases: str = "random"
+    total: int = 64
+    replicas: int = 6
 
 
 @dataclass(frozen=True)
@@ -67,10 +84,15 @@ class Lane:
 
 def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
     """(time ms, session, whether the frame completes a window), in time order."""
+    if load.phases not in ("random", "even"):
+        raise ValueError(f"phases: 'random' or 'even', not {load.phases!r}")
     period = 1000.0 / load.fps
     out = []
     for session in range(load.sessions):
-        t, offset = rnd.uniform(0, period), rnd.randrange(load.step)
+        if load.phases == "even":
+            t, offset = session * load.replicas / load.total * load.step * period, 0
+        else:
+            t, offset = rnd.uniform(0, period), rnd.randrange(load.step)
         k = 0
         while t < load.seconds * 1000:
             out.append((t + rnd.uniform(0, load.jitter_ms), session,
@@ -173,6 +195,13 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
             "stay_mean": round(statistics.mean(stays), 1), "stay_p95": q(0.95), "stay_p99": q(0.99)}
 
 
+def averaged(load: Load, lane: Lane, seeds: int) -> dict[str, float]:
+    """:func:`simulate`'s figures, the mean over seeds 1..``seeds`` (the spread's and the
+    random phases' draws)."""
+    runs = [simulate(load, lane, seed) for seed in range(1, seeds + 1)]
+    return {key: round(statistics.mean(run[key] for run in runs), 2) for key in runs[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--delay-ms", type=float, nargs="+", default=[2.0, 1.0, 0.0])
@@ -183,11 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flush-ms", type=float, default=0.0)
     p.add_argument("--flush-when", choices=("short", "empty", "thread"), default="short")
     p.add_argument("--read-ms", type=float, default=0.3)
+    p.add_argument("--sessions", type=int, default=Load.sessions,
+                   help="a replica's sessions (its two lanes take them in turn)")
+    p.add_argument("--phases", choices=("random", "even"), default="random")
+    p.add_argument("--seeds", type=int, default=1, help="the mean over this many seeds")
     args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error("--seeds: at least 1")
+    load = Load(sessions=args.sessions, phases=args.phases)
     for delay in args.delay_ms:
         lane = Lane(delay, args.per_frame_ms, args.fixed_ms, args.sigma, args.pooled,
                     args.flush_ms, args.flush_when, args.read_ms)
-        print(f"delay {delay} ms: {simulate(Load(), lane)}")
+        print(f"delay {delay} ms: {averaged(load, lane, args.seeds)}")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tests.bench.script_env import load_script
@@ -66,3 +68,34 @@ def test_a_flush_thread_leaves_the_lane_free_and_the_rows_a_flush_later() -> Non
     assert apart["frames_a_push"] == plain["frames_a_push"]
     assert apart["busy_pct"] == plain["busy_pct"] and apart["idle_pct"] > 0
     assert apart["stay_mean"] == pytest.approx(plain["stay_mean"] + 1.0, abs=0.051)
+
+
+def test_even_phases_start_the_sessions_as_the_load_test_does() -> None:
+    """``phases="even"``: this replica's sessions are every ``replicas``-th of ``total``,
+    their starts spread over ``step`` frame intervals (``ttball loadtest``'s start_offset),
+    a window every ``step``-th frame from the first; the jitter is the only draw."""
+    load = model.Load(sessions=3, seconds=0.1, jitter_ms=0.0, phases="even", total=12,
+                      replicas=4)
+    frames = model.arrivals(load, random.Random(1))
+    period = 1000.0 / 60
+    firsts = {}
+    for t, session, window in frames:
+        firsts.setdefault(session, t)
+    # sessions 0, 4 and 8 of 12: starts 0, 1/3 and 2/3 of three intervals
+    assert [firsts[s] for s in range(3)] == pytest.approx([0.0, period, 2 * period])
+    own = [window for t, session, window in frames if session == 0]
+    assert own[:6] == [False, False, True, False, False, True]
+    with pytest.raises(ValueError, match="phases"):
+        model.arrivals(model.Load(phases="odd"), random.Random(1))
+
+
+def test_even_phases_wait_for_company_less_than_random_ones() -> None:
+    """Evenly spread arrivals (the load test's) leave a free lane's oldest frame alone less
+    often than random ones, so fewer pushes wait out the delay, and with the spread as the
+    only draw the seeds' mean is one seed's figure."""
+    lane = model.Lane(delay_ms=2.0, per_frame_ms=1.02, fixed_ms=2.95, sigma=0.0, flush_ms=0.93)
+    even = model.simulate(model.Load(seconds=5.0, phases="even"), lane)
+    drawn = model.simulate(model.Load(seconds=5.0), lane)
+    assert even["waited_pct"] < drawn["waited_pct"]
+    assert model.averaged(model.Load(seconds=2.0, phases="even", jitter_ms=0.0), lane, 3) == \
+        model.simulate(model.Load(seconds=2.0, phases="even", jitter_ms=0.0), lane)
