@@ -69,6 +69,8 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
               *((stage, "ttball_push_seconds", stage) for stage in OPTIONAL),
               *((stage, "ttball_stage_seconds", stage) for stage in LANE))
+# --replicas: the batcher's per-lane families (fifty-sixth session), as replica_histograms names them
+LANE_METRICS = {"ttball_lane_stay_seconds": "stay", "ttball_lane_batch_jobs": "push_frames"}
 # --quantiles: not in ms (each run's mean only)
 PUSH_FRAMES = ("push_frames", "ttball_push_frames", None)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -124,16 +126,23 @@ def replica_histograms(text: str, by_replica: bool = True
                        ) -> dict[str, dict[str, dict[float | str, float]]]:
     """:func:`histograms` of each replica, by its ``replica`` label ("" for a sample without
     one), with ``frames`` (``ttball_frames_total``) as a series of its own (``"sum"``); with
-    ``by_replica`` False, every sample under ""."""
+    ``by_replica`` False, every sample under "". With ``by_replica``, each lane of a replica
+    too, under ``"<replica> lane <n>"`` (``ttball_lane_stay_seconds`` as ``stay``,
+    ``ttball_lane_batch_jobs`` as ``push_frames`` and its jobs as ``frames``: in the device
+    pipeline a job is an upload, one frame under the load test)."""
     wanted = {(metric, stage): label for label, metric, stage in (*HISTOGRAMS, PUSH_FRAMES)}
     out: dict[str, dict[str, dict[float | str, float]]] = {}
+
+    def add(name: str, label: str, key: float | str, value: float) -> None:
+        series = out.setdefault(name, {}).setdefault(label, {})
+        series[key] = series.get(key, 0.0) + value
+
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             replica = sample.labels.get("replica", "") if by_replica else ""
             if sample.name == "ttball_frames_total":
                 if by_replica:
-                    series = out.setdefault(replica, {}).setdefault("frames", {})
-                    series["sum"] = series.get("sum", 0.0) + sample.value
+                    add(replica, "frames", "sum", sample.value)
                 continue
             for suffix in ("_bucket", "_sum", "_count"):
                 if sample.name.endswith(suffix):
@@ -141,12 +150,17 @@ def replica_histograms(text: str, by_replica: bool = True
                     break
             else:
                 continue
-            label = wanted.get((metric, sample.labels.get("stage")))
-            if label is None:
-                continue
             key: float | str = float(sample.labels["le"]) if suffix == "_bucket" else suffix[1:]
-            series = out.setdefault(replica, {}).setdefault(label, {})
-            series[key] = series.get(key, 0.0) + sample.value
+            if metric in LANE_METRICS:
+                if by_replica:
+                    name = f"{replica} lane {sample.labels.get('lane', '')}".strip()
+                    add(name, LANE_METRICS[metric], key, sample.value)
+                    if metric == "ttball_lane_batch_jobs" and suffix == "_sum":
+                        add(name, "frames", "sum", sample.value)
+                continue
+            label = wanted.get((metric, sample.labels.get("stage")))
+            if label is not None:
+                add(replica, label, key, sample.value)
     return out
 
 
@@ -364,6 +378,7 @@ def replica_loads(folder: Path) -> list[dict[str, float | str]]:
             frames, stay = got.get("push_frames", {}), got.get("stay", {})
             rows.append({
                 "replicas": float(replicas), "load": float(sessions), "replica": name,
+                "kind": "lane" if " lane " in f" {name}" else "replica",
                 "sessions": got.get("frames", {}).get("sum", 0.0) / per_second,
                 "frames_a_push": (frames.get("sum", 0.0) / frames["count"]
                                   if frames.get("count") else float("nan")),
@@ -396,28 +411,34 @@ def _print_replicas(folders: list[Path]) -> None:
     per_folder = [replica_loads(folder) for folder in folders]
     rows = [row for folder_rows in per_folder for row in folder_rows]
     head = ("sessions", "frames_a_push", "stay_mean", "stay_p99")
-    print("a replica's share of a load: sessions (its frames over the load's), frames a push, "
-          "its windows' stay in ms; then the means by sessions (rounded), over every load and "
-          "folder, and within loads whose replicas had two shares, the larger less the smaller")
+    print("a replica's (and, where the worker exports them, each lane's) share of a load: "
+          "sessions (its frames over the load's; a lane's: its jobs), frames a push (a lane's: "
+          "jobs a batch), its windows' stay in ms; then the means by sessions (rounded), over "
+          "every load and folder, and within loads whose replicas (lanes) had two shares, the "
+          "larger less the smaller")
     print("  " + " ".join(f"{h:>13}" for h in ("replicas", "load", *head)) + "  replica")
     for row in rows:
         print("  " + " ".join(f"{float(row[h]):13.0f}" for h in ("replicas", "load"))
               + " " + " ".join(f"{float(row[h]):13.2f}" for h in head) + f"  {row['replica']}")
-    shares = sorted({round(float(row["sessions"])) for row in rows
-                     if math.isfinite(float(row["sessions"]))})
-    for share in shares:
-        group = [row for row in rows if math.isfinite(float(row["sessions"]))
-                 and round(float(row["sessions"])) == share]
-        means = [statistics.fmean(float(row[h]) for row in group) for h in head[1:]]
-        print(f"  {share:13d} sessions: {len(group)} replica-loads, frames a push "
-              f"{means[0]:.2f}, stay mean {means[1]:.2f} ms, stay p99 {means[2]:.1f} ms")
-    loads = [[r for r in folder_rows if r["load"] == load] for folder_rows in per_folder
-             for load in dict.fromkeys(r["load"] for r in folder_rows)]
-    within = share_differences(loads)
-    if within["stay_mean"]:
-        print(f"  within {len(within['stay_mean'])} loads, the larger share less the smaller: "
-              + ", ".join(f"{h} {statistics.fmean(v):+.2f} (sd {_stdev(v):.2f})"
-                          for h, v in within.items()))
+    for kind in ("replica", "lane"):
+        of_kind = [row for row in rows if row["kind"] == kind]
+        shares = sorted({round(float(row["sessions"])) for row in of_kind
+                         if math.isfinite(float(row["sessions"]))})
+        for share in shares:
+            group = [row for row in of_kind if math.isfinite(float(row["sessions"]))
+                     and round(float(row["sessions"])) == share]
+            means = [statistics.fmean(float(row[h]) for row in group) for h in head[1:]]
+            print(f"  {share:13d} sessions: {len(group)} {kind}-loads, frames a push "
+                  f"{means[0]:.2f}, stay mean {means[1]:.2f} ms, stay p99 {means[2]:.1f} ms")
+        loads = [[r for r in folder_rows if r["load"] == load and r["kind"] == kind]
+                 for folder_rows in per_folder
+                 for load in dict.fromkeys(r["load"] for r in folder_rows)]
+        within = share_differences(loads)
+        if within["stay_mean"]:
+            print(f"  within {len(within['stay_mean'])} loads, the {kind}s with the larger share "
+                  "less the smaller: "
+                  + ", ".join(f"{h} {statistics.fmean(v):+.2f} (sd {_stdev(v):.2f})"
+                              for h, v in within.items()))
 
 
 def _print_loads(folder: Path) -> None:

@@ -551,3 +551,46 @@ def test_replicas_split_a_load_by_each_replicas_share(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[-1].startswith("  within 1 loads") and "frames_a_push +0.20" in lines[-1]
     assert "11 sessions: 1 replica-loads, frames a push 2.20" in done.stdout
+
+
+def test_replicas_split_each_replica_into_its_lanes_where_the_worker_exports_them(
+        tmp_path: Path) -> None:
+    """With ``ttball_lane_stay_seconds`` / ``ttball_lane_batch_jobs`` (a worker since the
+    fifty-sixth session), ``--replicas`` adds a row per lane ("<replica> lane <n>"): its share
+    from its jobs (one frame each under the load test), jobs a batch as its frames a push, its
+    jobs' stay; lanes are compared with lanes, replicas with replicas."""
+    def snapshot(k: int) -> str:
+        lines = [_replica_snapshot({"a": (5280.0 * k, 2400.0 * k, 1760.0 * k, 18.0 * k)})]
+        for lane, (jobs, batches, stay) in {"0": (2400, 1200, 7.0), "1": (2880, 1200, 11.0)}.items():
+            r = f'lane="{lane}",replica="a"'
+            lines += [f"ttball_lane_batch_jobs_count{{{r}}} {batches * k}",
+                      f"ttball_lane_batch_jobs_sum{{{r}}} {jobs * k}",
+                      f'ttball_lane_stay_seconds_bucket{{{r},le="0.01"}} 0.0',
+                      f'ttball_lane_stay_seconds_bucket{{{r},le="0.02"}} {jobs * k}',
+                      f'ttball_lane_stay_seconds_bucket{{{r},le="+Inf"}} {jobs * k}',
+                      f"ttball_lane_stay_seconds_count{{{r}}} {jobs * k}",
+                      f"ttball_lane_stay_seconds_sum{{{r}}} {stay * k}"]
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "metrics-1-0.txt").write_text(snapshot(0))
+    (tmp_path / "metrics-1-11.txt").write_text(snapshot(1))
+    (tmp_path / "loadtest-1-11.json").write_text(
+        json.dumps({"active_s": 8.0, "fps_per_session": 60.0, "latency_ms": {"p99": 40.0}}))
+    rows = {row["replica"]: row for row in push_costs.replica_loads(tmp_path)}
+    assert set(rows) == {"a", "a lane 0", "a lane 1"}
+    assert rows["a"]["kind"] == "replica" and rows["a"]["sessions"] == pytest.approx(11.0)
+    five, six = rows["a lane 0"], rows["a lane 1"]
+    assert (five["kind"], five["sessions"], six["sessions"]) == ("lane", 5.0, 6.0)
+    assert five["frames_a_push"] == pytest.approx(2.0) and six["frames_a_push"] == pytest.approx(2.4)
+    assert six["stay_mean"] == pytest.approx(1e3 * 11.0 / 2880)
+    within = push_costs.share_differences([[five, six]])
+    assert within["frames_a_push"] == [pytest.approx(0.4)]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           "--replicas", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert "6 sessions: 1 lane-loads, frames a push 2.40" in done.stdout
+    assert "within 1 loads, the lanes with the larger share" in done.stdout
+    assert "the replicas with the larger share" not in done.stdout  # one replica: nothing to pair
+    # the summed tables are unchanged by the lanes' families
+    assert "stay" in push_costs.histograms(snapshot(1))
+    assert push_costs.histograms(snapshot(1))["stay"]["count"] == 1760.0

@@ -502,3 +502,50 @@ def test_idle_after_batch_leaves_idle_work_on_its_own_thread_alone() -> None:
 
     asyncio.run(go())
     assert names == ["own-idle_0"]
+
+
+def test_each_lane_reports_its_batches_jobs_and_its_jobs_stay() -> None:
+    """``ttball_lane_batch_jobs{lane}`` and ``ttball_lane_stay_seconds{lane}``: a lane's
+    batches and its jobs' stay under its own label, beside the all-lane
+    ``ttball_window_seconds``; a job settled later (overlap) counts under its lane too."""
+    import concurrent.futures
+
+    slow_lane = ThreadPoolExecutor(1, thread_name_prefix="test-lane-slow")
+
+    def fast(items: list[int]) -> list[int]:
+        return list(items)
+
+    def slow(items: list[int]) -> list[object]:
+        time.sleep(0.05)
+        later: concurrent.futures.Future[int] = concurrent.futures.Future()
+        threading.Timer(0.05, later.set_result, (items[-1],)).start()
+        return [*items[:-1], later]  # the last job's result still in flight
+
+    async def go() -> Batcher:
+        batcher = Batcher(RecordingBackend(), CFG, Metrics(), sizes=(1, 2, 4), max_batch=4,
+                          max_delay_s=0.0, capacity=16, executor=EXECUTOR,
+                          runners={"job": fast})
+        batcher.add_lane(slow_lane, {"job": slow})
+        batcher.start()
+        batcher.reserve(4)
+        jobs = [batcher.submit_job("job", 1), batcher.submit_job("job", 2, lane=1),
+                batcher.submit_job("job", 3, lane=1), batcher.submit_job("job", 4, lane=1)]
+        assert await asyncio.gather(*jobs) == [1, 2, 3, 4]
+        await batcher.stop()
+        return batcher
+
+    batcher = asyncio.run(go())
+    slow_lane.shutdown()
+    registry = batcher.metrics.registry
+
+    def sample(name: str, lane: str) -> float:
+        return registry.get_sample_value(name, {"lane": lane}) or 0.0
+
+    assert sample("ttball_lane_batch_jobs_count", "0") == 1
+    assert sample("ttball_lane_batch_jobs_sum", "0") == 1
+    assert sample("ttball_lane_batch_jobs_sum", "1") == 3  # one batch of three
+    assert sample("ttball_lane_stay_seconds_count", "0") == 1
+    assert sample("ttball_lane_stay_seconds_count", "1") == 3
+    # lane 1's jobs waited for its slow batch (0.05 s), the one settled later 0.05 s more
+    assert sample("ttball_lane_stay_seconds_sum", "1") >= 0.05 + 0.05 + 0.1 - 0.01
+    assert registry.get_sample_value("ttball_window_seconds_count") == 4

@@ -77,6 +77,7 @@ class _Lane:
 
     executor: ThreadPoolExecutor
     runners: dict[str, Runner]
+    index: int = 0  # its label in the per-lane metrics
     # backend thread: run after a batch when less than a full batch is queued in this lane
     # (the device pipeline's flush of the batches a push left running, --pipeline-overlap)
     idle: Callable[[], None] | None = None
@@ -154,7 +155,7 @@ class Batcher:
         ``upcoming``, the items of the batch queued after this one as it starts (the batch
         taken next if nothing else arrives first), for work it can start early. ``idle``: see
         :class:`_Lane`; ``idle_executor``: its own thread (see :meth:`set_idle`)."""
-        self._lanes.append(_Lane(executor, dict(runners), idle, idle_executor,
+        self._lanes.append(_Lane(executor, dict(runners), len(self._lanes), idle, idle_executor,
                                  frozenset(lookahead)))
         return len(self._lanes) - 1
 
@@ -428,12 +429,13 @@ class Batcher:
         seconds = finished - max(started, lane.finished)  # a batch handed ahead waited for one
         lane.finished = finished
         self.metrics.stage_seconds.labels("batch").observe(seconds)
+        self.metrics.lane_batch_jobs.labels(str(lane.index)).observe(len(jobs))
         self._batch_s = seconds if self.batches == 1 else 0.9 * self._batch_s + 0.1 * seconds
         for job, result in zip(jobs, out):
             if isinstance(result, concurrent.futures.Future):  # its work is still in flight
-                self._settle_later(job, result)
+                self._settle_later(lane, job, result)
                 continue
-            self.metrics.window_seconds.observe(finished - job.enqueued)
+            self._observe_stay(lane, finished - job.enqueued)
             if job.future.done():
                 continue
             if isinstance(result, BaseException):
@@ -441,11 +443,17 @@ class Batcher:
             else:
                 job.future.set_result(result)
 
-    def _settle_later(self, job: Job, later: concurrent.futures.Future[Any]) -> None:
-        """Settle ``job`` when the backend thread resolves ``later`` (a runner's result for
+    def _observe_stay(self, lane: _Lane, seconds: float) -> None:
+        """A job's stay, queued until its result: ``ttball_window_seconds`` and, by lane,
+        ``ttball_lane_stay_seconds``."""
+        self.metrics.window_seconds.observe(seconds)
+        self.metrics.lane_stay_seconds.labels(str(lane.index)).observe(seconds)
+
+    def _settle_later(self, lane: _Lane, job: Job, later: concurrent.futures.Future[Any]) -> None:
+        """Settle ``job`` when ``lane``'s thread resolves ``later`` (a runner's result for
         work it left running: the device pipeline with --pipeline-overlap)."""
         def settle(done: asyncio.Future[Any]) -> None:
-            self.metrics.window_seconds.observe(time.perf_counter() - job.enqueued)
+            self._observe_stay(lane, time.perf_counter() - job.enqueued)
             if job.future.done():
                 return
             if done.cancelled():
