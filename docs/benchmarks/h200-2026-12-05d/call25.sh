@@ -13,7 +13,10 @@
 # ±0.05, the client's p99 within ±1 ms of its 2-ms neighbours (call 24: sd 0.93 ms of the
 # paired difference for a setting without effect). 0 ms: the gather ~0, frames a push within
 # ±0.1 (call 17), p99 +1 to +3 ms. A paired difference beyond 2 ms in both 1-ms starts would
-# make 1 ms the better or worse default.
+# make 1 ms the better or worse default. Each stages-*.txt also splits the replicas into their
+# lanes (serve_push_costs.py --replicas, new metrics): predicted by the lanes' queue model, the
+# 6-session lanes +0.45-0.55 frames a push, +1.0 ms stay mean, +2.5 ms stay p99 over the
+# 5-session ones.
 # Carry [".raywhl", ".gpu"]:
 #   bash docs/benchmarks/h200-2026-12-05d/call25.sh > $OUT/call.log 2>&1
 END_S=${END_S:-430}
