@@ -99,3 +99,16 @@ def test_even_phases_wait_for_company_less_than_random_ones() -> None:
     assert even["waited_pct"] < drawn["waited_pct"]
     assert model.averaged(model.Load(seconds=2.0, phases="even", jitter_ms=0.0), lane, 3) == \
         model.simulate(model.Load(seconds=2.0, phases="even", jitter_ms=0.0), lane)
+
+
+def test_a_frames_client_latency_adds_the_wait_for_its_windows_last_frame() -> None:
+    """``client_*``: each window's stay plus 0, 1 and 2 frame intervals (step 3: the wait of
+    its first and second frames for the third), as the load test's client times a frame less
+    the transport; with one fixed push time the stay is one value, so the quantiles are it
+    plus those intervals."""
+    lane = model.Lane(delay_ms=0.0, per_frame_ms=1.0, fixed_ms=0.0, sigma=0.0)
+    load = model.Load(sessions=1, lanes=1, seconds=2.0, jitter_ms=0.0, phases="even")
+    out = model.simulate(load, lane)
+    assert out["stay_p99"] == pytest.approx(1.0)
+    assert out["client_p50"] == pytest.approx(1.0 + 1000 / 60, abs=0.1)
+    assert out["client_p99"] == pytest.approx(1.0 + 2000 / 60, abs=0.1)
