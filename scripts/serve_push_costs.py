@@ -27,7 +27,9 @@ import argparse
 import json
 import math
 import statistics
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from ray_loadtest_summary import agreed, replica_settings
@@ -192,18 +194,8 @@ def stage_quantiles(folder: Path) -> list[dict[str, float]]:
     batches gathered on a free lane that waited for company longer than the first bucket,
     0.5 ms; the others found their company queued or their oldest job late already; NaN
     without the stage)."""
-    snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
-    rows, before, server = [], {}, None
-    for path in snapshots:
-        replicas, sessions = _counts(path)
-        if replicas != server:
-            before, server = {}, replicas
-        now = read_histograms(path)
-        delta = {label: {k: v - before.get(label, {}).get(k, 0.0) for k, v in series.items()}
-                 for label, series in now.items()}
-        before = now
-        if sessions == 0:
-            continue
+    rows = []
+    for replicas, sessions, _, delta in snapshot_deltas(folder, read_histograms):
         row = {"replicas": float(replicas), "sessions": float(sessions)}
         frames = delta.get(PUSH_FRAMES[0], {})
         row["frames_a_push"] = (frames.get("sum", 0.0) / frames["count"] if frames.get("count")
@@ -263,6 +255,32 @@ def _lane_seconds(folder: Path, replicas: int, sessions: int) -> float:
     except (ValueError, KeyError, TypeError, AttributeError):  # a partial or empty file
         return float("nan")
     return lanes * per * active if active > 0 else float("nan")
+
+
+def snapshot_deltas(folder: Path, read: Callable[[Path], dict[str, Any]]
+                    ) -> Iterator[tuple[int, int, dict[str, Any], dict[str, Any]]]:
+    """``(replicas, sessions, now, delta)`` for each load's snapshot in ``folder``, by
+    replicas then sessions: ``now`` as ``read`` reads it, ``delta`` that less the snapshot
+    before it of the same server (each replica count is a server of its own: its first from
+    zero). A snapshot at 0 sessions (taken once the server was ready: the warm-up's pushes)
+    is only subtracted, not yielded."""
+    before: dict[str, Any] = {}
+    server = None
+    for path in sorted(folder.glob("metrics-*.txt"), key=_counts):
+        replicas, sessions = _counts(path)
+        if replicas != server:
+            before, server = {}, replicas
+        now = read(path)
+        delta, before = _minus(now, before), now
+        if sessions:
+            yield replicas, sessions, now, delta
+
+
+def _minus(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """``now`` less ``before`` key by key, nested dicts in turn; a key ``before`` lacks counts
+    from zero."""
+    return {k: _minus(v, before.get(k, {})) if isinstance(v, dict) else v - before.get(k, 0.0)
+            for k, v in now.items()}
 
 
 def _counts(path: Path) -> tuple[int, int]:
@@ -356,19 +374,8 @@ def replica_loads(folder: Path) -> list[dict[str, float | str]]:
     sessions (64 over six: 10 or 11), and a lane with more sessions batches more frames a
     push."""
     rows: list[dict[str, float | str]] = []
-    before: dict[str, dict[str, dict[float | str, float]]] = {}
-    server = None
-    for path in sorted(folder.glob("metrics-*.txt"), key=_counts):
-        replicas, sessions = _counts(path)
-        if replicas != server:
-            before, server = {}, replicas
-        now = replica_histograms(path.read_text())
-        delta = {name: {label: {k: v - before.get(name, {}).get(label, {}).get(k, 0.0)
-                                for k, v in series.items()} for label, series in got.items()}
-                 for name, got in now.items()}
-        before = now
-        if sessions == 0:
-            continue
+    for replicas, sessions, _, delta in snapshot_deltas(
+            folder, lambda path: replica_histograms(path.read_text())):
         try:
             report = json.loads((folder / f"loadtest-{replicas}-{sessions}.json").read_text())
             per_second = float(report["active_s"]) * float(report["fps_per_session"])
@@ -460,17 +467,8 @@ def _print_loads(folder: Path) -> None:
 def runs(folder: Path) -> list[dict[str, float]]:
     """One row per snapshot in ``folder``, by replicas then sessions: frames, windows a
     backend call, and each push stage's milliseconds a frame."""
-    snapshots = sorted(folder.glob("metrics-*.txt"), key=_counts)
-    rows, before, server = [], {}, None
-    for path in snapshots:
-        replicas, sessions = _counts(path)
-        if replicas != server:  # a new server: its counters start from zero
-            before, server = {}, replicas
-        now = read_metrics(path)
-        delta = {k: v - before.get(k, 0.0) for k, v in now.items()}
-        before = now
-        if sessions == 0:  # taken once the server was ready: the warm-up's pushes, left out
-            continue
+    rows = []
+    for replicas, sessions, now, delta in snapshot_deltas(folder, read_metrics):
         frames = delta.get("frames_total", 0.0)
         calls = delta.get("batch_size_count", 0.0)
         windows = delta.get("windows_total", 0.0)
