@@ -549,7 +549,7 @@ class Worker:
                         pipeline_flush_after_push=changes["flush_after_push"]).validate()
             except UserError as exc:
                 raise ApiError(422, "bad_settings", str(exc)) from None
-        if "flush_after_push" in changes:
+            # (checked before anything changes: all or none)
             self.batcher.idle_after_batch = changes["flush_after_push"]
             for path in self.device.paths if self.device is not None else []:
                 path.flush_after_push = changes["flush_after_push"]
