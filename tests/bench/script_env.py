@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def load_script(name: str) -> ModuleType:
     """``scripts/NAME.py`` executed as module ``NAME`` (registered in ``sys.modules``, so its
-    dataclasses and pickles resolve)."""
+    dataclasses and pickles resolve), with ``scripts/`` on the path as when the script runs
+    (its imports of the scripts beside it)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.append(str(ROOT / "scripts"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
