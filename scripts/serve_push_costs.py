@@ -582,6 +582,9 @@ def main() -> None:
                        help="a replica a row per load: its share of the sessions, frames a "
                             "push, its windows' stay; then the means by share")
     args = parser.parse_args()
+    for folder in args.folders:
+        if not any(folder.glob("metrics-*.txt")):
+            parser.error(f"{folder}: no metrics-N.txt snapshots")
     if args.replicas:
         _print_replicas(args.folders)
         return
@@ -592,8 +595,6 @@ def main() -> None:
             parser.error(str(exc))
         return
     for folder in args.folders:
-        if not any(folder.glob("metrics-*.txt")):
-            parser.error(f"{folder}: no metrics-N.txt snapshots")
         if args.quantiles:
             _print_quantiles(folder)
             continue

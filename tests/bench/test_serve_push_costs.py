@@ -47,9 +47,11 @@ def test_runs_are_differences_of_the_cumulative_snapshots(tmp_path: Path) -> Non
     assert rows[1][:4] == ["16", "4000", "12.000", "0.200"] and rows[1][-1] == "0.500"
 
 
-def test_a_folder_without_snapshots_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("view", [[], ["--pairs"], ["--replicas"]])
+def test_a_folder_without_snapshots_is_one_line(tmp_path: Path, view: list[str]) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+                           *view, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert done.returncode == 2 and "no metrics-N.txt snapshots" in done.stderr
 
 
