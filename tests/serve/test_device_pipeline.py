@@ -291,8 +291,7 @@ def test_lanes_run_on_threads_of_their_own(laned) -> None:
 
 
 def _push_counts(text: str) -> tuple[float, float]:
-    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("ttball_push_frames_"))
-    return float(values["ttball_push_frames_count"]), float(values["ttball_push_frames_sum"])
+    return _sample(text, "ttball_push_frames_count"), _sample(text, "ttball_push_frames_sum")
 
 
 def _sample(text: str, name: str) -> float:
