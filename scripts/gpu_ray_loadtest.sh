@@ -28,7 +28,7 @@
 #   replica during each load test, from .raywhl/: the interpreter lock's holders, in SUMMARY.md;
 #   PYSPY=idle: py-spy --idle on one replica and one of its decode children instead, every
 #   thread's stacks waiting or not, stacks-R-S.txt and stacks-child-R-S.txt for
-#   scripts/stack_report.py), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), RESIZE (serve --pipeline-resize: eager, compile or triton; wins over COMPILE_RESIZE), DECODER (serve --jpeg-decoder), DECODE_PROCESSES (serve --decode-processes), DECODE_AHEAD=1 (serve --decode-ahead), DECODE_EARLY=1 (serve --decode-early), CARRY=0 (serve --no-carry-windows), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
+#   scripts/stack_report.py), COMPILE_RESIZE=1 (serve --pipeline-compile-resize), RESIZE (serve --pipeline-resize: eager, compile or triton; wins over COMPILE_RESIZE), DECODER (serve --jpeg-decoder), DECODE_PROCESSES (serve --decode-processes), DECODE_AHEAD=1 (serve --decode-ahead), DECODE_EARLY=1 (serve --decode-early), ARRIVAL=1 (serve --decode-on-arrival), CARRY=0 (serve --no-carry-windows), LANES (serve --pipeline-lanes, with DEVICE_PIPELINE=1), GPUS_PER_REPLICA (0.5: two replicas per GPU), SESSIONS_<n> (the session counts for n replicas, instead of SESSIONS), SESSIONS_PER_CLIENT (load-generator processes), BACKEND, BATCHES, SESSIONS, DURATION, CLIP, DECODE_THREADS, CPUS_PER_REPLICA, REPLICAS.
 # CPU smoke test of the script itself (no GPU): DEVICE=cpu GPUS_PER_REPLICA=0 BACKEND=eager-fp32 \
 #   BATCHES=1,2 SESSIONS="1 2" DURATION=2 REPLICAS="1 2" CPUS_PER_REPLICA=1 OUT=/tmp/x bash scripts/gpu_ray_loadtest.sh
 # Estimates (H200 baseline 2026-11-30): reduce-overhead FP16 folded/channels_last compiles in
@@ -117,6 +117,7 @@ start() {
     $([ -n "${DECODE_PROCESSES:-}" ] && echo --decode-processes "$DECODE_PROCESSES") \
     $([ -n "${DECODE_AHEAD:-}" ] && echo --decode-ahead) \
     $([ -n "${DECODE_EARLY:-}" ] && echo --decode-early) \
+    $([ -n "${ARRIVAL:-}" ] && echo --decode-on-arrival) \
     $([ "${CARRY:-}" = 0 ] && echo --no-carry-windows) \
     $([ -n "${LANES:-}" ] && echo --pipeline-lanes "$LANES") \
     $([ -n "${SM_PERCENT:-}" ] && echo --mps-sm-percent "$SM_PERCENT") \

@@ -163,6 +163,7 @@ def mode(env: dict[str, str]) -> str:
     text += ", --flush-after-push" if env.get("FLUSH_AFTER") else ""
     text += ", --live-settings" if env.get("LIVE") else ""
     text += ", --decode-early" if env.get("DECODE_EARLY") else ""
+    text += ", --decode-on-arrival" if env.get("ARRIVAL") else ""
     text += ", --no-carry-windows" if env.get("CARRY") == "0" else ""
     text += ", RAY_USE_UVLOOP=0" if env.get("RAY_USE_UVLOOP") == "0" else ""
     return text

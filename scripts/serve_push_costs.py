@@ -49,7 +49,7 @@ GPU_STEPS = ("gpu_net_copy_in", "gpu_net_graph", "gpu_net_copy_out", "gpu_stats_
 # postprocess's parts (thirty-sixth session): the statistics launched behind the network, the
 # wait for the previous call's, and their reading into candidates
 POST = ("post_launch", "post_wait", "post_read")
-OPTIONAL = (*DECODE_PROCESS, *POST, *GPU, *GPU_STEPS)
+OPTIONAL = (*DECODE_PROCESS, "arrival_wait", *POST, *GPU, *GPU_STEPS)
 # the batcher's own stages of a lane (fifty-fourth session): a batch started on a free lane
 # waiting for company (--max-delay-ms), the lane's idle work (the flush with overlap), and
 # (fifty-fifth) each batch as the event loop sees it, its hand-offs to the thread and back
@@ -60,8 +60,8 @@ LANE = ("gather", "idle", "batch", "thread")
 # columns, a frame, where a run has them
 FLUSH = ("wait", "post_wait", "post_read", "track", *GPU, "call", "call_cpu")
 # --pairs: the figures compared between a start's loads (load_states' keys)
-PAIRED = ("p99", "frames_a_push", "gather_ms", "push_ms", "stay_ms", "gpu_network_ms",
-          "handoff_ms")
+PAIRED = ("p99", "frames_a_push", "gather_ms", "push_ms", "decode_ms", "stay_ms",
+          "gpu_network_ms", "handoff_ms")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
@@ -340,7 +340,7 @@ def load_states(folder: Path) -> list[dict[str, object]]:
     """One row per load in ``folder`` (a Ray load test's), the figures that tell its state
     apart (fifty-fifth session: fast, ~2.1 frames a push; slow, ~2.6-2.9): the client's p99
     (``loadtest-R-S.json``), the live settings it ran under (``live-R-S.json``, ``LIVE_<s>``;
-    None without), frames a push, the push's and its preprocess stage's mean ms, the stay's
+    None without), frames a push, the push's and its decode and preprocess stages' mean ms, the stay's
     mean, and per flush its GPU work (``gpu_*`` ms a flush: the calls it read back) and
     hand-offs (:func:`flush_costs`)."""
     rows: list[dict[str, object]] = []
@@ -356,7 +356,7 @@ def load_states(folder: Path) -> list[dict[str, object]]:
         common = None if settings is None else agreed(settings)
         row["live"] = None if settings is None else "differ" if common is None else common
         row["frames_a_push"] = spread["frames_a_push"]
-        for label in ("gather", "push", "preprocess", "stay"):
+        for label in ("gather", "push", "decode", "preprocess", "stay"):
             row[f"{label}_ms"] = spread[f"{label}_mean"]
         for stage in (*GPU, "post_wait"):
             row[f"{stage}_ms"] = flush[f"{stage}_ms"]
@@ -451,9 +451,9 @@ def _print_replicas(folders: list[Path]) -> None:
 def _print_loads(folder: Path) -> None:
     rows = load_states(folder)
     head = ["replicas", "sessions", "p99", "frames_a_push", "gather_ms", "push_ms",
-            "preprocess_ms", "stay_ms", *(f"{s}_ms" for s in (*GPU, "post_wait")), "handoff_ms"]
+            "decode_ms", "preprocess_ms", "stay_ms", *(f"{s}_ms" for s in (*GPU, "post_wait")), "handoff_ms"]
     print(f"{folder}: a load a row; p99: the client's, ms; gather (a batch's wait for company), "
-          "push, preprocess, stay: mean ms; "
+          "push, its decode and preprocess stages, stay: mean ms; "
           "gpu_*, post_wait, handoff: ms a flush; live: the settings it ran under")
     print("  " + " ".join(f"{h.removesuffix('_ms'):>13}" for h in head) + "  live")
     for row in rows:

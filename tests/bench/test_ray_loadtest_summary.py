@@ -90,6 +90,7 @@ def test_summarize_writes_the_tables_with_empty_cells_for_missing_files(tmp_path
         ", --flush-thread, --no-carry-windows")
     assert summary.mode({"FLUSH_AFTER": "1"}).endswith(", --flush-after-push")
     assert summary.mode({"LIVE": "1"}).endswith(", --live-settings")
+    assert summary.mode({"ARRIVAL": "1"}).endswith(", --decode-on-arrival")
     rows = [line for line in lines if "| 3840.0 |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["56", "64"]  # sorted by sessions
     assert rows[1].endswith("| None (None; None) | None |  |  |  |  |")

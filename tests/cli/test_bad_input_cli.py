@@ -246,3 +246,5 @@ def test_serve_refuses_flush_settings_that_do_not_go_together_in_one_line(
     err = _fails_in_one_line(capsys, "serve", "--device-pipeline", "--pipeline-overlap",
                              "--no-carry-windows", "--flush-thread", "--flush-after-push")
     assert "--flush-after-push and --flush-thread are exclusive" in err
+    err = _fails_in_one_line(capsys, "serve", "--decode-on-arrival")
+    assert "--decode-on-arrival needs --device-pipeline" in err

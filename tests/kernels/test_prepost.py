@@ -20,6 +20,7 @@ from ttball.backends.base import BackendBase
 from ttball.backends.cudagraph import GraphCache, GraphedBackend
 from ttball.frames import Frame, normalize, preprocess
 from ttball.kernels import prepost_image
+from ttball.kernels.arrival import ArrivalDecoder
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import (
     GPU_STAGES,
@@ -847,6 +848,64 @@ def test_decode_ahead_gives_the_same_rows_and_is_taken_when_told_right(
             assert_rows_match(got[sid], want[sid])
     finally:
         decoder.close()
+
+
+def test_frames_decoded_on_arrival_give_the_same_rows_undecoded_again(
+        small_config: WeightsConfig) -> None:
+    """``decoded`` (serve --decode-on-arrival): a push takes the frames decoded already and
+    decodes only the rest (None: one frame it decodes itself); the rows are those of pushes
+    that decode everything. A decoded frame of another size is refused as any frame is, and
+    nothing is taken; a ``decoded`` that does not cover the push is a ValueError."""
+    sessions = {
+        "a": (session_frames(14, (320, 180), streak=True), StreamOptions(step=3)),
+        "b": (session_frames(11, (128, 72), streak=False), StreamOptions(step=1)),
+    }
+    want = gpu_rows(cpu_pipeline(small_config), sessions, 60.0, chunk=5)
+    decoded_here: list[int] = []
+
+    class Counting(JpegDecoder):
+        def __call__(self, blobs):  # type: ignore[no-untyped-def]
+            decoded_here.append(len(blobs))
+            return super().__call__(blobs)
+
+    arrival = ArrivalDecoder("cpu")
+    pipeline = GpuPipeline(BrightBackend(), small_config, decoder=Counting("cpu"),
+                           batch_sizes=(1, 2, 4), overlap=True)
+    queue = [(sid, blobs[k]) for k in range(14) for sid, (blobs, _) in sessions.items()
+             if k < len(blobs)]
+    rows: dict[str, list[FrameResult]] = {sid: [] for sid in sessions}
+    for sid, (_, options) in sessions.items():
+        pipeline.open(sid, options, 60.0)
+    try:
+        for start in range(0, len(queue), 5):
+            push = queue[start : start + 5]
+            # the first frame of each push left to the push, the others decoded on arrival as
+            # the worker sends them (one request an upload of one frame)
+            runs = [None] + [arrival.submit([blob]).result(timeout=10) for _, blob in push[1:]]
+            for sid, done in pipeline.push(push, decoded=runs).items():
+                rows[sid].extend(done)
+        for sid, done in pipeline.flush().items():
+            rows[sid].extend(done)
+        for sid in sessions:
+            rows[sid].extend(pipeline.finish(sid))
+            assert_rows_match(rows[sid], want[sid])
+        # one frame a push decoded here, less the repeated bytes of session a (its frame 4)
+        assert sum(decoded_here) <= -(-len(queue) // 5) and max(decoded_here) == 1
+        pipeline.open("c", StreamOptions(step=1), 60.0)
+        first = jpeg(draw(0, (320, 180), False))
+        pipeline.push([("c", first)], decoded=[arrival.submit([first]).result(timeout=10)])
+        small = arrival.submit([jpeg(draw(1, (160, 90), False))]).result(timeout=10)
+        with pytest.raises(ValueError, match="160x90"):
+            pipeline.push([("c", b"not decoded: its frame comes decoded")], decoded=[small])
+        with pytest.raises(ValueError, match="covers 2 frames of the push's 1"):
+            pipeline.push([("c", first)], decoded=[None, None])
+        later = [jpeg(draw(i, (320, 180), False)) for i in range(1, 4)]
+        rest = pipeline.push([("c", blob) for blob in later],
+                             decoded=[arrival.submit(later).result(timeout=10)])["c"]
+        rest += pipeline.flush().get("c", []) + pipeline.finish("c")
+        assert [r.frame for r in rest] == [0, 1, 2, 3]  # the refused frame left no trace
+    finally:
+        arrival.close()
 
 
 def test_compiled_resize_gives_the_same_rows(small_config: WeightsConfig) -> None:

@@ -97,7 +97,8 @@ def laned(small_weights):
     with overlap and each lane's decoder in two processes of its own, decoding ahead (sent
     before a push waits for its own: --decode-early), each lane handed its next full batch
     while one runs (--batches-ahead 1), a push's windows past its full calls carried to the next
-    (--carry-windows)."""
+    (--carry-windows), and with overlap and each lane's frames decoded on a thread of its own as
+    they arrive (--decode-on-arrival)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     base = {"weights": str(small_weights), "device": "cpu", "warmup_batches": (1, 2),
@@ -119,12 +120,15 @@ def laned(small_weights):
                                                          pipeline_decode_early=True,
                                                          pipeline_carry=True,
                                                          batches_ahead=1))) as p_url, \
+                serve_in_thread(create_app(ServeSettings(
+                    **base, pipeline_overlap=True, pipeline_decode_on_arrival=True))) as e_url, \
                 Client(lanes_url) as lanes, Client(lap_url) as overlap, Client(f_url) as flush, \
-                Client(a_url) as after, Client(p_url) as process:
-            for client in (lanes, overlap, flush, after, process):
+                Client(a_url) as after, Client(p_url) as process, Client(e_url) as arrival:
+            for client in (lanes, overlap, flush, after, process, arrival):
                 client.wait_ready(timeout=90, poll=0.1)
             yield {"lanes": lanes, "lanes-overlap": overlap, "lanes-flush-thread": flush,
-                   "lanes-flush-after-push": after, "lanes-decode-processes": process}
+                   "lanes-flush-after-push": after, "lanes-decode-processes": process,
+                   "lanes-decode-on-arrival": arrival}
     finally:
         torch.set_num_threads(threads)
 
@@ -215,14 +219,17 @@ def test_concurrent_sessions_share_pushes(servers, jpegs, reference, mode) -> No
 
 
 @pytest.mark.parametrize("mode", ["lanes", "lanes-overlap", "lanes-flush-thread",
-                                  "lanes-flush-after-push", "lanes-decode-processes"])
+                                  "lanes-flush-after-push", "lanes-decode-processes",
+                                  "lanes-decode-on-arrival"])
 def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, reference,
                                                                 mode) -> None:
     """--pipeline-lanes 2: sessions are dealt to the lane with the fewest; each lane's pushes
     run on its own thread; every session's rows equal ``ttball track``'s; a bad frame in one
     lane disturbs nobody; closed sessions free their lane. (--decode-processes 2
     --decode-ahead: the same, each lane's pushes decoded in two child processes, a push
-    starting the decode of the one queued after it.)"""
+    starting the decode of the one queued after it. --decode-on-arrival: each upload's frames
+    decoded on the worker's arrival thread (one for both lanes), none by a push; the bad frame's upload left to its
+    push, which refuses it.)"""
     client = laned[mode]
     ready = client.readiness()["device_pipeline"]
     assert ready["lanes"] == 2 and ready["lane_sessions"] == [0, 0]
@@ -231,7 +238,11 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         mode == "lanes-decode-processes")
     assert ready["decode_ahead"] is (mode == "lanes-decode-processes")
     assert ready["decode_early"] is (mode == "lanes-decode-processes")
-    assert ready["carry_windows"] is (mode in ("lanes-decode-processes", "lanes-flush-after-push"))
+    arrival = mode == "lanes-decode-on-arrival"
+    assert ready["decode_on_arrival"] is arrival
+    assert ready["arrival_decoder"] == ("cv2" if arrival else None)
+    assert ready["carry_windows"] is (mode in ("lanes-decode-processes", "lanes-flush-after-push",
+                                               "lanes-decode-on-arrival"))
     assert ready["flush_thread"] is (mode == "lanes-flush-thread")
     assert ready["flush_after_push"] is (mode == "lanes-flush-after-push")
     assert ready["graphs_frozen"] is True and ready["uncaptured_calls"] == 0
@@ -256,6 +267,11 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         split = f'ttball_push_seconds_count{{stage="decode_{part}"}}'  # the decode stage's parts
         assert (split in metrics) is (mode == "lanes-decode-processes")
     assert ('ttball_decode_ahead_total{result="hit"}' in metrics) is (mode == "lanes-decode-processes")
+    # every frame pushed was decoded on arrival (the warm-up's pushes are not counted)
+    early = _sample(metrics, 'ttball_arrival_frames_total{where="arrival"}')
+    assert early == (len(steps) * len(jpegs) if arrival else 0)
+    assert _sample(metrics, 'ttball_arrival_frames_total{where="push"}') == 0
+    assert ('ttball_push_seconds_count{stage="arrival_wait"}' in metrics) is arrival
     # the flushes (with overlap: each lane's, on its thread or, --flush-thread, one of its own),
     # each whole call timed on its thread
     assert ('ttball_stage_seconds_count{stage="idle"}' in metrics) is (mode != "lanes")
@@ -269,6 +285,8 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
         "ttball-flush-0", "ttball-flush-1"}
     if mode == "lanes-flush-thread":
         assert flushers == {"ttball-flush-0", "ttball-flush-1"}
+    if arrival:  # one arrival thread for the worker's two lanes
+        assert [t.name for t in threading.enumerate()].count("decode-arrival") == 1
     ready = client.readiness()["device_pipeline"]
     assert ready["lane_sessions"] == [0, 0]  # streams ended
     # how many pushes had another queued behind them varies: the counts are there, summed
@@ -844,6 +862,15 @@ def test_cli_flag_sets_the_mode() -> None:
                                          "--decode-early"]))
     with pytest.raises(UserError, match="--decode-ahead needs --decode-processes"):
         settings_from(parser.parse_args(["--device-pipeline", "--decode-ahead"]))
+    assert both.pipeline_decode_on_arrival is False
+    arrival = settings_from(parser.parse_args(["--device-pipeline", "--decode-on-arrival"]))
+    assert arrival.pipeline_decode_on_arrival is True
+    with pytest.raises(UserError, match="--decode-on-arrival needs --device-pipeline"):
+        settings_from(parser.parse_args(["--decode-on-arrival"]))
+    with pytest.raises(UserError, match="--decode-on-arrival and --decode-processes are "
+                                        "exclusive"):
+        settings_from(parser.parse_args(["--device-pipeline", "--decode-on-arrival",
+                                         "--decode-processes", "1"]))
     assert both.pipeline_carry is True  # the default (it takes effect with the overlap only)
     no_carry = settings_from(parser.parse_args(["--device-pipeline", "--pipeline-overlap",
                                                 "--no-carry-windows"]))
@@ -985,32 +1012,65 @@ def test_flush_threads_on_cuda_give_the_rows_of_a_plain_worker(small_weights, jp
     _assert_rows_close(got, want)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_decode_on_arrival_on_cuda_gives_the_rows_of_a_plain_worker(small_weights,
+                                                                    jpegs) -> None:
+    """On the GPU: two lanes with overlap whose uploads are decoded on arrival
+    (--decode-on-arrival: nvjpeg-own on each lane's arrival thread and stream, waited for by
+    the push's stream) give every session the rows of a one-lane worker that decodes in its
+    pushes (positions within 0.5 px: batches are composed differently, and the decoders
+    differ); every frame was decoded on arrival."""
+    base = _cuda_settings(small_weights)
+
+    with serve_in_thread(create_app(ServeSettings(**base))) as one_url, Client(one_url) as one:
+        one.wait_ready(timeout=300, poll=0.2)
+        want = _six_streams(one, jpegs)
+    arriving = ServeSettings(**base, pipeline_lanes=2, pipeline_overlap=True,
+                             pipeline_decode_on_arrival=True)
+    with serve_in_thread(create_app(arriving)) as url, Client(url) as client:
+        client.wait_ready(timeout=300, poll=0.2)
+        got = _six_streams(client, jpegs)
+        ready = client.readiness()["device_pipeline"]
+        metrics = client.metrics()
+    assert ready["decode_on_arrival"] is True and ready["uncaptured_calls"] == 0, ready
+    print("arrival decoder:", ready["arrival_decoder"], ready["arrival_decoder_note"])
+    assert _sample(metrics, 'ttball_arrival_frames_total{where="arrival"}') == 6 * len(jpegs)
+    _assert_rows_close(got, want)
+
+
 def test_live_settings_change_the_flush_the_wait_and_the_switch_interval_while_serving(
         small_weights, jpegs, reference, laned) -> None:
-    """--live-settings: PUT /v1/admin/settings changes the flush's placement, the wait for
-    company and the switch interval of a running worker, all or none; /readyz shows them; the
-    rows stay ``track``'s. A bad change is a 422 that changes nothing; off, the route is 404."""
+    """--live-settings: PUT /v1/admin/settings changes the flush's placement, the decode on
+    arrival, the wait for company and the switch interval of a running worker, all or none;
+    /readyz shows them; the rows stay ``track``'s. A bad change is a 422 that changes nothing;
+    off, the route is 404; the decode on arrival is switched on only in a worker started
+    with it."""
     import sys
 
     switch = sys.getswitchinterval()
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
                              torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000,
-                             device_pipeline=True, pipeline_overlap=True, live_settings=True)
+                             device_pipeline=True, pipeline_overlap=True, live_settings=True,
+                             pipeline_decode_on_arrival=True)
     try:
         with serve_in_thread(create_app(settings)) as url, Client(url) as client:
             client.wait_ready(timeout=90, poll=0.1)
             assert client.readiness()["live_settings"] == {
-                "flush_after_push": False, "max_delay_ms": 2.0,
+                "flush_after_push": False, "decode_on_arrival": True, "max_delay_ms": 2.0,
                 "switch_interval_ms": round(switch * 1e3, 6)}
-            change = {"flush_after_push": True, "max_delay_ms": 0.5, "switch_interval_ms": 1}
+            change = {"flush_after_push": True, "decode_on_arrival": False, "max_delay_ms": 0.5,
+                      "switch_interval_ms": 1}
             reply = client.http.put("/v1/admin/settings", json=change)
             assert reply.status_code == 200 and reply.json() == {**change, "switch_interval_ms": 1.0}
             assert sys.getswitchinterval() == pytest.approx(1e-3)
             ready = client.readiness()
             assert ready["live_settings"]["flush_after_push"] is True
             assert ready["device_pipeline"]["flush_after_push"] is True
+            assert ready["device_pipeline"]["decode_on_arrival"] is False
             for bad, words in (({"max_delay_ms": -1}, "0..1000"), ({"bogus": 1}, "not a live"),
                                ({"flush_after_push": 1}, "true or false"),
+                               ({"decode_on_arrival": "yes"}, "true or false"),
                                ({"max_delay_ms": 3, "switch_interval_ms": 0}, "0.01..100"),
                                ([1], "JSON object")):
                 refused = client.http.put("/v1/admin/settings", json=bad)
@@ -1022,7 +1082,18 @@ def test_live_settings_change_the_flush_the_wait_and_the_switch_interval_while_s
             session = client.open_session(step=3, fps=30)  # served with the flush after push
             rows = [r for data in jpegs for r in session.send(data)] + session.finish()
             assert_rows_equal(rows, reference[3])
-            assert _sample(client.metrics(), 'ttball_stage_seconds_count{stage="idle"}') > 0
+            metrics = client.metrics()
+            assert _sample(metrics, 'ttball_stage_seconds_count{stage="idle"}') > 0
+            where = {w: _sample(metrics, f'ttball_arrival_frames_total{{where="{w}"}}')
+                     for w in ("arrival", "push")}
+            assert where == {"arrival": 0, "push": len(jpegs)}  # switched off: all by pushes
+            on = client.http.put("/v1/admin/settings", json={"decode_on_arrival": True})
+            assert on.status_code == 200 and on.json()["decode_on_arrival"] is True
+            session = client.open_session(step=3, fps=30)
+            rows = [r for data in jpegs for r in session.send(data)] + session.finish()
+            assert_rows_equal(rows, reference[3])
+            assert _sample(client.metrics(),
+                           'ttball_arrival_frames_total{where="arrival"}') == len(jpegs)
     finally:
         sys.setswitchinterval(switch)
     off = laned["lanes"].http.put("/v1/admin/settings", json={"max_delay_ms": 1})
@@ -1033,3 +1104,9 @@ def test_live_settings_change_the_flush_the_wait_and_the_switch_interval_while_s
         client.wait_ready(timeout=90, poll=0.1)
         refused = client.http.put("/v1/admin/settings", json={"flush_after_push": True})
         assert refused.status_code == 422 and "--pipeline-overlap" in refused.text
+        refused = client.http.put("/v1/admin/settings",
+                                  json={"max_delay_ms": 1, "decode_on_arrival": True})
+        assert refused.status_code == 422 and "--decode-on-arrival" in refused.text
+        assert client.readiness()["live_settings"]["max_delay_ms"] == 2.0  # none applied
+        assert client.http.put("/v1/admin/settings",
+                               json={"decode_on_arrival": False}).status_code == 200

@@ -95,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --decode-ahead: the next push's JPEGs go to the decode processes "
                         "before a push waits for its own, so each has its next request the "
                         "moment it answers one (docs/serve.md)")
+    p.add_argument("--decode-on-arrival", action="store_true",
+                   help="with --device-pipeline: each lane decodes an upload's JPEGs on a "
+                        "thread of its own as it arrives (nvjpeg-own where it can run), so "
+                        "its push finds them decoded (docs/serve.md)")
     p.add_argument("--carry-windows", action=argparse.BooleanOptionalAction, default=True,
                    help="with --pipeline-overlap: a push whose windows fill more "
                         "than one network call launches the full calls and leaves the rest to "
@@ -112,6 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "answered (docs/serve.md)")
     p.add_argument("--live-settings", action="store_true",
                    help="for measurement: PUT /v1/admin/settings changes --flush-after-push, "
+                        "--decode-on-arrival (off, or on again when started with it), "
                         "--max-delay-ms and the switch interval while serving (with --ray, on "
                         "every replica), so a load test compares them under one start "
                         "(docs/serve.md)")
@@ -188,6 +193,7 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pipeline_decode_processes=args.decode_processes,
         pipeline_decode_ahead=args.decode_ahead,
         pipeline_decode_early=args.decode_early,
+        pipeline_decode_on_arrival=args.decode_on_arrival,
         pipeline_carry=args.carry_windows, pipeline_flush_thread=args.flush_thread,
         pipeline_flush_after_push=args.flush_after_push, live_settings=args.live_settings,
         pipeline_lanes=args.pipeline_lanes,

@@ -48,6 +48,7 @@ from ttball.backends.base import Backend
 from ttball.cudasched import wait_event
 from ttball.frames import host_to_device, normalizer
 from ttball.kernels import copies
+from ttball.kernels.arrival import Decoded
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost_image import (
     DECODERS,
@@ -299,6 +300,7 @@ class GpuPipeline:
              stamps: Sequence[tuple[int, float]] | None = None,
              upcoming: Sequence[tuple[str, bytes]] = (),
              deliver: Callable[[dict[str, list[FrameResult]]], None] | None = None,
+             decoded: Sequence[Decoded | None] = (),
              ) -> dict[str, list[FrameResult]]:
         """JPEG frames ``(session id, bytes)`` in arrival order → rows each session finished.
 
@@ -317,11 +319,16 @@ class GpuPipeline:
 
         ``deliver``: called with the rows before the push lets go of :attr:`lock`, so rows
         handed on by another thread's :meth:`flush` never overtake them. The decode and
-        resize run outside the lock (they touch only the sessions' previous frames)."""
+        resize run outside the lock (they touch only the sessions' previous frames).
+
+        ``decoded``: the frames decoded already (:class:`~ttball.kernels.arrival.Decoded`,
+        ``serve --decode-on-arrival``), in order, as runs of ``frames``: a run's frames are
+        not decoded again (None: a run of one frame decoded here). Their sizes are checked as
+        any frame's."""
         sessions = [self._get(sid) for sid, _ in frames]
         with self._on_side():
             with self.timer.stage("decode"):
-                images, repeats = self._decode(frames, sessions, upcoming)
+                images, repeats = self._decode(frames, sessions, upcoming, decoded)
             with self.timer.stage("preprocess"):
                 smalls, duplicates = self._prepare(images, repeats, sessions)
         with self.lock:
@@ -481,22 +488,27 @@ class GpuPipeline:
         return rows
 
     def _decode(self, frames: Sequence[tuple[str, bytes]], sessions: Sequence[_Session],
-                upcoming: Sequence[tuple[str, bytes]] = ()) -> tuple[list[Tensor], list[bool]]:
+                upcoming: Sequence[tuple[str, bytes]] = (),
+                decoded: Sequence[Decoded | None] = ()) -> tuple[list[Tensor], list[bool]]:
         """Decode every frame whose bytes differ from its session's previous frame (a repeat
-        reuses that frame's tensor), then start the decode of ``upcoming``'s (see
-        :meth:`push`). Sizes are checked before any session changes, so a bad frame never
-        half-enters a stream."""
+        reuses that frame's tensor) and that ``decoded`` does not bring, then start the decode
+        of ``upcoming``'s (see :meth:`push`). Sizes are checked before any session changes, so
+        a bad frame never half-enters a stream."""
         last_bytes = _last_bytes(sessions)
         todo, where, repeats = _to_decode(frames, sessions, last_bytes)
+        given = self._given(decoded, len(frames))
+        if given:
+            todo = [data for data, position in zip(todo, where) if position not in given]
+            where = [position for position in where if position not in given]
         process = self.decoder if isinstance(self.decoder, DecoderProcess) else None
         ahead = self._ahead_todo(upcoming, last_bytes) if upcoming and process else None
         try:
             if process is None:
-                decoded = iter(self.decoder(todo))
+                images_out = iter(self.decoder(todo))
             elif ahead is not None and self.decode_early:
-                decoded = iter(process(todo, then=ahead))
+                images_out = iter(process(todo, then=ahead))
             else:
-                decoded = iter(process(todo))
+                images_out = iter(process(todo))
                 if ahead is not None:
                     process.prefetch(ahead)
             if process is not None and todo:
@@ -509,7 +521,8 @@ class GpuPipeline:
         images: list[Tensor] = []
         last: dict[int, Tensor | None] = {id(s): s.last_frame for s in sessions}
         for position, ((sid, _), repeat, session) in enumerate(zip(frames, repeats, sessions)):
-            image = last[id(session)] if repeat else next(decoded)
+            image = (last[id(session)] if repeat
+                     else given[position] if position in given else next(images_out))
             assert image is not None
             self._check_size(position, sid, session, last[id(session)], image)
             images.append(image)
@@ -517,6 +530,26 @@ class GpuPipeline:
         for (_, data), session in zip(frames, sessions):
             session.last_bytes = data
         return images, repeats
+
+    def _given(self, decoded: Sequence[Decoded | None], n: int) -> dict[int, Tensor]:
+        """The frames ``decoded`` brings, by position among ``n`` frames, once the current
+        stream waits for their decode."""
+        given: dict[int, Tensor] = {}
+        if not decoded:
+            return given
+        covered = sum(1 if run is None else len(run.images) for run in decoded)
+        if covered != n:
+            raise ValueError(f"decoded covers {covered} frames of the push's {n}")
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        position = 0
+        for run in decoded:
+            if run is None:
+                position += 1
+                continue
+            for image in run.use_on(stream):
+                given[position] = image
+                position += 1
+        return given
 
     def _ahead_todo(self, upcoming: Sequence[tuple[str, bytes]],
                     last_bytes: dict[int, bytes | None]) -> list[bytes] | None:

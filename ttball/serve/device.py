@@ -45,6 +45,7 @@ import torch
 
 from ttball.backends import Backend
 from ttball.kernels import copies
+from ttball.kernels.arrival import ArrivalDecoder, Decoded
 from ttball.kernels.decode_process import DecoderProcess
 from ttball.kernels.prepost import DeviceStream, FrameRejected, GpuPipeline, JpegDecoder
 from ttball.kernels.prepost_timing import GPU_STAGES, StageTimer
@@ -68,6 +69,9 @@ KIND = "device"  # the batcher's job kind of an Upload
 FLUSH_STAGES = ("wait", "post_wait", "post_read", "track", *GPU_STAGES, "call", "call_cpu")
 # --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
 AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
+# --decode-on-arrival: where a pushed frame was decoded (ttball_arrival_frames' label): on
+# arrival, or by its push (its upload queued while it was switched off, or a frame of it failed)
+ARRIVAL_WHERE = ("arrival", "push")
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
 _KEYS = itertools.count()
 
@@ -85,6 +89,8 @@ class Upload:
     stamps: tuple[tuple[int, float], ...]  # (index, time_s) per frame
     deliver: Callable[[list[FrameResult]], None]  # rows to the session's outbox (any thread)
     finish: bool = False
+    # --decode-on-arrival: its frames' decode, started as it was queued (None: the push decodes)
+    decoded: Future[Decoded | None] | None = None
 
 
 def make_decoder(device: torch.device, settings: ServeSettings,
@@ -104,9 +110,11 @@ class DevicePath:
 
     def __init__(self, backend: Backend, config: WeightsConfig, settings: ServeSettings,
                  metrics: Metrics, executor: Executor,
-                 decoder: JpegDecoder | DecoderProcess | None = None) -> None:
+                 decoder: JpegDecoder | DecoderProcess | None = None,
+                 arrival: ArrivalDecoder | None = None) -> None:
         """``executor``: the backend thread (closing a session waits for a push in flight);
-        ``decoder``: the settings' decoder, made already (default: made here)."""
+        ``decoder``: the settings' decoder, made already (default: made here); ``arrival``
+        (``--decode-on-arrival``): another lane's arrival decoder, shared (default: made here)."""
         self.metrics, self._executor = metrics, executor
         if decoder is None:
             decoder = make_decoder(backend.device, settings)
@@ -137,6 +145,15 @@ class DevicePath:
         self.flush_thread = settings.pipeline_flush_thread
         self.flush_after_push = settings.pipeline_flush_after_push  # (the batcher's to run)
         self._flush_timer = StageTimer(backend.device) if self.flush_thread else None
+        # --decode-on-arrival: the arrival decoder (made at start-up only with the option; one
+        # thread, nvJPEG handle and stream for all of a worker's lanes: with one a lane, two
+        # replicas of six hung with every GPU idle in the fifty-seventh session's first load,
+        # docs/benchmarks/LOG.md), and whether uploads are sent to it now (PUT
+        # /v1/admin/settings may switch it)
+        if arrival is None and settings.pipeline_decode_on_arrival:
+            arrival = ArrivalDecoder(backend.device, name="decode-arrival")
+        self.arrival = arrival
+        self.decode_on_arrival = self.arrival is not None
         self._heatmaps_seen = self._fallbacks_seen = 0  # the pipeline's counts exported so far
         self._profiler = PushProfiler.from_env()  # TTBALL_PROFILE_PUSHES (measurement only)
 
@@ -152,6 +169,10 @@ class DevicePath:
                 "decode_ahead": self._ahead, "decode_early": self.pipeline.decode_early,
                 "carry_windows": self.pipeline.carry, "flush_thread": self.flush_thread,
                 "flush_after_push": self.flush_after_push,
+                "decode_on_arrival": self.decode_on_arrival,
+                "arrival_decoder": self.arrival.kind if self.arrival is not None else None,
+                "arrival_decoder_note": (self.arrival.gpu_reason if self.arrival is not None
+                                         else None),
                 "graph_error": self.pipeline.graph_error, "overlap": self.pipeline.overlap,
                 "depth": self.pipeline.depth, "stats_stream": self.pipeline.stats_stream,
                 "resize": resizer.running, "compile_resize": resizer.compiled,
@@ -167,6 +188,19 @@ class DevicePath:
             return {}
         return {"decode_ahead_hits": decoder.ahead_hits,
                 "decode_ahead_misses": decoder.ahead_misses}
+
+    def start_decode(self, blobs: Sequence[bytes]) -> Future[Decoded | None] | None:
+        """``--decode-on-arrival`` (event loop): start decoding an upload's frames now; None
+        when it is off (the push decodes them)."""
+        if self.arrival is None or not self.decode_on_arrival:
+            return None
+        return self.arrival.submit(blobs)
+
+    def close_arrival(self) -> None:
+        """Stop the arrival decoder's thread (worker shutdown) once what it was sent is
+        decoded; uploads queued later are decoded by their pushes."""
+        if self.arrival is not None:
+            self.arrival.close(timeout=1.0)
 
     # -- sessions (event loop) ---------------------------------------------------------------------
     def open(self, sid: str, options: StreamOptions, fps: float) -> DeviceStream:
@@ -324,15 +358,38 @@ class DevicePath:
                 return False
             frames = [(uploads[i].key, blob) for i in live for blob in uploads[i].blobs]
             stamps = [stamp for i in live for stamp in uploads[i].stamps]
+            decoded = self._arrived([uploads[i] for i in live])
             try:
-                self._timed_push(frames, stamps, upcoming)  # its rows delivered in it
+                self._timed_push(frames, stamps, upcoming, decoded)  # its rows delivered in it
             except FrameRejected as exc:
                 bad = owner[exc.index]
                 results[bad] = _refusal(exc, uploads[bad].stamps[exc.index - owner.index(bad)][0])
                 live.remove(bad)
                 continue
             self.metrics.frame_accepted(len(frames))
+            if self.arrival is not None:
+                self._count_arrived(decoded)
             return True
+
+    def _arrived(self, uploads: Sequence[Upload]) -> list[Decoded | None]:
+        """``--decode-on-arrival``: the uploads' decoded frames for :meth:`GpuPipeline.push`
+        (a :class:`Decoded` an upload; None a frame the push decodes), waited for in the
+        ``arrival_wait`` stage; empty without an arrival decoder."""
+        if self.arrival is None:
+            return []
+        out: list[Decoded | None] = []
+        with self.pipeline.timer.stage("arrival_wait"):
+            for upload in uploads:
+                got = upload.decoded.result() if upload.decoded is not None else None
+                out.extend([got] if got is not None else [None] * len(upload.blobs))
+        return out
+
+    def _count_arrived(self, decoded: Sequence[Decoded | None]) -> None:
+        counter = self.metrics.arrival_frames
+        assert counter is not None
+        early = sum(len(d.images) for d in decoded if d is not None)
+        counter.labels("arrival").inc(early)
+        counter.labels("push").inc(sum(d is None for d in decoded))
 
     def _deliver_pushed(self, rows: dict[str, list[FrameResult]]) -> None:
         """A push's rows, delivered under the pipeline's lock (so a flush on another thread
@@ -363,7 +420,8 @@ class DevicePath:
         self._heatmaps_seen, self._fallbacks_seen = pipeline.heatmaps, pipeline.fallbacks
 
     def _timed_push(self, frames: list[tuple[str, bytes]], stamps: list[tuple[int, float]],
-                    upcoming: Sequence[tuple[str, bytes]] = ()) -> dict[str, list[FrameResult]]:
+                    upcoming: Sequence[tuple[str, bytes]] = (),
+                    decoded: Sequence[Decoded | None] = ()) -> dict[str, list[FrameResult]]:
         pipeline = self.pipeline
         before = dict(pipeline.timer.seconds)
         before_cpu = dict(pipeline.timer.cpu_seconds)
@@ -372,7 +430,8 @@ class DevicePath:
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._profiler.push() if self._profiler is not None else nullcontext():
-                rows = pipeline.push(frames, stamps, upcoming, deliver=self._deliver_pushed)
+                rows = pipeline.push(frames, stamps, upcoming, deliver=self._deliver_pushed,
+                                     decoded=decoded)
         finally:
             counter = self.metrics.decode_ahead
             assert counter is not None
@@ -492,9 +551,12 @@ class DeviceFeeder:
         stamps = session.stamps([self._jpeg_size(p) for p in parts], frame, t)
         cost = len(parts) * (WINDOW // session.options.step)
         self.batcher.reserve(1, cost)
-        upload = Upload(session.stream.stream_id, tuple(p.data for p in parts), tuple(stamps),
-                        session.deliver)
-        future = self.batcher.submit_job(KIND, upload, cost, lane=self._lane(session))
+        lane = self._lane(session)
+        blobs = tuple(p.data for p in parts)
+        decoded = self.lanes.paths[lane].start_decode(blobs) if self.lanes is not None else None
+        upload = Upload(session.stream.stream_id, blobs, tuple(stamps), session.deliver,
+                        decoded=decoded)
+        future = self.batcher.submit_job(KIND, upload, cost, lane=lane)
         session.last_index = stamps[-1][0]
         return self._step(session, future, stamps[0][0], stamps[-1][0])
 

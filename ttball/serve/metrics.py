@@ -136,6 +136,7 @@ class Metrics:
         self.push_frames: Histogram | None = None
         self.heatmaps: Counter | None = None
         self.decode_ahead: Counter | None = None
+        self.arrival_frames: Counter | None = None
         self.windows_carried: Counter | None = None
         self.flush_seconds: Counter | None = None
 
@@ -207,6 +208,11 @@ class Metrics:
         self.decode_ahead = Counter("ttball_decode_ahead", "Device pipeline, --decode-ahead: "
                                     "decodes started a push ahead, taken by the next push (hit) "
                                     "or dropped (miss)", ["result"], registry=r)
+        self.arrival_frames = Counter("ttball_arrival_frames", "Device pipeline, "
+                                      "--decode-on-arrival: pushed frames by where they were "
+                                      "decoded: on arrival, or by their push (queued while it "
+                                      "was off, or a frame of their upload did not decode)",
+                                      ["where"], registry=r)
         self.windows_carried = Counter("ttball_windows_carried", "Device pipeline, "
                                        "--carry-windows (default): windows a push whose calls "
                                        "were full left to the next push's calls", registry=r)

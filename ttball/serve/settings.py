@@ -96,6 +96,10 @@ class ServeSettings:
     # With decode_ahead: the next push's decode is sent before a push waits for its own, so each
     # child has its next request the moment it answers one (DecoderProcess's ``then``).
     pipeline_decode_early: bool = False
+    # With device_pipeline: each lane's uploads decoded on a thread of their own as the event
+    # loop queues them (nvjpeg-own where it can run; ttball.kernels.arrival), so a push finds
+    # its frames decoded instead of decoding them itself.
+    pipeline_decode_on_arrival: bool = False
     # With pipeline_overlap: a push's windows past its full calls carried to the next push
     # (--no-carry-windows turns it off; nothing to carry to without overlap)
     pipeline_carry: bool = True
@@ -197,6 +201,11 @@ class ServeSettings:
                             f"{self.pipeline_decode_processes}")
         if self.pipeline_decode_processes and not self.device_pipeline:
             raise UserError("--decode-processes needs --device-pipeline")
+        if self.pipeline_decode_on_arrival and not self.device_pipeline:
+            raise UserError("--decode-on-arrival needs --device-pipeline")
+        if self.pipeline_decode_on_arrival and self.pipeline_decode_processes:
+            raise UserError("--decode-on-arrival and --decode-processes are exclusive (frames "
+                            "decoded on arrival are decoded in the lane's process)")
         if self.pipeline_decode_early and not self.pipeline_decode_ahead:
             raise UserError("--decode-early needs --decode-ahead")
         if self.pipeline_decode_ahead and not self.pipeline_decode_processes:

@@ -48,7 +48,8 @@ CUDA_WARM_CALLS = 3
 # high): read by the batcher or the interpreter at each use, so a change holds from the next
 # batch on (a measurement's A/B under one start: docs/serve.md)
 LIVE_SETTINGS: dict[str, tuple[type, float, float]] = {
-    "flush_after_push": (bool, 0.0, 0.0), "max_delay_ms": (float, 0.0, 1000.0),
+    "flush_after_push": (bool, 0.0, 0.0), "decode_on_arrival": (bool, 0.0, 0.0),
+    "max_delay_ms": (float, 0.0, 1000.0),
     "switch_interval_ms": (float, 0.01, 100.0)}
 
 
@@ -390,7 +391,10 @@ class Worker:
         backend = self._build_backend()
         for _ in self._warm_sizes(backend):
             pass
-        path = DevicePath(backend, self.config, self.settings, self.metrics, thread)
+        assert self.device is not None
+        # --decode-on-arrival: the lanes share lane 0's arrival decoder (ttball/serve/device.py)
+        path = DevicePath(backend, self.config, self.settings, self.metrics, thread,
+                          arrival=self.device.paths[0].arrival)
         path.warm(self.settings.warmup_batches)
         return path
 
@@ -461,6 +465,8 @@ class Worker:
             await self.batcher.stop()
         for thread in (self.backend_thread, *self.lane_threads, *self.flush_threads):
             thread.shutdown(wait=False, cancel_futures=True)
+        for path in self.device.paths if self.device is not None else []:
+            path.close_arrival()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # -- what routes ask -----------------------------------------------------------------------
@@ -543,6 +549,10 @@ class Worker:
                                   or not low <= value <= high):
                 raise ApiError(422, "bad_settings", f"{name} must be a number in "
                                                     f"{low:g}..{high:g}, got {value!r}")
+        paths = self.device.paths if self.device is not None else []
+        if changes.get("decode_on_arrival") and not self.settings.pipeline_decode_on_arrival:
+            raise ApiError(422, "bad_settings", "decode_on_arrival can be switched on only in a "
+                                                "worker started with --decode-on-arrival")
         if "flush_after_push" in changes:  # the option's own rules, as at start-up
             try:
                 replace(self.settings,
@@ -551,8 +561,11 @@ class Worker:
                 raise ApiError(422, "bad_settings", str(exc)) from None
             # (checked before anything changes: all or none)
             self.batcher.idle_after_batch = changes["flush_after_push"]
-            for path in self.device.paths if self.device is not None else []:
+            for path in paths:
                 path.flush_after_push = changes["flush_after_push"]
+        if "decode_on_arrival" in changes:
+            for path in paths:
+                path.decode_on_arrival = changes["decode_on_arrival"]
         if "max_delay_ms" in changes:
             self.batcher.max_delay_s = changes["max_delay_ms"] / 1e3
         if "switch_interval_ms" in changes:
@@ -562,7 +575,9 @@ class Worker:
     def live_values(self) -> dict[str, Any]:
         """The :data:`LIVE_SETTINGS` as the worker runs them now."""
         batcher = self.batcher
+        paths = self.device.paths if self.device is not None else []
         return {"flush_after_push": bool(batcher and batcher.idle_after_batch),
+                "decode_on_arrival": any(path.decode_on_arrival for path in paths),
                 "max_delay_ms": round(batcher.max_delay_s * 1e3, 6) if batcher else None,
                 "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 6)}
 

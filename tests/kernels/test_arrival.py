@@ -1,0 +1,148 @@
+"""The arrival decoder (``serve --decode-on-arrival``, ``ttball.kernels.arrival``): requests
+decoded on its thread, those queued meanwhile in one call, a bad one left to its push (None)
+without costing the others theirs, nothing lost at close. Its frames in a push:
+``test_prepost.py``; in the worker: ``tests/serve/test_device_pipeline.py``."""
+
+from __future__ import annotations
+
+import threading
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from ttball.kernels.arrival import ArrivalDecoder, Decoded
+from ttball.kernels.prepost import DecodeError, decode_cv2
+
+
+def jpeg(value: int, size: tuple[int, int] = (64, 36)) -> bytes:
+    rgb = np.full((size[1], size[0], 3), value, np.uint8)
+    rgb[:, : size[0] // 2, 0] = 255 - value  # not flat: a channel mix-up would show
+    return cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
+
+
+class GatedDecoder:
+    """Decodes as cv2 does; its first call waits for ``go``; ``calls`` holds each call's size;
+    a blob ``b"bad"`` fails the call it is in."""
+
+    kind, gpu_reason = "gated", None
+
+    def __init__(self) -> None:
+        self.go, self.entered = threading.Event(), threading.Event()
+        self.calls: list[int] = []
+
+    def __call__(self, blobs):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        self.go.wait(10)
+        self.calls.append(len(blobs))
+        for i, blob in enumerate(blobs):
+            if blob == b"bad":
+                raise DecodeError(i, "not a decodable JPEG")
+        return [decode_cv2(blob, i) for i, blob in enumerate(blobs)]
+
+
+def test_requests_decode_on_the_thread_as_cv2_does() -> None:
+    arrival = ArrivalDecoder("cpu", name="decode-arrival-test")
+    try:
+        assert arrival.kind == "cv2" and arrival.stream is None
+        assert "decode-arrival-test" in {t.name for t in threading.enumerate()}
+        blobs = [jpeg(v) for v in (10, 120, 240)]
+        got = arrival.submit(blobs).result(timeout=10)
+        assert isinstance(got, Decoded) and got.event is None
+        images = got.use_on(None)
+        assert len(images) == 3
+        for image, blob in zip(images, blobs):
+            assert torch.equal(image, decode_cv2(blob))
+        assert arrival.submit([]).result(timeout=1) is None  # nothing to decode
+        assert (arrival.batches, arrival.frames, arrival.failed) == (1, 3, 0)
+    finally:
+        arrival.close()
+
+
+def test_requests_queued_meanwhile_go_in_one_call_and_a_bad_one_alone_fails() -> None:
+    arrival = ArrivalDecoder("cpu")
+    gated = GatedDecoder()
+    arrival.decoder = gated  # type: ignore[assignment]
+    try:
+        first = arrival.submit([jpeg(1)])
+        assert gated.entered.wait(10)  # the thread is in its first call
+        good = [arrival.submit([jpeg(v), jpeg(v + 1)]) for v in (20, 40)]
+        bad = arrival.submit([jpeg(60), b"bad"])
+        gated.go.set()
+        assert first.result(timeout=10) is not None
+        assert bad.result(timeout=10) is None  # left to its push, which refuses the frame
+        for future, v in zip(good, (20, 40)):
+            images = future.result(timeout=10).images  # type: ignore[union-attr]
+            assert [int(i[1, 0, -1]) for i in images] == [
+                int(decode_cv2(jpeg(w))[1, 0, -1]) for w in (v, v + 1)]
+        # the first alone; the three queued meanwhile as one call of 6 frames, failed by the
+        # bad frame; then each request alone
+        assert gated.calls == [1, 6, 2, 2, 2]
+        assert (arrival.batches, arrival.frames, arrival.failed) == (3, 5, 1)
+    finally:
+        arrival.close()
+
+
+def test_close_decodes_what_was_queued_and_leaves_later_requests_to_their_pushes() -> None:
+    arrival = ArrivalDecoder("cpu")
+    gated = GatedDecoder()
+    arrival.decoder = gated  # type: ignore[assignment]
+    first = arrival.submit([jpeg(1)])
+    assert gated.entered.wait(10)
+    queued = arrival.submit([jpeg(2)])
+    gated.go.set()
+    arrival.close()
+    assert first.result(timeout=1) is not None and queued.result(timeout=1) is not None
+    assert arrival.submit([jpeg(3)]).result(timeout=1) is None
+    assert not arrival._thread.is_alive()
+    arrival.close()  # twice: nothing
+
+
+def test_a_decoder_that_breaks_leaves_the_frames_to_their_pushes() -> None:
+    """Any failure of the call (not only a frame that does not decode) resolves its requests
+    to None; the thread goes on."""
+    arrival = ArrivalDecoder("cpu")
+
+    def broken(blobs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("device lost")
+
+    decoder, arrival.decoder = arrival.decoder, broken  # type: ignore[assignment]
+    try:
+        assert arrival.submit([jpeg(1)]).result(timeout=10) is None
+        arrival.decoder = decoder
+        assert arrival.submit([jpeg(1)]).result(timeout=10) is not None
+    finally:
+        arrival.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_frames_come_behind_an_event_of_the_arrival_stream() -> None:
+    """On the GPU: the frames are decoded on the arrival stream (nvjpeg-own where it builds,
+    else its fallback, which ``gpu_reason`` names) and ready for another stream once it waits
+    for their event: the pixels of the host decode within JPEG decoders' rounding."""
+    arrival = ArrivalDecoder("cuda")
+    try:
+        assert arrival.stream is not None and arrival.kind in ("nvjpeg-own", "nvjpeg"), (
+            arrival.kind, arrival.gpu_reason)
+        blobs = [jpeg(v, (320, 180)) for v in (30, 200)]
+        got = arrival.submit(blobs).result(timeout=60)
+        assert got is not None and got.event is not None
+        other = torch.cuda.Stream()
+        with torch.cuda.stream(other):
+            images = got.use_on(other)
+            means = [float(image.float().mean()) for image in images]
+        for mean, blob in zip(means, blobs):
+            assert abs(mean - float(decode_cv2(blob).float().mean())) < 2
+    finally:
+        arrival.close()
+
+
+def test_a_decoder_that_cannot_be_made_fails_the_constructor() -> None:
+    """The decoder is made on the arrival thread (where it is used); its error reaches the
+    caller, and the thread ends."""
+    before = threading.active_count()
+    with pytest.raises(ValueError, match="unknown JPEG decoder 'bogus'"):
+        ArrivalDecoder("cpu", library="bogus")
+    assert threading.active_count() == before
