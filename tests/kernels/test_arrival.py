@@ -146,3 +146,25 @@ def test_a_decoder_that_cannot_be_made_fails_the_constructor() -> None:
     with pytest.raises(ValueError, match="unknown JPEG decoder 'bogus'"):
         ArrivalDecoder("cpu", library="bogus")
     assert threading.active_count() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_requests_back_to_back_all_decode_right() -> None:
+    """On the GPU, requests queued faster than they decode (as under load: the thread's next
+    call comes while the last batch may still be on the GPU) each decode to their own pixels,
+    within seconds (one batch in flight at a time)."""
+    arrival = ArrivalDecoder("cuda")
+    try:
+        values = [(17 * k) % 250 for k in range(60)]
+        futures = [arrival.submit([jpeg(v, (1280, 720))]) for v in values]
+        got = [future.result(timeout=60) for future in futures]
+        torch.cuda.synchronize()
+        for decoded, v in zip(got, values):
+            assert decoded is not None
+            (image,) = decoded.images
+            want = float(decode_cv2(jpeg(v, (1280, 720))).float().mean())
+            assert abs(float(image.float().mean()) - want) < 2, (v, want)
+        assert arrival.batches < len(values)  # the queue was taken in batches
+    finally:
+        arrival.close()

@@ -71,6 +71,8 @@ class ArrivalDecoder:
         self.stream = (torch.cuda.Stream(self.device, priority=-1)
                        if self.device.type == "cuda" else None)
         self.batches = self.frames = self.failed = 0
+        # the last batch's event: the next batch starts once it has passed (see _call)
+        self._last: torch.cuda.Event | None = None
         self._queue: queue.SimpleQueue[tuple[tuple[bytes, ...], Future[Decoded | None]] | None]
         self._queue = queue.SimpleQueue()
         self._closed = False
@@ -154,7 +156,7 @@ class ArrivalDecoder:
             return
         event = None
         if self.stream is not None:
-            event = torch.cuda.Event()
+            event = self._last = torch.cuda.Event(blocking=True)
             event.record(self.stream)
         start = 0
         for blobs, future in batch:
@@ -162,6 +164,12 @@ class ArrivalDecoder:
             start += len(blobs)
 
     def _call(self, blobs: list[bytes]) -> list[Tensor]:
+        """One decoder call, once the last one's decode is done on the GPU: one batch in
+        flight at a time (nvJPEG reuses its decode state's buffers from one batch to the next,
+        and the lanes' own calls always had theirs read back first). The thread sleeps
+        meanwhile (a blocking event); what arrives joins the next batch."""
+        if self._last is not None:
+            self._last.synchronize()
         with self._on_stream():
             images = self.decoder(blobs)
         self.batches += 1
