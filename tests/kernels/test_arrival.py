@@ -168,3 +168,25 @@ def test_on_cuda_requests_back_to_back_all_decode_right() -> None:
         assert arrival.batches < len(values)  # the queue was taken in batches
     finally:
         arrival.close()
+
+
+def test_a_batch_starts_once_the_last_one_s_decode_has_passed() -> None:
+    """One batch in flight: before each decoder call the thread waits for the last batch's
+    event (on CUDA, recorded after its decode; a stand-in here, where there is none)."""
+    arrival = ArrivalDecoder("cpu")
+    order: list[str] = []
+
+    class LastEvent:
+        def synchronize(self) -> None:
+            order.append("waited")
+
+    def decoder(blobs):  # type: ignore[no-untyped-def]
+        order.append("decoded")
+        return [decode_cv2(blob) for blob in blobs]
+
+    arrival.decoder, arrival._last = decoder, LastEvent()  # type: ignore[assignment]
+    try:
+        assert arrival.submit([jpeg(5)]).result(timeout=10) is not None
+        assert order == ["waited", "decoded"]
+    finally:
+        arrival.close()
