@@ -157,13 +157,14 @@ def test_on_cuda_requests_back_to_back_all_decode_right() -> None:
     arrival = ArrivalDecoder("cuda")
     try:
         values = [(17 * k) % 250 for k in range(60)]
-        futures = [arrival.submit([jpeg(v, (1280, 720))]) for v in values]
+        blobs = [jpeg(v, (1280, 720)) for v in values]  # encoded first: queued back to back
+        futures = [arrival.submit([blob]) for blob in blobs]
         got = [future.result(timeout=60) for future in futures]
         torch.cuda.synchronize()
-        for decoded, v in zip(got, values):
+        for decoded, blob, v in zip(got, blobs, values):
             assert decoded is not None
             (image,) = decoded.images
-            want = float(decode_cv2(jpeg(v, (1280, 720))).float().mean())
+            want = float(decode_cv2(blob).float().mean())
             assert abs(float(image.float().mean()) - want) < 2, (v, want)
         assert arrival.batches < len(values)  # the queue was taken in batches
     finally:

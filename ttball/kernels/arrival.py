@@ -3,17 +3,23 @@
 In the worker's device pipeline a push decodes its frames itself: the lane's thread takes a
 batch of uploads, decodes them, resizes them, runs the network. Under a latency load (serve's
 six replicas of two lanes at 64 sessions) the decode is about half of a push (2.4 of 4.6 ms,
-fifty-sixth session), and the lanes' queue model says a push without it would take the client's
+fifty-sixth session), and the lanes' queue model said a push without it would take the client's
 p99 from ~50 to ~42 ms (``scripts/lane_queue_model.py``, ``docs/benchmarks/LOG.md``).
 
 :class:`ArrivalDecoder` decodes an upload's frames the moment the event loop queues it
 (:meth:`ArrivalDecoder.submit`), on its own thread and CUDA stream, so by the time its lane
 takes the upload (the wait for company, the push before it) its frames are decoded or on their
 way. Its thread takes every request queued since its last call as one batch. Its decoder is
-``nvjpeg-own`` where that can run (queued on the stream without waiting: the thread is free
-again in a fraction of a millisecond; torchvision's nvJPEG, the fallback, waits for all of the
-process's GPU work in its call), else the next one :class:`~ttball.kernels.prepost_image.JpegDecoder`
+``nvjpeg-own`` where that can run (queued on the stream without waiting for the lanes' work;
+torchvision's nvJPEG, the fallback, waits for all of the process's GPU work in its call), else the next one :class:`~ttball.kernels.prepost_image.JpegDecoder`
 falls back to (``kind``, ``gpu_reason``).
+
+Measured (fifty-seventh session, ``docs/benchmarks/h100-2026-12-06f/``): under that load every
+frame came decoded and the push's decode stage fell 1.5 ms, but the duplicate check's read-back
+waited 2.4 ms longer for the decode on the JPEG engines (a push's frames arrive during its wait
+for company, and a batch's decode takes as long), so the client's p99 rose by 21 ms: opt-in,
+experimental. One batch is in flight at a time (the next call waits for the last batch's
+event): a first build that started its next batch at once hung two replicas of six.
 
 A request's :class:`Decoded` frames are ready for a stream once it has waited for their event
 (:meth:`Decoded.use_on`; on the CPU there is none). A request whose frames do not all decode
