@@ -11,8 +11,9 @@ p99 from ~50 to ~42 ms (``scripts/lane_queue_model.py``, ``docs/benchmarks/LOG.m
 takes the upload (the wait for company, the push before it) its frames are decoded or on their
 way. Its thread takes every request queued since its last call as one batch. Its decoder is
 ``nvjpeg-own`` where that can run (queued on the stream without waiting for the lanes' work;
-torchvision's nvJPEG, the fallback, waits for all of the process's GPU work in its call), else the next one :class:`~ttball.kernels.prepost_image.JpegDecoder`
-falls back to (``kind``, ``gpu_reason``).
+torchvision's nvJPEG, the fallback, waits for all of the process's GPU work in its call), else
+the next one :class:`~ttball.kernels.prepost_image.JpegDecoder` falls back to (``kind``,
+``gpu_reason``).
 
 Measured (fifty-seventh session, ``docs/benchmarks/h100-2026-12-06f/``): under that load every
 frame came decoded and the push's decode stage fell 1.5 ms, but the duplicate check's read-back
@@ -113,6 +114,14 @@ class ArrivalDecoder:
             self._closed = True
             self._queue.put(None)
             self._thread.join(timeout)
+        # a request that raced the close past the thread's end: left to its push
+        while not self._thread.is_alive():
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if request is not None:
+                request[1].set_result(None)
 
     def _loop(self, library: str, made: Future[JpegDecoder]) -> None:
         name_os_thread("tt-arrival")  # its CPU apart from the lanes' (scripts/proc_cpu.py)

@@ -69,9 +69,6 @@ KIND = "device"  # the batcher's job kind of an Upload
 FLUSH_STAGES = ("wait", "post_wait", "post_read", "track", *GPU_STAGES, "call", "call_cpu")
 # --decode-ahead: /readyz's counts → ttball_decode_ahead's result label
 AHEAD_RESULTS = {"decode_ahead_hits": "hit", "decode_ahead_misses": "miss"}
-# --decode-on-arrival: where a pushed frame was decoded (ttball_arrival_frames' label): on
-# arrival, or by its push (its upload queued while it was switched off, or a frame of it failed)
-ARRIVAL_WHERE = ("arrival", "push")
 # a session's key in its pipeline: ``{id}#{n}``, n unique in the process (over every lane)
 _KEYS = itertools.count()
 
@@ -146,10 +143,10 @@ class DevicePath:
         self.flush_after_push = settings.pipeline_flush_after_push  # (the batcher's to run)
         self._flush_timer = StageTimer(backend.device) if self.flush_thread else None
         # --decode-on-arrival: the arrival decoder (made at start-up only with the option; one
-        # thread, nvJPEG handle and stream for all of a worker's lanes: with one a lane, two
-        # replicas of six hung with every GPU idle in the fifty-seventh session's first load,
-        # docs/benchmarks/LOG.md), and whether uploads are sent to it now (PUT
-        # /v1/admin/settings may switch it)
+        # thread, nvJPEG handle and stream for all of a worker's lanes: a first build with one a
+        # lane, its batches back to back, hung two replicas of six with the GPU idle in the
+        # fifty-seventh session, docs/benchmarks/LOG.md), and whether uploads are sent to it
+        # now (PUT /v1/admin/settings may switch it)
         if arrival is None and settings.pipeline_decode_on_arrival:
             arrival = ArrivalDecoder(backend.device, name="decode-arrival")
         self.arrival = arrival
@@ -385,6 +382,8 @@ class DevicePath:
         return out
 
     def _count_arrived(self, decoded: Sequence[Decoded | None]) -> None:
+        """``ttball_arrival_frames``: a push's frames by where they were decoded (on arrival;
+        by the push: queued while switched off, or an upload with a frame that did not decode)."""
         counter = self.metrics.arrival_frames
         assert counter is not None
         early = sum(len(d.images) for d in decoded if d is not None)
