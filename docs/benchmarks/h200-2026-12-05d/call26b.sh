@@ -50,7 +50,11 @@ busy() { nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits | 
         mv /tmp/next/dump-$p.new /tmp/next/dump-$p.txt
     done
     # a load running on a GPU idle four times a second apart: every replica's native stacks, once
-    if [ $native = 0 ] && pgrep -f "ttball.cli loadtest" > /dev/null && [ "$(busy)" = 0 ] &&
+    # (the load test running 5 s or more: while its clients connect the GPU idles; run once,
+    # this watcher fired at a load's start and paused every replica)
+    lt=$(pgrep -of "ttball.cli loadtest")
+    if [ $native = 0 ] && [ -n "$lt" ] && [ "$(ps -o etimes= -p $lt | tr -d ' ')" -ge 5 ] &&
+        [ "$(busy)" = 0 ] &&
         sleep 1 && [ "$(busy)" = 0 ] && sleep 1 && [ "$(busy)" = 0 ] && sleep 1 &&
         [ "$(busy)" = 0 ]; then
       for p in $pids; do timeout 30 py-spy dump --native --pid $p > /tmp/next/native-$p.txt 2>&1; done
