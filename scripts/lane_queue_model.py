@@ -12,6 +12,7 @@ queue (a window may run on whichever lane is free first; the worker pins a sessi
     python scripts/lane_queue_model.py [--delay-ms 2 0 1] [--sigma 0.3] [--pooled]
         [--fixed-ms F --per-frame-ms P] [--flush-ms L [--flush-when short|empty|thread]]
         [--sessions 11] [--phases random|even] [--seeds N]
+        [--arrival-fixed-ms A --arrival-per-frame-ms B --after-ready-ms C]
 
 ``flush_ms`` (fifty-fourth session): with overlap the batcher runs the lane's flush after every
 push that leaves less than a full batch queued (``Batcher._loop``), so the lane stays occupied
@@ -33,6 +34,19 @@ between replicas of one load; ``--flush-ms 0.93``, the flush as the loop sees it
 (docs/benchmarks/h100-2026-12-06e/). ``client_*``: a frame's latency as the load test's
 client sees it, less the transport (its window's stay plus its wait for the window's last
 frame): 26.2 / 46.5 / 50.3 ms (p50 / p95 / p99) there, measured 26.9 / 46.6 / 50.1.
+
+Fifty-seventh session: ``--arrival-*`` models ``serve --decode-on-arrival`` -- one decoder for
+the replica's lanes, its batches one after another (``arrival_fixed_ms`` + ``arrival_per_frame_ms``
+× frames, each batch every frame arrived by its start), a push ending no earlier than
+``after_ready_ms`` past its last frame's decode (its read-back waits for it). Calibrated on
+call26b's host (docs/benchmarks/h100-2026-12-06f/), decoding in the pushes: ``--fixed-ms 3.5
+--per-frame-ms 1.3`` gives 2.91 frames a push, stay 13.6 ms, client p99 57.8 (measured 2.74-2.89,
+13.1-14.3, 60.6-63.6). Decoding on arrival (the push's decode stage 2.2 -> 0.7 ms: ``--fixed-ms
+2.6 --per-frame-ms 0.99``, ``--after-ready-ms 1.5``): an arrival batch of 0.5-2 ms + 0.1-0.5 a
+frame would have gained (client p99 48.4-49.2); the measurement (4.8-5.4 frames a push, stay
+23.1-26.6, p99 75.8-90.9) is met at ``--arrival-fixed-ms 3 --arrival-per-frame-ms 1`` (5.07,
+23.1, 68.0), i.e. if the decoder's batches took ~3 ms + 1 ms a frame from call to decoded --
+a guess until ``ttball_arrival_batch_seconds`` (new) measures them.
 
 First calibrated by hand on docs/benchmarks/h100-2026-12-06b/ (the quiet H100, six replicas of
 two lanes, 64 sessions: 2.0 frames a push, 71-74 % busy, stay mean 9.1, p95 14.4, p99 18.6 ms);
@@ -82,6 +96,18 @@ class Lane:
     flush_ms: float = 0.0
     flush_when: str = "short"
     read_ms: float = 0.3
+    # serve --decode-on-arrival (fifty-seventh session): one decoder for the replica's lanes
+    # takes every frame arrived since its last batch, one batch at a time, for
+    # ``arrival_fixed_ms + arrival_per_frame_ms`` × frames; a push (whose own costs then
+    # leave the decode out) cannot end before ``after_ready_ms`` past the decode of its last
+    # frame (its read-back waits for it). Off while both costs are 0.
+    arrival_fixed_ms: float = 0.0
+    arrival_per_frame_ms: float = 0.0
+    after_ready_ms: float = 0.0
+
+    @property
+    def arrival(self) -> bool:
+        return bool(self.arrival_fixed_ms or self.arrival_per_frame_ms)
 
 
 def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
@@ -104,6 +130,22 @@ def arrivals(load: Load, rnd: random.Random) -> list[tuple[float, int, bool]]:
     return sorted(out)
 
 
+def decoded_at(frames: list[tuple[float, int, bool]], lane: Lane) -> dict[int, float]:
+    """``--arrival-*``: when each frame (by its index in ``frames``, time order) is decoded by
+    the replica's arrival decoder: batches one after another, each of the frames arrived by
+    its start."""
+    ready: dict[int, float] = {}
+    free, i = 0.0, 0
+    while i < len(frames):
+        start = max(free, frames[i][0])
+        n = next((k for k in range(i, len(frames)) if frames[k][0] > start), len(frames)) - i
+        free = start + lane.arrival_fixed_ms + lane.arrival_per_frame_ms * n
+        for k in range(i, i + n):
+            ready[k] = free
+        i += n
+    return ready
+
+
 def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
     """Frames a push, the lanes' busy % (in pushes) and idle % (in flushes), the pushes that
     waited for company more than 0.5 ms (% : the worker's ``gather`` stage above its first
@@ -112,6 +154,8 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
         raise ValueError(f"flush_when: 'short', 'empty' or 'thread', not {lane.flush_when!r}")
     rnd = random.Random(seed)
     frames = arrivals(load, rnd)
+    ready = decoded_at(frames, lane) if lane.arrival else {}
+    ready_of = {id(frame): ready[k] for k, frame in enumerate(frames)} if ready else {}
     queues: list[list[tuple[float, int, bool]]] = [[] for _ in range(load.lanes)]
     free_at = [0.0] * load.lanes
     unread: list[list[float]] = [[] for _ in range(load.lanes)]  # windows awaiting read-back
@@ -155,6 +199,9 @@ def simulate(load: Load, lane: Lane, seed: int = 1) -> dict[str, float]:
                 if unread[i]:  # the last push's windows, read back by this one ("empty")
                     spent += lane.read_ms
                 end = start + spent
+                if ready_of:  # the read-back waits for the last frame's decode
+                    end = max(end, max(ready_of[id(f)] for f in taken) + lane.after_ready_ms)
+                    spent = end - start
                 busy += spent
                 pushes.append(n)
                 stays.extend(end - t for t in unread[i])
@@ -224,13 +271,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="a replica's sessions (its two lanes take them in turn)")
     p.add_argument("--phases", choices=("random", "even"), default="random")
     p.add_argument("--seeds", type=int, default=1, help="the mean over this many seeds")
+    p.add_argument("--arrival-fixed-ms", type=float, default=0.0,
+                   help="serve --decode-on-arrival: a decode batch's fixed time")
+    p.add_argument("--arrival-per-frame-ms", type=float, default=0.0,
+                   help="... and its time a frame")
+    p.add_argument("--after-ready-ms", type=float, default=0.0,
+                   help="a push's time after its last frame is decoded")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error("--seeds: at least 1")
     load = Load(sessions=args.sessions, phases=args.phases)
     for delay in args.delay_ms:
         lane = Lane(delay, args.per_frame_ms, args.fixed_ms, args.sigma, args.pooled,
-                    args.flush_ms, args.flush_when, args.read_ms)
+                    args.flush_ms, args.flush_when, args.read_ms, args.arrival_fixed_ms,
+                    args.arrival_per_frame_ms, args.after_ready_ms)
         print(f"delay {delay} ms: {averaged(load, lane, args.seeds)}")
     return 0
 

@@ -63,6 +63,9 @@ FLUSH = ("wait", "post_wait", "post_read", "track", *GPU, "call", "call_cpu")
 PAIRED = ("p99", "frames_a_push", "gather_ms", "push_ms", "decode_ms", "stay_ms",
           "gpu_network_ms", "handoff_ms")
 NO_WAIT_S = 0.0005  # ttball_stage_seconds' first bucket: a gather under it did not wait
+# serve --decode-on-arrival (fifty-seventh session): the arrival decoder's batches, from a
+# batch's call to its decode's end on the GPU; a column where a run has them
+ARRIVAL = (("arrival_batch", "ttball_arrival_batch_seconds", None),)
 # --quantiles: (label in the report, metric, stage label or None)
 HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_seconds", "queue"),
               ("push", "ttball_push_seconds", "total"), ("decode", "ttball_push_seconds", "decode"),
@@ -70,7 +73,8 @@ HISTOGRAMS = (("stay", "ttball_window_seconds", None), ("queue", "ttball_stage_s
               ("postprocess", "ttball_push_seconds", "postprocess"),
               ("loop_lag", "ttball_event_loop_lag_seconds", None),
               *((stage, "ttball_push_seconds", stage) for stage in OPTIONAL),
-              *((stage, "ttball_stage_seconds", stage) for stage in LANE))
+              *((stage, "ttball_stage_seconds", stage) for stage in LANE),
+              *ARRIVAL)
 # --replicas: the batcher's per-lane families (fifty-sixth session), as replica_histograms names them
 LANE_METRICS = {"ttball_lane_stay_seconds": "stay", "ttball_lane_batch_jobs": "push_frames"}
 # --quantiles: not in ms (each run's mean only)
@@ -630,7 +634,8 @@ def main() -> None:
 def _print_quantiles(folder: Path) -> None:
     rows = stage_quantiles(folder)
     shown = [label for label, _, _ in HISTOGRAMS
-             if label not in (*OPTIONAL, *LANE) or any(row[f"{label}_n"] for row in rows)]
+             if label not in (*OPTIONAL, *LANE, *(a for a, _, _ in ARRIVAL))
+             or any(row[f"{label}_n"] for row in rows)]
     children, gpu = "decode_child" in shown, "gpu_network" in shown
     lane = "idle" in shown or "gather" in shown
     print(f"{folder}: ms, mean / p50 / p95 / p99 (upper edges of 2-50 ms buckets; all lanes "

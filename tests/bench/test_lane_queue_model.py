@@ -112,3 +112,29 @@ def test_a_frames_client_latency_adds_the_wait_for_its_windows_last_frame() -> N
     assert out["stay_p99"] == pytest.approx(1.0)
     assert out["client_p50"] == pytest.approx(1.0 + 1000 / 60, abs=0.1)
     assert out["client_p99"] == pytest.approx(1.0 + 2000 / 60, abs=0.1)
+
+
+def test_the_arrival_decoder_takes_its_batches_one_after_another() -> None:
+    """``--arrival-*`` (serve --decode-on-arrival): a batch holds every frame arrived by its
+    start; the next starts when it ends."""
+    lane = model.Lane(arrival_fixed_ms=1.0, arrival_per_frame_ms=0.5)
+    frames = [(0.0, 0, True), (0.5, 1, True), (1.0, 2, True), (9.0, 0, False)]
+    # [0] 0 -> 1.5; [1, 2] (arrived by 1.5) 1.5 -> 3.5; [3] 9 -> 10.5
+    assert model.decoded_at(frames, lane) == {0: 1.5, 1: 3.5, 2: 3.5, 3: 10.5}
+    assert not model.Lane().arrival and lane.arrival
+
+
+def test_a_slow_arrival_decoder_holds_the_pushes_back() -> None:
+    """A push ends no earlier than its last frame's decode: a fast arrival decoder changes
+    little; one whose batches take longer than the frames' wait for their push makes the
+    pushes larger and the windows stay longer (the fifty-seventh session's measurement)."""
+    base = {"delay_ms": 2.0, "per_frame_ms": 0.99, "fixed_ms": 2.6, "sigma": 0.3,
+            "flush_ms": 0.93}
+    plain = model.simulate(LOAD, model.Lane(**base))
+    fast = model.simulate(LOAD, model.Lane(**base, arrival_fixed_ms=0.5,
+                                           arrival_per_frame_ms=0.1, after_ready_ms=1.5))
+    slow = model.simulate(LOAD, model.Lane(**base, arrival_fixed_ms=3.0,
+                                           arrival_per_frame_ms=1.0, after_ready_ms=1.5))
+    assert fast["stay_mean"] == pytest.approx(plain["stay_mean"], abs=0.5)
+    assert slow["frames_a_push"] > plain["frames_a_push"] + 1.0
+    assert slow["stay_mean"] > plain["stay_mean"] + 5 and slow["client_p99"] > plain["client_p99"]

@@ -177,6 +177,31 @@ def test_the_decode_process_split_is_shown_only_where_a_run_has_it(tmp_path: Pat
     assert header(newer).split()[-6:] == list(push_costs.DECODE_PROCESS)
 
 
+def test_the_arrival_decoders_batches_are_a_column_where_a_run_has_them(tmp_path: Path) -> None:
+    """serve --decode-on-arrival exports ``ttball_arrival_batch_seconds`` (no stage label):
+    an ``arrival_batch`` column of --quantiles, absent without it."""
+    def snapshot(batches: int) -> str:
+        lines = ['ttball_push_seconds_count{replica="a",stage="total"} 10',
+                 'ttball_push_seconds_sum{replica="a",stage="total"} 0.05']
+        if batches:
+            lines += ['ttball_arrival_batch_seconds_bucket{le="0.002",replica="a"} 0',
+                      f'ttball_arrival_batch_seconds_bucket{{le="0.004",replica="a"}} {batches}',
+                      f'ttball_arrival_batch_seconds_bucket{{le="+Inf",replica="a"}} {batches}',
+                      f'ttball_arrival_batch_seconds_count{{replica="a"}} {batches}',
+                      f'ttball_arrival_batch_seconds_sum{{replica="a"}} {0.003 * batches}']
+        return "\n".join(lines) + "\n"
+
+    plain, arriving = tmp_path / "plain", tmp_path / "arriving"
+    for folder, batches in ((plain, 0), (arriving, 20)):
+        folder.mkdir()
+        (folder / "metrics-6-64.txt").write_text(snapshot(batches))
+    assert "arrival_batch" not in _quantiles_table(plain)[1]
+    assert _quantiles_table(arriving)[1].split()[-1] == "arrival_batch"
+    (row,) = push_costs.stage_quantiles(arriving)
+    assert row["arrival_batch_n"] == 20 and math.isclose(row["arrival_batch_mean"], 3.0)
+    assert 2 < row["arrival_batch_p50"] <= 4
+
+
 def test_frames_a_push_and_the_lanes_busy_share(tmp_path: Path) -> None:
     """``fr/push`` from ``ttball_push_frames``; ``busy %``: push seconds over lanes × the load's
     active seconds (``ready-R.json``, ``loadtest-R-S.json``), NaN where those files are missing."""

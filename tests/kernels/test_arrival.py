@@ -176,13 +176,14 @@ def test_on_cuda_requests_back_to_back_all_decode_right() -> None:
         arrival.close()
 
 
-def test_a_batch_starts_once_the_last_one_s_decode_has_passed() -> None:
-    """One batch in flight: before each decoder call the thread waits for the last batch's
-    event (on CUDA, recorded after its decode; a stand-in here, where there is none)."""
-    arrival = ArrivalDecoder("cpu")
+def test_a_batch_is_decoded_on_the_gpu_before_the_next_is_taken() -> None:
+    """One batch in flight: after each decoder call the thread waits for that batch's event
+    (on CUDA, recorded after its decode; a stand-in here, where there is none), then reports
+    the batch (frames, seconds), and only then takes the next."""
     order: list[str] = []
+    arrival = ArrivalDecoder("cpu", on_batch=lambda n, s: order.append(f"batch of {n}"))
 
-    class LastEvent:
+    class Event:
         def synchronize(self) -> None:
             order.append("waited")
 
@@ -190,9 +191,12 @@ def test_a_batch_starts_once_the_last_one_s_decode_has_passed() -> None:
         order.append("decoded")
         return [decode_cv2(blob) for blob in blobs]
 
-    arrival.decoder, arrival._last = decoder, LastEvent()  # type: ignore[assignment]
+    arrival.decoder, arrival._record = decoder, Event  # type: ignore[assignment, method-assign]
     try:
-        assert arrival.submit([jpeg(5)]).result(timeout=10) is not None
-        assert order == ["waited", "decoded"]
+        first = arrival.submit([jpeg(5), jpeg(6)])
+        assert first.result(timeout=10) is not None
+        assert arrival.submit([jpeg(7)]).result(timeout=10) is not None
+        arrival.close()
+        assert order == ["decoded", "waited", "batch of 2", "decoded", "waited", "batch of 1"]
     finally:
         arrival.close()

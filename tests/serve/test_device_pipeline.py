@@ -272,6 +272,10 @@ def test_lanes_deal_sessions_evenly_and_give_the_rows_of_track(laned, jpegs, ref
     assert early == (len(steps) * len(jpegs) if arrival else 0)
     assert _sample(metrics, 'ttball_arrival_frames_total{where="push"}') == 0
     assert ('ttball_push_seconds_count{stage="arrival_wait"}' in metrics) is arrival
+    # the arrival decoder's batches: every frame in one, each timed
+    batched = _sample(metrics, "ttball_arrival_batch_frames_sum")
+    assert batched == early and (_sample(metrics, "ttball_arrival_batch_seconds_count") > 0) is (
+        arrival)
     # the flushes (with overlap: each lane's, on its thread or, --flush-thread, one of its own),
     # each whole call timed on its thread
     assert ('ttball_stage_seconds_count{stage="idle"}' in metrics) is (mode != "lanes")

@@ -19,8 +19,8 @@ Measured (fifty-seventh session, ``docs/benchmarks/h100-2026-12-06f/``): under t
 frame came decoded and the push's decode stage fell 1.5 ms, but the duplicate check's read-back
 waited 2.4 ms longer for the decode on the JPEG engines (a push's frames arrive during its wait
 for company, and a batch's decode takes as long), so the client's p99 rose by 21 ms: opt-in,
-experimental. One batch is in flight at a time (the next call waits for the last batch's
-event): a first build that started its next batch at once hung two replicas of six.
+experimental. One batch is in flight at a time (the thread waits for a batch's event before it
+takes the next): a first build that started its next batch at once hung two replicas of six.
 
 A request's :class:`Decoded` frames are ready for a stream once it has waited for their event
 (:meth:`Decoded.use_on`; on the CPU there is none). A request whose frames do not all decode
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -70,16 +71,19 @@ class ArrivalDecoder:
     on CUDA, on a stream of its own of high priority. ``library``: the
     :class:`~ttball.kernels.prepost_image.JpegDecoder` asked for (it falls back where it can't
     run: ``kind`` says which decodes, ``gpu_reason`` why). Counts: ``batches`` (decoder calls),
-    ``frames`` decoded, ``failed`` (requests resolved to None because a frame did not decode)."""
+    ``frames`` decoded, ``failed`` (requests resolved to None because a frame did not decode);
+    ``on_batch(frames, seconds)`` is called after each batch decoded (its thread), with its time
+    from the call to its decode's end on the GPU (the call's on the CPU)."""
 
     def __init__(self, device: torch.device | str, library: str = LIBRARY,
-                 name: str = "decode-arrival") -> None:
+                 name: str = "decode-arrival",
+                 on_batch: Callable[[int, float], None] | None = None) -> None:
         self.device = torch.device(device)
         self.stream = (torch.cuda.Stream(self.device, priority=-1)
                        if self.device.type == "cuda" else None)
         self.batches = self.frames = self.failed = 0
-        # the last batch's event: the next batch starts once it has passed (see _call)
-        self._last: torch.cuda.Event | None = None
+        self.on_batch = on_batch
+        self._started = 0.0  # the batch in hand's call began (perf_counter)
         self._queue: queue.SimpleQueue[tuple[tuple[bytes, ...], Future[Decoded | None]] | None]
         self._queue = queue.SimpleQueue()
         self._closed = False
@@ -169,22 +173,30 @@ class ArrivalDecoder:
             self.failed += 1
             batch[0][1].set_result(None)
             return
-        event = None
-        if self.stream is not None:
-            event = self._last = torch.cuda.Event(blocking=True)
-            event.record(self.stream)
+        event = self._record()
         start = 0
         for blobs, future in batch:
             future.set_result(Decoded(tuple(images[start : start + len(blobs)]), event))
             start += len(blobs)
+        # one batch in flight at a time: the thread sleeps (a blocking event) until this one is
+        # decoded on the GPU before it takes the next (nvJPEG reuses its decode state's buffers
+        # from one batch to the next, and the lanes' own calls always had theirs read back
+        # first; a first build that did not wait hung two replicas of six under load)
+        if event is not None:
+            event.synchronize()
+        if self.on_batch is not None:
+            self.on_batch(start, time.perf_counter() - self._started)
+
+    def _record(self) -> torch.cuda.Event | None:
+        """An event on the arrival stream after the batch just queued (None on the CPU)."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event(blocking=True)
+        event.record(self.stream)
+        return event
 
     def _call(self, blobs: list[bytes]) -> list[Tensor]:
-        """One decoder call, once the last one's decode is done on the GPU: one batch in
-        flight at a time (nvJPEG reuses its decode state's buffers from one batch to the next,
-        and the lanes' own calls always had theirs read back first). The thread sleeps
-        meanwhile (a blocking event); what arrives joins the next batch."""
-        if self._last is not None:
-            self._last.synchronize()
+        self._started = time.perf_counter()
         with self._on_stream():
             images = self.decoder(blobs)
         self.batches += 1

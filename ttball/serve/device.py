@@ -148,7 +148,8 @@ class DevicePath:
         # fifty-seventh session, docs/benchmarks/LOG.md), and whether uploads are sent to it
         # now (PUT /v1/admin/settings may switch it)
         if arrival is None and settings.pipeline_decode_on_arrival:
-            arrival = ArrivalDecoder(backend.device, name="decode-arrival")
+            arrival = ArrivalDecoder(backend.device, name="decode-arrival",
+                                     on_batch=metrics.note_arrival_batch)
         self.arrival = arrival
         self.decode_on_arrival = self.arrival is not None
         self._heatmaps_seen = self._fallbacks_seen = 0  # the pipeline's counts exported so far

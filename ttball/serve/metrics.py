@@ -137,8 +137,16 @@ class Metrics:
         self.heatmaps: Counter | None = None
         self.decode_ahead: Counter | None = None
         self.arrival_frames: Counter | None = None
+        self.arrival_batch_seconds: Histogram | None = None
+        self.arrival_batch_frames: Histogram | None = None
         self.windows_carried: Counter | None = None
         self.flush_seconds: Counter | None = None
+
+    def note_arrival_batch(self, frames: int, seconds: float) -> None:
+        """``--decode-on-arrival``: one decode batch of the arrival decoder (its thread)."""
+        assert self.arrival_batch_seconds is not None and self.arrival_batch_frames is not None
+        self.arrival_batch_seconds.observe(seconds)
+        self.arrival_batch_frames.observe(frames)
 
     def note_batch(self, n: int, size: int, seconds: float | None = None) -> None:
         """One network call of ``n`` windows padded to ``size`` (``seconds``: its time)."""
@@ -213,6 +221,14 @@ class Metrics:
                                       "decoded: on arrival, or by their push (queued while it "
                                       "was off, or a frame of their upload did not decode)",
                                       ["where"], registry=r)
+        self.arrival_batch_seconds = Histogram(
+            "ttball_arrival_batch_seconds", "Device pipeline, --decode-on-arrival: a decode "
+            "batch of the arrival decoder, from its call to its decode's end on the GPU",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.arrival_batch_frames = Histogram(
+            "ttball_arrival_batch_frames", "Device pipeline, --decode-on-arrival: frames a "
+            "decode batch of the arrival decoder", buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64),
+            registry=r)
         self.windows_carried = Counter("ttball_windows_carried", "Device pipeline, "
                                        "--carry-windows (default): windows a push whose calls "
                                        "were full left to the next push's calls", registry=r)
