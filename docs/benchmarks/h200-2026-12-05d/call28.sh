@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fifty-seventh session (prepared for the next), any card, one call of END_S seconds (default
-# 560: four starts when the first compiles and tunes). call26b.sh and call27.sh in one: starts
-# alternate without --decode-on-arrival (p1, p3: 63-66 sessions as they are) and with it (p2,
-# p4: 63 and 66 decoding in the pushes, 64 and 65 on arrival, switched live A B B A), call 24's
-# shape otherwise (six replicas of two lanes at 33 %, --no-carry-windows, --live-settings).
+# 560: four starts when the first compiles and tunes). call26b.sh again, with starts without
+# the option beside: starts alternate without --decode-on-arrival (p1, p3: 63-66 sessions as
+# they are) and with it (p2, p4: 63 and 66 decoding in the pushes, 64 and 65 on arrival,
+# switched live A B B A), call 24's shape otherwise (six replicas of two lanes at 33 %,
+# --no-carry-windows, --live-settings).
 # Questions and predictions:
 # (1) Does the idle arrival decoder cost the loads decoding in the pushes? In call26b
 #     (../h100-2026-12-06f/) those ran 2.7-2.9 frames a push, p99 60.6-63.6 ms, against 2.0-2.4
