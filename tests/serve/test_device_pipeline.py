@@ -324,7 +324,15 @@ def _sample(text: str, name: str) -> float:
 
 
 def corrupt(jpegs):
-    return jpegs[0][: len(jpegs[0]) // 2]  # the header reads fine; the data does not decode
+    return jpegs[0][: len(jpegs[0]) // 2]  # the header reads fine; the data stops half-way
+
+
+def bad_scan(jpegs):
+    """The first frame with its scan naming a component its header lacks: complete, its size
+    readable, refused only by the decoder (in the push)."""
+    data = bytearray(jpegs[0])
+    data[data.find(b"\xff\xda") + 5] = 0x77
+    return bytes(data)
 
 
 def other_size(_):
@@ -338,7 +346,8 @@ def png(jpegs):
 
 
 BAD_FRAMES = [
-    pytest.param(corrupt, "image/jpeg", {}, 400, "not_an_image", id="corrupt-jpeg"),
+    pytest.param(corrupt, "image/jpeg", {}, 400, "not_an_image", id="truncated-jpeg"),
+    pytest.param(bad_scan, "image/jpeg", {}, 400, "not_an_image", id="undecodable-jpeg"),
     pytest.param(other_size, "image/jpeg", {}, 422, "frame_size", id="other-size"),
     pytest.param(lambda _: b"GIF89a not really", "image/jpeg", {}, 400, "not_an_image",
                  id="not-an-image"),
@@ -347,6 +356,8 @@ BAD_FRAMES = [
                  {"width": 64, "height": 36}, 415, "unsupported_media_type", id="raw-rgb"),
     pytest.param(lambda j: pack_records([j[1], corrupt(j)]), "application/x-ttball-frames", {},
                  400, "not_an_image", id="records-all-or-nothing"),
+    pytest.param(lambda j: pack_records([j[1], bad_scan(j)]), "application/x-ttball-frames", {},
+                 400, "not_an_image", id="records-refused-in-the-push"),
 ]
 
 

@@ -25,7 +25,8 @@ from ttball.frames import FrameSource
 from ttball.pipeline import track
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
-from ttball.serve.uploads import image_size
+from ttball.serve.settings import ApiError
+from ttball.serve.uploads import Part, header_size, image_size, jpeg_truncated
 
 FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
 
@@ -233,6 +234,30 @@ def test_image_size_reads_png_and_jpeg_headers() -> None:
     assert image_size(cv2.imencode(".jpg", img)[1].tobytes()) == (47, 33)
     assert image_size(b"nope") is None
     assert pack_records([b"ab", b"c"]) == b"\0\0\0\x02ab\0\0\0\x01c"
+
+
+def test_a_jpeg_cut_short_is_found_as_opencv_finds_it() -> None:
+    """A JPEG without its end-of-image marker after the scan is refused by OpenCV; the check
+    says so for the same bytes (and not for trailing bytes, nor for a thumbnail's marker)."""
+    rng = np.random.default_rng(0)
+    data = cv2.imencode(".jpg", rng.integers(0, 256, (33, 47, 3), np.uint8))[1].tobytes()
+    scan = data.find(b"\xff\xda")
+    thumbnail = b"\xff\xd8\xff\xda\x00\x02\xff\xd9"  # its own scan and end, inside APP1
+    app1 = b"\xff\xe1" + (2 + len(thumbnail)).to_bytes(2, "big") + thumbnail
+    cases = {"whole": (data, False), "trailing bytes": (data + b"tail", False),
+             "last two bytes cut": (data[:-2], True), "half": (data[: len(data) // 2], True),
+             "no scan": (data[:scan], True),
+             "thumbnail, then cut": (data[:2] + app1 + data[2: len(data) // 2], True),
+             "thumbnail, whole": (data[:2] + app1 + data[2:], False)}
+    for name, (body, truncated) in cases.items():
+        assert jpeg_truncated(body) is truncated, name
+        decoded = cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR)
+        assert (decoded is None) is truncated, name
+    settings = ServeSettings()
+    assert header_size(Part(data), settings) == (47, 33)
+    with pytest.raises(ApiError, match="end-of-image") as caught:
+        header_size(Part(data[:-2]), settings)
+    assert (caught.value.status, caught.value.code) == (400, "not_an_image")
 
 
 BAD_OPTIONS = [

@@ -9,7 +9,8 @@ memory pools, on the GPU's JPEG engines when it has them (a frame they refuse, s
 by the default backend), and queues a batch on the caller's current stream without waiting.
 A frame whose header can't be read is named (:class:`DecodeFailed`, a 400 in the server); one
 whose header reads but whose entropy-coded data is damaged may decode to wrong pixels without
-an error, since the decode is not waited for.
+an error, since the decode is not waited for. (The server refuses a JPEG cut short before it
+gets here: :func:`ttball.serve.uploads.jpeg_truncated`.)
 
 Measured (fifty-second session, ``docs/benchmarks/h100-2026-12-06/``): on an H100 neither
 decoder waited for another stream's kernel; this one's call returned in 0.1-0.4 ms against

@@ -156,12 +156,43 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+def jpeg_truncated(data: bytes) -> bool:
+    """Whether a JPEG's bytes stop before its end-of-image marker (``FF D9``) after its first
+    scan. Inside a scan's entropy-coded data an ``FF`` byte is always followed by ``00`` or a
+    restart marker, so an ``FF D9`` past the scan's start is the real end. OpenCV's decoder
+    refuses a JPEG without it; the GPU decoders need not notice (``nvjpeg-own`` queues the
+    decode without waiting for it), so the device pipeline checks it before queueing."""
+    scan = _first_scan(data)
+    return scan is None or data.rfind(b"\xff\xd9") < scan
+
+
+def _first_scan(data: bytes) -> int | None:
+    """Where a JPEG's first start-of-scan marker is, its segments walked from the start (an
+    embedded thumbnail's markers are inside a segment and skipped); None if there is none."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xDA:
+            return i
+        if marker in (0xD8, 0x01, 0xFF) or 0xD0 <= marker <= 0xD7:
+            i += 1 if marker == 0xFF else 2
+            continue
+        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        i += 2 + length
+    return None
+
+
 def header_size(part: Part, settings: ServeSettings) -> tuple[int, int]:
-    """(width, height) of an encoded frame from its header; 400 for a body that is no image,
-    413 for a huge one."""
+    """(width, height) of an encoded frame from its header; 400 for a body that is no image or
+    a JPEG cut short, 413 for a huge one."""
     size = image_size(part.data)
     if size is None:
         raise ApiError(400, "not_an_image", "the frame is not a JPEG or PNG image")
+    if not part.data.startswith(PNG_MAGIC) and jpeg_truncated(part.data):
+        raise ApiError(400, "not_an_image",
+                       "the JPEG ends before its end-of-image marker (truncated?)")
     if size[0] * size[1] > settings.max_frame_pixels:
         raise ApiError(413, "frame_too_large",
                        f"{size[0]}x{size[1]} exceeds {settings.max_frame_pixels} pixels")
