@@ -18,8 +18,10 @@ the next one :class:`~ttball.kernels.prepost_image.JpegDecoder` falls back to (`
 Measured (fifty-seventh session, ``docs/benchmarks/h100-2026-12-06f/``): under that load every
 frame came decoded and the push's decode stage fell 1.5 ms, but the duplicate check's read-back
 waited 2.4 ms longer for the decode on the JPEG engines (a push's frames arrive during its wait
-for company, and a batch's decode takes as long), so the client's p99 rose by 21 ms: opt-in,
-experimental. One batch is in flight at a time (the thread waits for a batch's event before it
+for company, and a batch's decode takes as long), so the client's p99 rose by 21 ms; on a
+quieter H100 (fifty-eighth session, ``h100-2026-12-06g/``) by 5.3 ms, a batch taking ~3 ms for
+~2 frames (as long as the pushes' own decode) and the lanes' GPU stages slowing beside it:
+opt-in, experimental. One batch is in flight at a time (the thread waits for a batch's event before it
 takes the next): a first build that started its next batch at once hung two replicas of six.
 
 A request's :class:`Decoded` frames are ready for a stream once it has waited for their event
