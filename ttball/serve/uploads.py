@@ -161,7 +161,8 @@ def jpeg_truncated(data: bytes) -> bool:
     scan. Inside a scan's entropy-coded data an ``FF`` byte is always followed by ``00`` or a
     restart marker, so an ``FF D9`` past the scan's start is the real end. OpenCV's decoder
     refuses a JPEG without it; the GPU decoders need not notice (``nvjpeg-own`` queues the
-    decode without waiting for it), so the device pipeline checks it before queueing."""
+    decode without waiting for it), so :func:`header_size` checks it for both paths before a
+    frame is queued."""
     scan = _first_scan(data)
     return scan is None or data.rfind(b"\xff\xd9") < scan
 
