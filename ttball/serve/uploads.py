@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,20 +141,30 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         return (width, height) if max(width, height) < 1 << 31 else None
     if not data.startswith(b"\xff\xd8"):
         return None
-    i = 2
-    while i + 9 < len(data):
-        if data[i] != 0xFF:
+    for i, marker in _jpeg_markers(data):
+        if i + 9 >= len(data):
             return None
-        marker = data[i + 1]
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
-            i += 1 if marker == 0xFF else 2
-            continue
-        (length,) = struct.unpack(">H", data[i + 2:i + 4])
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             height, width = struct.unpack(">HH", data[i + 5:i + 9])
             return width, height
-        i += 2 + length
     return None
+
+
+def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
+    """``(position, marker)`` of a JPEG's markers, its segments walked from after its
+    start-of-image (a segment's content, such as an embedded thumbnail, skipped), until a
+    byte that is no marker or the end of ``data``."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return
+        marker = data[i + 1]
+        yield i, marker
+        if marker in (0xD8, 0x01, 0xFF) or 0xD0 <= marker <= 0xD7:
+            i += 1 if marker == 0xFF else 2
+            continue
+        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        i += 2 + length
 
 
 def jpeg_truncated(data: bytes) -> bool:
@@ -163,26 +174,8 @@ def jpeg_truncated(data: bytes) -> bool:
     refuses a JPEG without it; the GPU decoders need not notice (``nvjpeg-own`` queues the
     decode without waiting for it), so :func:`header_size` checks it for both paths before a
     frame is queued."""
-    scan = _first_scan(data)
+    scan = next((i for i, marker in _jpeg_markers(data) if marker == 0xDA), None)
     return scan is None or data.rfind(b"\xff\xd9") < scan
-
-
-def _first_scan(data: bytes) -> int | None:
-    """Where a JPEG's first start-of-scan marker is, its segments walked from the start (an
-    embedded thumbnail's markers are inside a segment and skipped); None if there is none."""
-    i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xDA:
-            return i
-        if marker in (0xD8, 0x01, 0xFF) or 0xD0 <= marker <= 0xD7:
-            i += 1 if marker == 0xFF else 2
-            continue
-        (length,) = struct.unpack(">H", data[i + 2:i + 4])
-        i += 2 + length
-    return None
 
 
 def header_size(part: Part, settings: ServeSettings) -> tuple[int, int]:
