@@ -7,9 +7,11 @@
 # once per machine and folder (a marker file per folder: later calls, and scripts started
 # beside each other after a first install, skip it; a call with .raywhl/ after one with .whl/
 # does not): .raywhl/ (Ray, stripped, and the server's packages, pip-installed and packed as
-# site.tar.xz; scripts/make_raywhl.sh) if carried, else .whl/ (the server's packages as
-# wheels). Puts the repository and /tmp/site on PYTHONPATH and /tmp/site/bin (py-spy) on PATH
-# either way. Elsewhere (a CPU smoke test here) it installs nothing.
+# site.tar.xz, and py-spy as pyspy.tar.xz; scripts/make_raywhl.sh) if carried, else .whl/ (the
+# server's packages as wheels). A call that does not profile carries .raywhl/site.tar.xz and
+# .raywhl/ray-stripped.tar.xz by name, without pyspy.tar.xz (the tracked tree grows by each
+# session's benchmarks, and the carry shares its 64 MiB). Puts the repository and /tmp/site on
+# PYTHONPATH and /tmp/site/bin (py-spy, where carried) on PATH either way. Elsewhere (a CPU smoke test here) it installs nothing.
 install_wheels() {
   local dir=.whl
   [ -d .raywhl ] && dir=.raywhl
@@ -23,6 +25,9 @@ install_wheels() {
     fi
     if [ -f "$dir/site.tar.xz" ]; then
       tar xJf "$dir/site.tar.xz" -C /tmp/site || return 1
+    fi
+    if [ -f "$dir/pyspy.tar.xz" ]; then  # carried only by calls that profile (py-spy)
+      tar xJf "$dir/pyspy.tar.xz" -C /tmp/site || return 1
     fi
     if [ -f "$dir/ray-stripped.tar.xz" ]; then
       tar xJf "$dir/ray-stripped.tar.xz" -C /tmp/site || return 1

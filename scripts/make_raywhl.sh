@@ -10,7 +10,7 @@
 # 0.55 MB as published, 0.12 so); py-spy (`py-spy record --gil`: who holds a replica's
 # interpreter lock) as it is. Every other wheel is installed here by pip for the GPU machine's Python
 # (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
-# 13 MB so. .raywhl/ is then two archives, which scripts/_loadtest.sh's install_wheels unpacks
+# 13 MB so. .raywhl/ is then three archives (py-spy's apart), which scripts/_loadtest.sh's install_wheels unpacks
 # into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
 # NVIMGCODEC=1 adds nvImageCodec and nvJPEG (for `serve --jpeg-decoder nvimgcodec[-hw]`), cut to
 # what a JPEG decode on Python 3.12 loads (the 3.12 extension, the core library, the nvJPEG
@@ -60,5 +60,9 @@ find "$D/site" -path '*.dist-info/sboms' -prune -exec rm -rf {} +
 # without its symbol table (8.1 -> 6.7 MB)
 find "$D/site/bin" -type f ! -name py-spy -delete
 strip "$D/site/bin/py-spy"
+# py-spy in an archive of its own (about 2 MB): calls that do not profile carry the other two
+# by name and leave it (scripts/_loadtest.sh's install_wheels unpacks whichever came)
+mkdir -p "$D/pyspy/bin" && mv "$D/site/bin/py-spy" "$D/pyspy/bin/"
+tar cf - -C "$D/pyspy" . | xz -T0 -9 > .raywhl/pyspy.tar.xz
 tar cf - -C "$D/site" . | xz -T0 -9 > .raywhl/site.tar.xz
 du -sh .raywhl
