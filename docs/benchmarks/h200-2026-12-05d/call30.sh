@@ -9,7 +9,7 @@
 # the forty-ninth session's H100: 52.8 at 80): 68 at 50-52 ms, 72 at 51-54, 80 at 53-58, frames
 # a push rising with the sessions (2.05 at 64 -> 2.3-2.6 at 80) and the stay with it; the
 # knee where p99 crosses 50 ms between 64 and 68.
-# Carry [".raywhl", ".gpu"]:
+# Carry [".raywhl/site.tar.xz", ".raywhl/ray-stripped.tar.xz", ".gpu"] (py-spy not needed):
 #   bash docs/benchmarks/h200-2026-12-05d/call30.sh > $OUT/call.log 2>&1
 # Read: python scripts/serve_push_costs.py --loads next/p{1,2,3}/ray
 END_S=${END_S:-400}
