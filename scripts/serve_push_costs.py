@@ -131,7 +131,9 @@ def histograms(text: str) -> dict[str, dict[float | str, float]]:
 def replica_histograms(text: str, by_replica: bool = True
                        ) -> dict[str, dict[str, dict[float | str, float]]]:
     """:func:`histograms` of each replica, by its ``replica`` label ("" for a sample without
-    one), with ``frames`` (``ttball_frames_total``) as a series of its own (``"sum"``); with
+    one), with ``frames`` (``ttball_frames_total``) and ``gpu_network`` (the network's GPU
+    seconds, ``ttball_flush_seconds_total{stage="gpu_network"}``) as series of their own
+    (``"sum"``); with
     ``by_replica`` False, every sample under "". With ``by_replica``, each lane of a replica
     too, under ``"<replica> lane <n>"`` (``ttball_lane_stay_seconds`` as ``stay``,
     ``ttball_lane_batch_jobs`` as ``push_frames`` and its jobs as ``frames``: in the device
@@ -149,6 +151,11 @@ def replica_histograms(text: str, by_replica: bool = True
             if sample.name == "ttball_frames_total":
                 if by_replica:
                     add(replica, "frames", "sum", sample.value)
+                continue
+            if (sample.name == "ttball_flush_seconds_total"
+                    and sample.labels.get("stage") == "gpu_network"):
+                if by_replica:  # the network's GPU time of the calls its flushes read back
+                    add(replica, "gpu_network", "sum", sample.value)
                 continue
             for suffix in ("_bucket", "_sum", "_count"):
                 if sample.name.endswith(suffix):
@@ -374,9 +381,11 @@ def replica_loads(folder: Path) -> list[dict[str, float | str]]:
     differences, as :func:`stage_quantiles`): ``sessions`` (the replica's frames over the
     load's active seconds × each session's frames a second, ``loadtest-R-S.json``; NaN without
     it), ``frames_a_push``, and the stay's mean and p99 in ms (``ttball_window_seconds``: a
-    window's time in the worker, upload to rows). Replicas differ in their share of the
-    sessions (64 over six: 10 or 11), and a lane with more sessions batches more frames a
-    push."""
+    window's time in the worker, upload to rows), and ``network_us``, the network's GPU time a
+    frame in µs (NaN for a lane, or without the flushes' GPU times): the same in every replica
+    when the GPU slows them all, as in the fifty-ninth session's slow loads. Replicas differ
+    in their share of the sessions (64 over six: 10 or 11), and a lane with more sessions
+    batches more frames a push."""
     rows: list[dict[str, float | str]] = []
     for replicas, sessions, _, delta in snapshot_deltas(
             folder, lambda path: replica_histograms(path.read_text())):
@@ -387,15 +396,18 @@ def replica_loads(folder: Path) -> list[dict[str, float | str]]:
             per_second = float("nan")
         for name, got in sorted(delta.items()):
             frames, stay = got.get("push_frames", {}), got.get("stay", {})
+            served = got.get("frames", {}).get("sum", 0.0)
+            network = got.get("gpu_network", {}).get("sum", 0.0)
             rows.append({
                 "replicas": float(replicas), "load": float(sessions), "replica": name,
                 "kind": "lane" if " lane " in f" {name}" else "replica",
-                "sessions": got.get("frames", {}).get("sum", 0.0) / per_second,
+                "sessions": served / per_second,
                 "frames_a_push": (frames.get("sum", 0.0) / frames["count"]
                                   if frames.get("count") else float("nan")),
                 "stay_mean": (1e3 * stay.get("sum", 0.0) / stay["count"] if stay.get("count")
                               else float("nan")),
-                "stay_p99": 1e3 * quantile(0.99, stay)})
+                "stay_p99": 1e3 * quantile(0.99, stay),
+                "network_us": 1e6 * network / served if network and served else float("nan")})
     return rows
 
 
@@ -424,13 +436,16 @@ def _print_replicas(folders: list[Path]) -> None:
     head = ("sessions", "frames_a_push", "stay_mean", "stay_p99")
     print("a replica's (and, where the worker exports them, each lane's) share of a load: "
           "sessions (its frames over the load's; a lane's: its jobs), frames a push (a lane's: "
-          "jobs a batch), its windows' stay in ms; then the means by sessions (rounded), over "
+          "jobs a batch), its windows' stay in ms, the network's GPU time a frame in µs (a "
+          "replica's, where the worker exports it); then the means by sessions (rounded), over "
           "every load and folder, and within loads whose replicas (lanes) had two shares, the "
           "larger less the smaller")
-    print("  " + " ".join(f"{h:>13}" for h in ("replicas", "load", *head)) + "  replica")
+    print("  " + " ".join(f"{h:>13}" for h in ("replicas", "load", *head, "network_us"))
+          + "  replica")
     for row in rows:
         print("  " + " ".join(f"{float(row[h]):13.0f}" for h in ("replicas", "load"))
-              + " " + " ".join(f"{float(row[h]):13.2f}" for h in head) + f"  {row['replica']}")
+              + " " + " ".join(f"{float(row[h]):13.2f}" for h in (*head, "network_us"))
+              + f"  {row['replica']}")
     for kind in ("replica", "lane"):
         of_kind = [row for row in rows if row["kind"] == kind]
         shares = sorted({round(float(row["sessions"])) for row in of_kind

@@ -557,11 +557,18 @@ def test_replicas_split_a_load_by_each_replicas_share(tmp_path: Path) -> None:
     (tmp_path / "metrics-2-0.txt").write_text(
         _replica_snapshot({"a": (100, 100, 30, 0.3), "b": (100, 100, 30, 0.3)}))
     # 8 s at 60 frames/s: 5,280 frames are 11 sessions, 4,800 ten
+    # the network's GPU seconds of the flushes (replica a only): 1.9 s less 0.05 over 5,280 frames
+    network = 'ttball_flush_seconds_total{{replica="a",stage="gpu_network"}} {}\n'
+    (tmp_path / "metrics-2-0.txt").write_text(
+        (tmp_path / "metrics-2-0.txt").read_text() + network.format(0.05))
     (tmp_path / "metrics-2-21.txt").write_text(
-        _replica_snapshot({"a": (5380, 2500, 1790, 18.3), "b": (4900, 2500, 1630, 13.3)}))
+        _replica_snapshot({"a": (5380, 2500, 1790, 18.3), "b": (4900, 2500, 1630, 13.3)})
+        + network.format(1.95))
     (tmp_path / "loadtest-2-21.json").write_text(
         json.dumps({"active_s": 8.0, "fps_per_session": 60.0, "latency_ms": {"p99": 40.0}}))
     a, b = push_costs.replica_loads(tmp_path)
+    assert a["network_us"] == pytest.approx(1e6 * 1.9 / 5280)
+    assert math.isnan(float(b["network_us"]))  # no flush times: not 0
     assert (a["replica"], b["replica"]) == ("a", "b")
     assert a["sessions"] == pytest.approx(11.0) and b["sessions"] == pytest.approx(10.0)
     assert a["frames_a_push"] == pytest.approx(5280 / 2400)
@@ -578,6 +585,7 @@ def test_replicas_split_a_load_by_each_replicas_share(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[-1].startswith("  within 1 loads") and "frames_a_push +0.20" in lines[-1]
     assert "11 sessions: 1 replica-loads, frames a push 2.20" in done.stdout
+    assert f"{1e6 * 1.9 / 5280:13.2f}  a" in done.stdout and f"{'nan':>13}  b" in done.stdout
 
 
 def test_replicas_split_each_replica_into_its_lanes_where_the_worker_exports_them(
