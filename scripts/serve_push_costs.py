@@ -271,13 +271,16 @@ def _lane_seconds(folder: Path, replicas: int, sessions: int) -> float:
 def snapshot_deltas(folder: Path, read: Callable[[Path], dict[str, Any]]
                     ) -> Iterator[tuple[int, int, dict[str, Any], dict[str, Any]]]:
     """``(replicas, sessions, now, delta)`` for each load's snapshot in ``folder``, by
-    replicas then sessions: ``now`` as ``read`` reads it, ``delta`` that less the snapshot
-    before it of the same server (each replica count is a server of its own: its first from
-    zero). A snapshot at 0 sessions (taken once the server was ready: the warm-up's pushes)
-    is only subtracted, not yielded."""
+    replicas, then in the order the loads ran: ``now`` as ``read`` reads it, ``delta`` that
+    less the snapshot before it of the same server (each replica count is a server of its
+    own: its first from zero). The order is the frames each snapshot counts (a counter only
+    grows), not the session count: a load test may run its loads in any order (call30.sh
+    ran 80, 72, 68, 64 sessions). A snapshot at 0 sessions (taken once the server was ready:
+    the warm-up's pushes) is only subtracted, not yielded."""
     before: dict[str, Any] = {}
     server = None
-    for path in sorted(folder.glob("metrics-*.txt"), key=_counts):
+    for path in sorted(folder.glob("metrics-*.txt"),
+                       key=lambda path: (_counts(path)[0], _frames_counted(path), _counts(path)[1])):
         replicas, sessions = _counts(path)
         if replicas != server:
             before, server = {}, replicas
@@ -292,6 +295,13 @@ def _minus(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     from zero."""
     return {k: _minus(v, before.get(k, {})) if isinstance(v, dict) else v - before.get(k, 0.0)
             for k, v in now.items()}
+
+
+def _frames_counted(path: Path) -> float:
+    """The frames a snapshot's server had accepted (``ttball_frames_total``, summed over its
+    replicas): what orders one server's snapshots in time."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in path.read_text().splitlines()
+               if line.startswith("ttball_frames_total"))
 
 
 def _counts(path: Path) -> tuple[int, int]:

@@ -47,6 +47,24 @@ def test_runs_are_differences_of_the_cumulative_snapshots(tmp_path: Path) -> Non
     assert rows[1][:4] == ["16", "4000", "12.000", "0.200"] and rows[1][-1] == "0.500"
 
 
+def test_loads_run_in_any_order_are_taken_in_the_order_they_ran(tmp_path: Path) -> None:
+    """A load test may run its loads from the most sessions down (call30.sh's second start):
+    each snapshot is then less the one taken before it, found by the frames it counts (a
+    counter only grows), not the one of the next smaller session count."""
+    (tmp_path / "metrics-6-0.txt").write_text(_snapshot(0, 40, 10, 0.1, 0.3))
+    (tmp_path / "metrics-6-80.txt").write_text(_snapshot(4000, 1240, 110, 0.9, 2.3))  # first
+    (tmp_path / "metrics-6-64.txt").write_text(_snapshot(5000, 1540, 210, 1.3, 3.3))  # last
+    loads = [(sessions, delta["frames_total"]) for _, sessions, _, delta
+             in push_costs.snapshot_deltas(tmp_path, push_costs.read_metrics)]
+    assert loads == [(80, 4000.0), (64, 1000.0)]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    # 80: 4000 frames, 1200 windows in 100 calls, 0.8 s of decode; 64: 1000, 300 in 100, 0.4 s
+    assert rows[0][:5] == ["6", "80", "4000", "12.000", "0.200"]
+    assert rows[1][:5] == ["6", "64", "1000", "3.000", "0.400"]
+
+
 @pytest.mark.parametrize("view", [[], ["--pairs"], ["--replicas"]])
 def test_a_folder_without_snapshots_is_one_line(tmp_path: Path, view: list[str]) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_push_costs.py"),
