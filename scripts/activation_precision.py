@@ -27,8 +27,15 @@ tensor's per-channel maximum over N synthetic clips of other seeds than the bund
 (``ttball.synth``), unsigned after ReLU, values above it clamped. With ``--steps 4``, x5
 alone (transition1's 128-channel full-resolution map, the largest the network stores).
 
+``--fp8-mma 1,5,1+5`` (fifty-ninth session) emulates FP8 *arithmetic* in those steps, the
+outputs still stored as FP16: each convolution term's input rounded to e4m3 with a scale per
+pixel (the maximum over its channels: a kernel can take it from the A tile it loaded, and
+apply it to each tap's partial product, since a tap's rows are pixels), its weights to e4m3
+with a scale per output channel; named ``fp8mma@SPEC``. Whether Hopper's FP8 tensor cores
+(twice FP16's rate) would pass verify in the compute-bound steps (step 1, the stem's 64 → 64).
+
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
-       [--split-taps] [--steps 0-6,4] [--calibrate 2]
+       [--split-taps] [--steps 0-6,4] [--calibrate 2] [--fp8-mma 1,1+5]
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -57,6 +65,34 @@ def _fp8(dtype: torch.dtype, per_channel: bool) -> Callable[[Tensor], Tensor]:
         return (x / scale).to(dtype).float() * scale
 
     return q
+
+
+def e4m3_pixel(x: Tensor) -> Tensor:
+    """NHWC rounded to e4m3 with a scale per pixel (its maximum over the channels)."""
+    top = torch.finfo(torch.float8_e4m3fn).max
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / top
+    return (x / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+def e4m3_out_channel(w: Tensor) -> Tensor:
+    """``(Cout, Cin, k, k)`` weights rounded to e4m3 with a scale per output channel."""
+    top = torch.finfo(torch.float8_e4m3fn).max
+    scale = w.abs().amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-12) / top
+    return (w / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+def run_fp8_mma(step: Conv, bufs: dict[str, Tensor], sums: dict[str, Tensor]) -> None:
+    """``step`` with each term's input (per pixel) and weights (per output channel) in e4m3,
+    FP32 accumulation (:func:`e4m3_pixel`, :func:`e4m3_out_channel`); identity terms (``add``)
+    and addends as they are."""
+    terms = tuple(t if t.add else replace(t, src=f"{t.src}#fp8", weight=e4m3_out_channel(t.weight))
+                  for t in step.terms)
+    local = dict(bufs)
+    for t in step.terms:
+        if not t.add:
+            local[f"{t.src}#fp8"] = e4m3_pixel(bufs[t.src])
+    ref.run_conv(replace(step, terms=terms), local, sums)
+    bufs[step.out] = local[step.out]
 
 
 def _int8_channel(x: Tensor) -> Tensor:
@@ -152,6 +188,11 @@ class Emulated:
         base, _, split = fmt_split.partition("+")
         self.calibrated, self.observe = calibrated, False
         self.headroom = 1.0
+        self.fp8_mma = base == "fp8mma"
+        if self.fp8_mma:  # FP8 arithmetic in the chosen steps, every output stored as FP16
+            if not spec:
+                raise SystemExit("fp8mma needs its steps: fp8mma@1")
+            base = "fp16"
         if base.startswith("u8-cal"):
             if calibrated is None:
                 raise SystemExit("u8-cal needs --calibrate N")
@@ -178,12 +219,15 @@ class Emulated:
         bufs, sums = {ref.INPUT: batch.float().permute(0, 2, 3, 1)}, {}
         for i, step in enumerate(self.plan.steps):
             before = set(bufs)
-            if self.split and splits(step):
+            chosen = self.steps is None or i in self.steps
+            if self.fp8_mma and chosen and isinstance(step, Conv):
+                run_fp8_mma(step, bufs, sums)
+            elif self.split and splits(step):
                 assert self.quantize is not None, "--split-taps with u8-cal is not emulated"
                 run_split(step, bufs, self.quantize)
             else:
                 (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
-            chosen = self.steps is None or i in self.steps
+            chosen = chosen and not self.fp8_mma
             for name in set(bufs) - before - {ref.OUTPUT}:
                 bufs[name] = self._store(name, bufs[name], chosen)
         return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
@@ -239,6 +283,8 @@ def main() -> None:
     p.add_argument("--headroom", default="1",
                    help="with --calibrate: comma-separated range factors over the calibrated "
                         "maximum, one u8-cal format each (u8-cal-h2: twice the maximum)")
+    p.add_argument("--fp8-mma", default=None, metavar="SETS",
+                   help="comma-separated step sets: FP8 arithmetic in those steps (fp8mma@SET)")
     p.add_argument("--steps", default=None,
                    help="comma-separated step sets (0-6, 4, 1-2+5): each format also with only "
                         "those steps' outputs in it, the rest FP16 (FORMAT@SET)")
@@ -248,7 +294,7 @@ def main() -> None:
     plan = build_plan(model)
     _half_weights(plan)
     reference = create("eager-fp32", model, "cpu")
-    formats = args.formats.split(",")
+    formats = [f for f in args.formats.split(",") if f]
     calibrated = None
     if args.calibrate > 0:
         calibrated = calibrate(plan, args.calibrate, args.max_frames)
@@ -262,6 +308,12 @@ def main() -> None:
         for spec in args.steps.split(","):
             parse_steps(spec)  # a bad set fails before minutes of verifying
         formats = [f"{f}@{spec}" for f in formats for spec in args.steps.split(",")]
+    if args.fp8_mma:
+        for spec in args.fp8_mma.split(","):
+            parse_steps(spec)
+        formats += [f"fp8mma@{spec}" for spec in args.fp8_mma.split(",")]
+    if not formats:
+        raise SystemExit("nothing to verify: give --formats or --fp8-mma")
     candidates = {f"plan-{f}": Emulated(plan, f, calibrated) for f in formats}
     reports = verify_many(
         candidates, reference, args.clips, config=model.config,

@@ -72,3 +72,51 @@ def test_a_step_set_rounds_only_those_steps_outputs(script, small_model) -> None
 def test_calibrated_storage_needs_calibration(script, small_model) -> None:
     with pytest.raises(SystemExit, match="--calibrate"):
         script.Emulated(build_plan(small_model), "u8-cal@4")
+
+
+def test_e4m3_scales_per_pixel_and_per_output_channel(script) -> None:
+    """A pixel's channels share one scale (its maximum maps to e4m3's largest, 448), so a
+    pixel of small values keeps its precision beside a bright one; weights likewise per output
+    channel. e4m3 keeps 3 mantissa bits: relative error ≤ 2⁻⁴ away from zero."""
+    x = torch.tensor([[[[1000.0, 1.0, 3.0], [0.01, 0.02, 0.0]]]])  # NHWC, two pixels
+    q = script.e4m3_pixel(x)
+    assert q[0, 0, 0, 0].item() == pytest.approx(1000.0)  # each pixel's maximum exact
+    assert q[0, 0, 1, 1].item() == pytest.approx(0.02)
+    assert q[0, 0, 1, 0].item() == pytest.approx(0.01, rel=2**-4)  # not lost beside 1000
+    torch.testing.assert_close(q, x, rtol=2**-4, atol=1000 / 448 * 2**-9)
+    w = torch.randn(4, 3, 3, 3) * torch.tensor([1e-3, 1.0, 10.0, 100.0])[:, None, None, None]
+    qw = script.e4m3_out_channel(w)
+    for o in range(4):  # each output channel's largest weight exact, the rest within 2⁻⁴
+        top = w[o].abs().max()
+        assert qw[o].abs().max().item() == pytest.approx(top.item(), rel=1e-6)
+        assert ((qw[o] - w[o]).abs() <= top * 2**-4).all()
+    assert not torch.equal(qw, w)
+
+
+def test_fp8_mma_runs_only_the_chosen_steps_in_fp8(script, small_model) -> None:
+    """``fp8mma@1``: step 1 from e4m3 inputs and weights (close to FP16, not equal); every
+    other step as ``fp16``'s; all outputs stored as FP16; its steps are required."""
+    plan = build_plan(small_model)
+    h, w = small_model.config.input_size
+    batch = torch.rand(1, 9, h, w)
+    outs: dict[str, dict[str, torch.Tensor]] = {}
+    for fmt in ("fp16", "fp8mma@1"):
+        emulated = script.Emulated(plan, fmt)
+        original, seen = emulated._store, {}
+
+        def store(name, x, chosen, original=original, seen=seen):
+            seen[name] = original(name, x, chosen)  # as stored
+            return seen[name]
+
+        emulated._store = store
+        emulated(batch)
+        outs[fmt] = seen
+    step0, step1 = plan.steps[0].out, plan.steps[1].out
+    torch.testing.assert_close(outs["fp8mma@1"][step0], outs["fp16"][step0])  # before: same
+    x2, fp16_x2 = outs["fp8mma@1"][step1], outs["fp16"][step1]
+    assert not torch.equal(x2, fp16_x2)
+    assert torch.equal(x2, x2.half().float())  # stored as FP16
+    rel = (x2 - fp16_x2).norm() / fp16_x2.norm()
+    assert 1e-4 < rel.item() < 0.1, rel  # e4m3's rounding, not a different convolution
+    with pytest.raises(SystemExit, match="fp8mma@1"):
+        script.Emulated(plan, "fp8mma")
