@@ -31,7 +31,9 @@ alone (transition1's 128-channel full-resolution map, the largest the network st
 outputs still stored as FP16: each convolution term's input rounded to e4m3 with a scale per
 pixel (the maximum over its channels: a kernel can take it from the A tile it loaded, and
 apply it to each tap's partial product, since a tap's rows are pixels), its weights to e4m3
-with a scale per output channel; named ``fp8mma@SPEC``. Whether Hopper's FP8 tensor cores
+with a scale per output channel; named ``fp8mma@SPEC``. ``fp8mma-win@SPEC``: the inputs with
+one scale per window instead (the step before takes it by an atomic max; the kernel applies
+it once, in its epilogue, where a per-pixel scale costs an FMA per tap). Whether Hopper's FP8 tensor cores
 (twice FP16's rate) would pass verify in the compute-bound steps (step 1, the stem's 64 → 64).
 
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
@@ -74,6 +76,15 @@ def e4m3_pixel(x: Tensor) -> Tensor:
     return (x / scale).to(torch.float8_e4m3fn).float() * scale
 
 
+def e4m3_window(x: Tensor) -> Tensor:
+    """NHWC rounded to e4m3 with one scale per window (its maximum over H, W and channels):
+    a scale the step before can take by an atomic max in its epilogue, which the kernel then
+    applies once, in its own epilogue."""
+    top = torch.finfo(torch.float8_e4m3fn).max
+    scale = x.abs().amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-12) / top
+    return (x / scale).to(torch.float8_e4m3fn).float() * scale
+
+
 def e4m3_out_channel(w: Tensor) -> Tensor:
     """``(Cout, Cin, k, k)`` weights rounded to e4m3 with a scale per output channel."""
     top = torch.finfo(torch.float8_e4m3fn).max
@@ -81,16 +92,17 @@ def e4m3_out_channel(w: Tensor) -> Tensor:
     return (w / scale).to(torch.float8_e4m3fn).float() * scale
 
 
-def run_fp8_mma(step: Conv, bufs: dict[str, Tensor], sums: dict[str, Tensor]) -> None:
-    """``step`` with each term's input (per pixel) and weights (per output channel) in e4m3,
-    FP32 accumulation (:func:`e4m3_pixel`, :func:`e4m3_out_channel`); identity terms (``add``)
-    and addends as they are."""
+def run_fp8_mma(step: Conv, bufs: dict[str, Tensor], sums: dict[str, Tensor],
+                inputs: Callable[[Tensor], Tensor] = e4m3_pixel) -> None:
+    """``step`` with each term's input (``inputs``: per pixel, or :func:`e4m3_window`) and
+    weights (per output channel) in e4m3, FP32 accumulation (:func:`e4m3_out_channel`);
+    identity terms (``add``) and addends as they are."""
     terms = tuple(t if t.add else replace(t, src=f"{t.src}#fp8", weight=e4m3_out_channel(t.weight))
                   for t in step.terms)
     local = dict(bufs)
     for t in step.terms:
         if not t.add:
-            local[f"{t.src}#fp8"] = e4m3_pixel(bufs[t.src])
+            local[f"{t.src}#fp8"] = inputs(bufs[t.src])
     ref.run_conv(replace(step, terms=terms), local, sums)
     bufs[step.out] = local[step.out]
 
@@ -188,10 +200,10 @@ class Emulated:
         base, _, split = fmt_split.partition("+")
         self.calibrated, self.observe = calibrated, False
         self.headroom = 1.0
-        self.fp8_mma = base == "fp8mma"
+        self.fp8_mma = {"fp8mma": e4m3_pixel, "fp8mma-win": e4m3_window}.get(base)
         if self.fp8_mma:  # FP8 arithmetic in the chosen steps, every output stored as FP16
             if not spec:
-                raise SystemExit("fp8mma needs its steps: fp8mma@1")
+                raise SystemExit(f"{base} needs its steps: {base}@1")
             base = "fp16"
         if base.startswith("u8-cal"):
             if calibrated is None:
@@ -221,13 +233,13 @@ class Emulated:
             before = set(bufs)
             chosen = self.steps is None or i in self.steps
             if self.fp8_mma and chosen and isinstance(step, Conv):
-                run_fp8_mma(step, bufs, sums)
+                run_fp8_mma(step, bufs, sums, self.fp8_mma)
             elif self.split and splits(step):
                 assert self.quantize is not None, "--split-taps with u8-cal is not emulated"
                 run_split(step, bufs, self.quantize)
             else:
                 (ref.run_conv if isinstance(step, Conv) else ref.run_tail)(step, bufs, sums)
-            chosen = chosen and not self.fp8_mma
+            chosen = chosen and self.fp8_mma is None
             for name in set(bufs) - before - {ref.OUTPUT}:
                 bufs[name] = self._store(name, bufs[name], chosen)
         return bufs[ref.OUTPUT].permute(0, 3, 1, 2).contiguous()
@@ -284,7 +296,8 @@ def main() -> None:
                    help="with --calibrate: comma-separated range factors over the calibrated "
                         "maximum, one u8-cal format each (u8-cal-h2: twice the maximum)")
     p.add_argument("--fp8-mma", default=None, metavar="SETS",
-                   help="comma-separated step sets: FP8 arithmetic in those steps (fp8mma@SET)")
+                   help="comma-separated step sets: FP8 arithmetic in those steps (fp8mma@SET: "
+                        "inputs scaled per pixel; fp8mma-win@SET: per window)")
     p.add_argument("--steps", default=None,
                    help="comma-separated step sets (0-6, 4, 1-2+5): each format also with only "
                         "those steps' outputs in it, the rest FP16 (FORMAT@SET)")
@@ -311,7 +324,8 @@ def main() -> None:
     if args.fp8_mma:
         for spec in args.fp8_mma.split(","):
             parse_steps(spec)
-        formats += [f"fp8mma@{spec}" for spec in args.fp8_mma.split(",")]
+        formats += [f"{kind}@{spec}" for kind in ("fp8mma", "fp8mma-win")
+                    for spec in args.fp8_mma.split(",")]
     if not formats:
         raise SystemExit("nothing to verify: give --formats or --fp8-mma")
     candidates = {f"plan-{f}": Emulated(plan, f, calibrated) for f in formats}

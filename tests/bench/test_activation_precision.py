@@ -120,3 +120,15 @@ def test_fp8_mma_runs_only_the_chosen_steps_in_fp8(script, small_model) -> None:
     assert 1e-4 < rel.item() < 0.1, rel  # e4m3's rounding, not a different convolution
     with pytest.raises(SystemExit, match="fp8mma@1"):
         script.Emulated(plan, "fp8mma")
+    with pytest.raises(SystemExit, match="fp8mma-win@1"):
+        script.Emulated(plan, "fp8mma-win")
+
+
+def test_a_window_scale_is_one_per_window(script) -> None:
+    """``fp8mma-win``: each window of a batch its own scale (a dim window beside a bright one
+    keeps its precision), every element of a window the same scale."""
+    x = torch.tensor([[[[100.0, 1.0]]], [[[0.1, 0.001]]]])  # two windows, one pixel each
+    q = script.e4m3_window(x)
+    assert q[0, 0, 0, 0].item() == pytest.approx(100.0) and q[1, 0, 0, 0].item() == pytest.approx(0.1)
+    assert q[1, 0, 0, 1].item() == pytest.approx(0.001, rel=2**-3)  # 0.001 of 0.1: still normal
+    torch.testing.assert_close(q, x, rtol=2**-4, atol=0.0)
