@@ -33,7 +33,10 @@ pixel (the maximum over its channels: a kernel can take it from the A tile it lo
 apply it to each tap's partial product, since a tap's rows are pixels), its weights to e4m3
 with a scale per output channel; named ``fp8mma@SPEC``. ``fp8mma-win@SPEC``: the inputs with
 one scale per window instead (the step before takes it by an atomic max; the kernel applies
-it once, in its epilogue, where a per-pixel scale costs an FMA per tap). Whether Hopper's FP8 tensor cores
+it once, in its epilogue, where a per-pixel scale costs an FMA per tap). ``fp8mma-one@SPEC``:
+not scaled at all (e4m3 spans 2⁻⁹ to 448 by itself; saturated), so the step before can store
+its output in e4m3 and the kernel read half the bytes with no conversion (``--fp8-inputs``
+picks among the three). Whether Hopper's FP8 tensor cores
 (twice FP16's rate) would pass verify in the compute-bound steps (step 1, the stem's 64 → 64).
 
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
@@ -83,6 +86,13 @@ def e4m3_window(x: Tensor) -> Tensor:
     top = torch.finfo(torch.float8_e4m3fn).max
     scale = x.abs().amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-12) / top
     return (x / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+def e4m3_unscaled(x: Tensor) -> Tensor:
+    """NHWC cast to e4m3 as it is (no scale: e4m3 spans 2⁻⁹ to 448 by itself), saturated at
+    ±448: what the step before could write directly, so the kernel reads half the bytes."""
+    top = torch.finfo(torch.float8_e4m3fn).max
+    return x.clamp(-top, top).to(torch.float8_e4m3fn).float()
 
 
 def e4m3_out_channel(w: Tensor) -> Tensor:
@@ -200,7 +210,8 @@ class Emulated:
         base, _, split = fmt_split.partition("+")
         self.calibrated, self.observe = calibrated, False
         self.headroom = 1.0
-        self.fp8_mma = {"fp8mma": e4m3_pixel, "fp8mma-win": e4m3_window}.get(base)
+        self.fp8_mma = {"fp8mma": e4m3_pixel, "fp8mma-win": e4m3_window,
+                        "fp8mma-one": e4m3_unscaled}.get(base)
         if self.fp8_mma:  # FP8 arithmetic in the chosen steps, every output stored as FP16
             if not spec:
                 raise SystemExit(f"{base} needs its steps: {base}@1")
@@ -297,7 +308,10 @@ def main() -> None:
                         "maximum, one u8-cal format each (u8-cal-h2: twice the maximum)")
     p.add_argument("--fp8-mma", default=None, metavar="SETS",
                    help="comma-separated step sets: FP8 arithmetic in those steps (fp8mma@SET: "
-                        "inputs scaled per pixel; fp8mma-win@SET: per window)")
+                        "inputs scaled per pixel; fp8mma-win@SET: per window; fp8mma-one@SET: "
+                        "not scaled)")
+    p.add_argument("--fp8-inputs", default="fp8mma,fp8mma-win,fp8mma-one",
+                   help="with --fp8-mma: which input scalings to verify")
     p.add_argument("--steps", default=None,
                    help="comma-separated step sets (0-6, 4, 1-2+5): each format also with only "
                         "those steps' outputs in it, the rest FP16 (FORMAT@SET)")
@@ -324,7 +338,7 @@ def main() -> None:
     if args.fp8_mma:
         for spec in args.fp8_mma.split(","):
             parse_steps(spec)
-        formats += [f"{kind}@{spec}" for kind in ("fp8mma", "fp8mma-win")
+        formats += [f"{kind}@{spec}" for kind in args.fp8_inputs.split(",")
                     for spec in args.fp8_mma.split(",")]
     if not formats:
         raise SystemExit("nothing to verify: give --formats or --fp8-mma")

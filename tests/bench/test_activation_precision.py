@@ -132,3 +132,13 @@ def test_a_window_scale_is_one_per_window(script) -> None:
     assert q[0, 0, 0, 0].item() == pytest.approx(100.0) and q[1, 0, 0, 0].item() == pytest.approx(0.1)
     assert q[1, 0, 0, 1].item() == pytest.approx(0.001, rel=2**-3)  # 0.001 of 0.1: still normal
     torch.testing.assert_close(q, x, rtol=2**-4, atol=0.0)
+
+
+def test_unscaled_inputs_are_cast_as_they_are_and_saturate(script) -> None:
+    """``fp8mma-one``: no scale; e4m3's own range (normal from 2⁻⁶, largest 448), saturated."""
+    x = torch.tensor([[[[1000.0, -1000.0, 3.3, 0.02, 0.0]]]])
+    q = script.e4m3_unscaled(x)[0, 0, 0]
+    assert q[:2].tolist() == [448.0, -448.0]
+    assert q[2].item() == pytest.approx(3.25) and q[3].item() == pytest.approx(0.02, rel=2**-4)
+    assert q[4].item() == 0.0
+
