@@ -36,7 +36,8 @@ one scale per window instead (the step before takes it by an atomic max; the ker
 it once, in its epilogue, where a per-pixel scale costs an FMA per tap). ``fp8mma-one@SPEC``:
 not scaled at all (e4m3 spans 2⁻⁹ to 448 by itself; saturated), so the step before can store
 its output in e4m3 and the kernel read half the bytes with no conversion (``--fp8-inputs``
-picks among the three). Whether Hopper's FP8 tensor cores
+picks among them; ``fp8mma-inputs`` and ``fp8mma-weights`` round one operand alone, to tell
+which one a failure comes from). Whether Hopper's FP8 tensor cores
 (twice FP16's rate) would pass verify in the compute-bound steps (step 1, the stem's 64 → 64).
 
 Usage: activation_precision.py CLIP [CLIP ...] [--formats fp16,e4m3-ch,...] [--max-frames N]
@@ -103,11 +104,12 @@ def e4m3_out_channel(w: Tensor) -> Tensor:
 
 
 def run_fp8_mma(step: Conv, bufs: dict[str, Tensor], sums: dict[str, Tensor],
-                inputs: Callable[[Tensor], Tensor] = e4m3_pixel) -> None:
+                inputs: Callable[[Tensor], Tensor] = e4m3_pixel,
+                weights: Callable[[Tensor], Tensor] = e4m3_out_channel) -> None:
     """``step`` with each term's input (``inputs``: per pixel, or :func:`e4m3_window`) and
-    weights (per output channel) in e4m3, FP32 accumulation (:func:`e4m3_out_channel`);
-    identity terms (``add``) and addends as they are."""
-    terms = tuple(t if t.add else replace(t, src=f"{t.src}#fp8", weight=e4m3_out_channel(t.weight))
+    weights (``weights``: per output channel, :func:`e4m3_out_channel`) in e4m3, FP32
+    accumulation; identity terms (``add``) and addends as they are."""
+    terms = tuple(t if t.add else replace(t, src=f"{t.src}#fp8", weight=weights(t.weight))
                   for t in step.terms)
     local = dict(bufs)
     for t in step.terms:
@@ -210,8 +212,13 @@ class Emulated:
         base, _, split = fmt_split.partition("+")
         self.calibrated, self.observe = calibrated, False
         self.headroom = 1.0
-        self.fp8_mma = {"fp8mma": e4m3_pixel, "fp8mma-win": e4m3_window,
-                        "fp8mma-one": e4m3_unscaled}.get(base)
+        fp16 = FORMATS["fp16"]
+        self.fp8_mma = {"fp8mma": (e4m3_pixel, e4m3_out_channel),
+                        "fp8mma-win": (e4m3_window, e4m3_out_channel),
+                        "fp8mma-one": (e4m3_unscaled, e4m3_out_channel),
+                        # one operand alone in e4m3 (a diagnosis: which one a failure is)
+                        "fp8mma-inputs": (e4m3_pixel, fp16),
+                        "fp8mma-weights": (fp16, e4m3_out_channel)}.get(base)
         if self.fp8_mma:  # FP8 arithmetic in the chosen steps, every output stored as FP16
             if not spec:
                 raise SystemExit(f"{base} needs its steps: {base}@1")
@@ -244,7 +251,7 @@ class Emulated:
             before = set(bufs)
             chosen = self.steps is None or i in self.steps
             if self.fp8_mma and chosen and isinstance(step, Conv):
-                run_fp8_mma(step, bufs, sums, self.fp8_mma)
+                run_fp8_mma(step, bufs, sums, *self.fp8_mma)
             elif self.split and splits(step):
                 assert self.quantize is not None, "--split-taps with u8-cal is not emulated"
                 run_split(step, bufs, self.quantize)
@@ -309,7 +316,7 @@ def main() -> None:
     p.add_argument("--fp8-mma", default=None, metavar="SETS",
                    help="comma-separated step sets: FP8 arithmetic in those steps (fp8mma@SET: "
                         "inputs scaled per pixel; fp8mma-win@SET: per window; fp8mma-one@SET: "
-                        "not scaled)")
+                        "not scaled; fp8mma-inputs / fp8mma-weights@SET: that operand alone)")
     p.add_argument("--fp8-inputs", default="fp8mma,fp8mma-win,fp8mma-one",
                    help="with --fp8-mma: which input scalings to verify")
     p.add_argument("--steps", default=None,

@@ -142,3 +142,26 @@ def test_unscaled_inputs_are_cast_as_they_are_and_saturate(script) -> None:
     assert q[2].item() == pytest.approx(3.25) and q[3].item() == pytest.approx(0.02, rel=2**-4)
     assert q[4].item() == 0.0
 
+
+
+def test_fp8_mma_rounds_the_operands_it_is_given(script, small_model) -> None:
+    """``run_fp8_mma`` with both roundings the identity is the reference step; with one
+    operand rounded, it differs from the reference and from the other operand's rounding."""
+    plan = build_plan(small_model)
+    step = plan.steps[1]
+    h, w = small_model.config.input_size
+    src = step.terms[0].src
+    bufs = {src: torch.rand(1, h, w, step.terms[0].cin)}
+    plain = dict(bufs)
+    ref.run_conv(step, plain, {})
+    outs = {}
+    for name, (inputs, weights) in {"none": (lambda x: x, lambda w: w),
+                                    "inputs": (script.e4m3_pixel, lambda w: w),
+                                    "weights": (lambda x: x, script.e4m3_out_channel)}.items():
+        got = dict(bufs)
+        script.run_fp8_mma(step, got, {}, inputs, weights)
+        outs[name] = got[step.out]
+    torch.testing.assert_close(outs["none"], plain[step.out])
+    for name in ("inputs", "weights"):
+        assert not torch.allclose(outs[name], plain[step.out], rtol=1e-4, atol=1e-5), name
+    assert not torch.equal(outs["inputs"], outs["weights"])
