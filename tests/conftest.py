@@ -45,6 +45,16 @@ def draw_clip(
     return centres
 
 
+
+def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
+    """``jpeg`` with an EXIF segment (APP1) right after its start marker whose one tag is
+    Orientation (0x0112; 6: to be turned 90° clockwise for display)."""
+    tiff = (b"MM\x00\x2a\x00\x00\x00\x08" + b"\x00\x01"  # big-endian, IFD at 8, one entry
+            + b"\x01\x12\x00\x03\x00\x00\x00\x01" + orientation.to_bytes(2, "big") + b"\x00\x00"
+            + b"\x00\x00\x00\x00")  # no next IFD
+    payload = b"Exif\x00\x00" + tiff
+    return jpeg[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + jpeg[2:]
+
 @pytest.fixture(scope="module")
 def one_cpu_thread() -> Iterator[None]:
     """One intra-op thread: on a shared 2-core machine two OpenMP threads wait on each other

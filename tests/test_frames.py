@@ -4,7 +4,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import draw_clip
+from conftest import draw_clip, with_exif_orientation
 
 from ttball.errors import VideoError
 from ttball.frames import DuplicateFilter, FrameSource, preprocess, resize, ssim
@@ -29,6 +29,19 @@ def test_image_folder_skips_and_counts_unreadable_images(tmp_path: Path) -> None
     src = FrameSource(tmp_path)
     assert [f.index for f in src] == [0, 1, 3, 4]
     assert src.info.corrupt_frames == [2]
+
+
+def test_image_folder_reads_a_jpeg_as_stored_whatever_its_exif_orientation(tmp_path: Path) -> None:
+    """Frames are used as stored, as the server's decoders use them: a JPEG turned by its EXIF
+    orientation would be 40 x 60 among frames of 60 x 40 and counted corrupt."""
+    img = np.zeros((40, 60, 3), np.uint8)
+    img[:, :10] = 255
+    data = cv2.imencode(".jpg", img)[1].tobytes()
+    for i in range(3):
+        (tmp_path / f"f{i:03d}.jpg").write_bytes(with_exif_orientation(data, 6) if i == 1 else data)
+    frames = list(src := FrameSource(tmp_path))
+    assert [f.index for f in frames] == [0, 1, 2] and src.info.corrupt_frames == []
+    assert frames[1].rgb.shape == (40, 60, 3) and frames[1].rgb[:, :8].min() > 200
 
 
 def test_corrupt_frame_in_the_middle_of_a_video(tmp_path: Path) -> None:

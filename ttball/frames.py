@@ -21,6 +21,10 @@ from ttball.errors import VideoError
 from ttball.model.config import WeightsConfig
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
+# How every image is decoded on the host: three channels, pixels as stored. OpenCV would
+# otherwise turn a JPEG by its EXIF orientation, which the GPU decoders (nvJPEG) and the
+# header's size (ttball.serve.uploads.header_size) do not: one frame would then differ by path.
+IMREAD_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
 # A decoder that fails this many frames in a row has reached the end of what it can read.
 MAX_CONSECUTIVE_FAILURES = 25
 
@@ -68,7 +72,7 @@ class FrameSource:
 
     def _first_image(self) -> np.ndarray:
         for p in self._images:
-            img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+            img = cv2.imread(str(p), IMREAD_FLAGS)
             if img is not None:
                 return img
         raise VideoError(f"{self.path}: none of its {len(self._images)} images can be read")
@@ -99,7 +103,7 @@ class FrameSource:
     def _iter_images(self) -> Iterator[Frame]:
         size = (self.info.height, self.info.width)
         for i, p in enumerate(self._images):
-            img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+            img = cv2.imread(str(p), IMREAD_FLAGS)
             if img is None or img.shape[:2] != size:
                 self.info.corrupt_frames.append(i)
                 continue

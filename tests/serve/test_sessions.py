@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from conftest import draw_clip
+from conftest import draw_clip, with_exif_orientation
 from worker_checks import assert_rows_equal
 
 from ttball.client import Client, ServeError, pack_records
@@ -26,7 +26,7 @@ from ttball.pipeline import track
 from ttball.serve import ServeSettings, create_app
 from ttball.serve.app import serve_in_thread
 from ttball.serve.settings import ApiError
-from ttball.serve.uploads import Part, header_size, image_size, jpeg_truncated
+from ttball.serve.uploads import Part, decode, header_size, image_size, jpeg_truncated
 
 FRAMES = 7  # step 3: two full windows and a trailing one; step 1: five windows
 
@@ -258,6 +258,20 @@ def test_a_jpeg_cut_short_is_found_as_opencv_finds_it() -> None:
     with pytest.raises(ApiError, match="end-of-image") as caught:
         header_size(Part(data[:-2]), settings)
     assert (caught.value.status, caught.value.code) == (400, "not_an_image")
+
+
+def test_an_exif_orientation_is_not_applied_the_frame_is_used_as_stored() -> None:
+    """OpenCV turns a JPEG by its EXIF orientation unless told not to; the GPU decoders and the
+    header's size don't. The host path decodes it as stored, so the frame is the same
+    whichever path takes it, and of the size the header gives."""
+    img = np.zeros((33, 47, 3), np.uint8)
+    img[:, :10] = 255  # a white band on the left: on top once turned
+    turned = with_exif_orientation(cv2.imencode(".jpg", img)[1].tobytes(), 6)
+    assert cv2.imdecode(np.frombuffer(turned, np.uint8), cv2.IMREAD_COLOR).shape == (47, 33, 3)
+    settings = ServeSettings()
+    rgb = decode(Part(turned), settings)
+    assert header_size(Part(turned), settings) == (47, 33) and rgb.shape == (33, 47, 3)
+    assert rgb[:, :8].min() > 200 and rgb[:, 12:].max() < 50  # the band still on the left
 
 
 BAD_OPTIONS = [

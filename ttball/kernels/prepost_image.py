@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ttball.frames import host_to_device
+from ttball.frames import IMREAD_FLAGS, host_to_device
 
 COEF_BITS = 11  # OpenCV's INTER_RESIZE_COEF_BITS: weights are multiples of 1/2048
 COEF_SCALE = 1 << COEF_BITS
@@ -126,7 +126,7 @@ def _open_own(device: torch.device) -> tuple[Any, str | None]:
 
 def decode_cv2(data: bytes, index: int = 0) -> Tensor:
     """One JPEG (or PNG) → ``(3, H, W) uint8`` RGB on the host, exactly as the worker decodes."""
-    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), IMREAD_FLAGS)
     if bgr is None or bgr.ndim != 3 or bgr.size == 0:
         raise DecodeError(index, "not a decodable image")
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)

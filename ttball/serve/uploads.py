@@ -20,6 +20,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from ttball.frames import IMREAD_FLAGS
 from ttball.serve.settings import ApiError, ServeSettings
 
 IMAGE_TYPES = ("image/jpeg", "image/png")
@@ -194,12 +195,13 @@ def header_size(part: Part, settings: ServeSettings) -> tuple[int, int]:
 
 
 def decode(part: Part, settings: ServeSettings) -> np.ndarray:
-    """RGB ``uint8 (H, W, 3)``; 400 for a body that is no image, 413 for a huge one."""
+    """RGB ``uint8 (H, W, 3)`` as stored (an EXIF orientation not applied, as the GPU decoders
+    don't); 400 for a body that is no image, 413 for a huge one."""
     if part.raw_size is not None:
         w, h = part.raw_size
         return np.frombuffer(part.data, np.uint8).reshape(h, w, 3)
     header_size(part, settings)
-    bgr = cv2.imdecode(np.frombuffer(part.data, np.uint8), cv2.IMREAD_COLOR)
+    bgr = cv2.imdecode(np.frombuffer(part.data, np.uint8), IMREAD_FLAGS)
     if bgr is None or bgr.ndim != 3 or bgr.size == 0:
         raise ApiError(400, "not_an_image", "the frame could not be decoded (corrupt image?)")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
