@@ -40,6 +40,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from conftest import with_exif_orientation
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
@@ -215,8 +216,13 @@ def test_js_ports_match_python() -> None:
 
 
 # -- the page, in Chromium ----------------------------------------------------------------------
+EXIF_FRAME = 6  # written as a JPEG whose EXIF orientation (6) says "turn 90°": used as stored
+
+
 def _draw_clip(folder: Path) -> list[tuple[float, float]]:
-    """PNG frames of a white ball on a parabola over a table; returns the ball's centres."""
+    """PNG frames of a white ball on a parabola over a table, frame ``EXIF_FRAME`` a JPEG with
+    an EXIF orientation (the browser, the worker and ``ttball.track`` all read it as stored, or
+    it would be a turned frame of another size); returns the ball's centres."""
     folder.mkdir(parents=True, exist_ok=True)
     w, h = CLIP_SIZE
     centres, img = [], None
@@ -231,7 +237,11 @@ def _draw_clip(folder: Path) -> list[tuple[float, float]]:
             cx, cy = w * .15 + t * w * .7, h * .75 - h * .6 * 4 * t * (1 - t)
             cv2.circle(img, (round(cx), round(cy)), 5, (255, 255, 255), -1, cv2.LINE_AA)
         assert img is not None
-        cv2.imwrite(str(folder / f"frame_{i:03d}.png"), img)
+        if i == EXIF_FRAME:
+            jpeg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+            (folder / f"frame_{i:03d}.jpg").write_bytes(with_exif_orientation(jpeg, 6))
+        else:
+            cv2.imwrite(str(folder / f"frame_{i:03d}.png"), img)
         centres.append((cx, cy))
     return centres
 
@@ -373,7 +383,7 @@ def test_page_tracks_the_ball(tmp_path: Path, web_model: tuple[Any, Path, Path])
             runs.append({"name": "worker", "mode": "worker",
                          "screenshot": str(ARTIFACTS / "web-worker.png")})
         result = _drive({"chromium": chromium, "url": f"{url}/",
-                         "frames": sorted(str(p) for p in frames.glob("*.png")),
+                         "frames": sorted(str(p) for p in frames.glob("frame_*")),
                          "timeoutMs": PAGE_TIMEOUT_S * 1000, "runs": runs}, tmp_path)
     page = {r["name"]: r for r in result["runs"]}
 

@@ -21,6 +21,53 @@ function jpegEncoder(image) {
   };
 }
 
+/**
+ * A JPEG's bytes without its EXIF segments (APP1 "Exif"), the rest as they are; other bytes
+ * unchanged. The browser turns a JPEG by its EXIF orientation whatever createImageBitmap's
+ * imageOrientation says (Chromium 156: 'none' too), while the server and `ttball track` use a
+ * frame as stored, and the worker gets the file itself: without the segment both see one frame.
+ */
+export function withoutExif(bytes) {
+  if (bytes.length < 4 || bytes[0] !== 0xff || bytes[1] !== 0xd8) return bytes;
+  const kept = [bytes.subarray(0, 2)];
+  let i = 2;
+  let start = 2; // the first byte not yet kept
+  while (i + 4 <= bytes.length && bytes[i] === 0xff) {
+    const marker = bytes[i + 1];
+    if (marker === 0xda || marker === 0xd9) break; // the scan: the segments are over
+    if (marker === 0xff || marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
+      i += marker === 0xff ? 1 : 2;
+      continue;
+    }
+    const end = i + 2 + ((bytes[i + 2] << 8) | bytes[i + 3]);
+    const exif = marker === 0xe1 && end <= bytes.length
+      && String.fromCharCode(...bytes.subarray(i + 4, i + 10)) === 'Exif\0\0';
+    if (exif) {
+      kept.push(bytes.subarray(start, i));
+      start = end;
+    }
+    i = end;
+  }
+  if (start === 2) return bytes;
+  kept.push(bytes.subarray(start));
+  const out = new Uint8Array(kept.reduce((n, part) => n + part.length, 0));
+  let at = 0;
+  for (const part of kept) {
+    out.set(part, at);
+    at += part.length;
+  }
+  return out;
+}
+
+/** What createImageBitmap decodes of an image file: a JPEG without its EXIF (withoutExif). */
+async function storedPixels(file) {
+  const jpeg = /jpe?g$/i.test(file.type || file.name);
+  if (!jpeg) return file;
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  const stripped = withoutExif(bytes);
+  return stripped === bytes ? file : new Blob([stripped], { type: 'image/jpeg' });
+}
+
 export function imageFiles(files) {
   return [...files]
     .filter((f) => f.type.startsWith('image/') || /\.(png|jpe?g|bmp|webp)$/i.test(f.name))
@@ -33,7 +80,9 @@ export async function* imageFrames(files, fps, skipped = []) {
   for (const [index, file] of files.entries()) {
     let bitmap;
     try {
-      bitmap = await createImageBitmap(file, { colorSpaceConversion: 'none', premultiplyAlpha: 'none' });
+      bitmap = await createImageBitmap(await storedPixels(file), {
+        colorSpaceConversion: 'none', premultiplyAlpha: 'none',
+      });
     } catch {
       skipped.push(index);
       continue;
