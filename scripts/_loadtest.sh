@@ -11,7 +11,8 @@
 # server's packages as wheels). A call that does not profile carries .raywhl/site.tar.xz and
 # .raywhl/ray-stripped.tar.xz by name, without pyspy.tar.xz (the tracked tree grows by each
 # session's benchmarks, and the carry shares its 64 MiB). Puts the repository and /tmp/site on
-# PYTHONPATH and /tmp/site/bin (py-spy, where carried) on PATH either way. Elsewhere (a CPU smoke test here) it installs nothing.
+# PYTHONPATH and /tmp/site/bin (py-spy, where carried) on PATH either way. Elsewhere (a CPU
+# smoke test here) it installs nothing.
 install_wheels() {
   local dir=.whl
   [ -d .raywhl ] && dir=.raywhl

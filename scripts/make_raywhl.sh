@@ -10,8 +10,9 @@
 # 0.55 MB as published, 0.12 so); py-spy (`py-spy record --gil`: who holds a replica's
 # interpreter lock) as it is. Every other wheel is installed here by pip for the GPU machine's Python
 # (--target, --platform) and the result packed as one site.tar.xz: 22 MB of wheels make about
-# 13 MB so. .raywhl/ is then three archives (py-spy's apart), which scripts/_loadtest.sh's install_wheels unpacks
-# into /tmp/site, so that it, the tracked tree and the clip stay under the 64 MiB a call carries.
+# 13 MB so. .raywhl/ is then three archives (py-spy's apart), which scripts/_loadtest.sh's
+# install_wheels unpacks into /tmp/site, so that it, the tracked tree and the clip stay under
+# the 64 MiB a call carries.
 # NVIMGCODEC=1 adds nvImageCodec and nvJPEG (for `serve --jpeg-decoder nvimgcodec[-hw]`), cut to
 # what a JPEG decode on Python 3.12 loads (the 3.12 extension, the core library, the nvJPEG
 # extension: 31 MB of wheels make about 5 MB more in site.tar.xz; with the tracked tree at

@@ -279,8 +279,7 @@ def snapshot_deltas(folder: Path, read: Callable[[Path], dict[str, Any]]
     the warm-up's pushes) is only subtracted, not yielded."""
     before: dict[str, Any] = {}
     server = None
-    for path in sorted(folder.glob("metrics-*.txt"),
-                       key=lambda path: (_counts(path)[0], _frames_counted(path), _counts(path)[1])):
+    for path in sorted(folder.glob("metrics-*.txt"), key=_run_order):
         replicas, sessions = _counts(path)
         if replicas != server:
             before, server = {}, replicas
@@ -297,11 +296,14 @@ def _minus(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
             for k, v in now.items()}
 
 
-def _frames_counted(path: Path) -> float:
-    """The frames a snapshot's server had accepted (``ttball_frames_total``, summed over its
-    replicas): what orders one server's snapshots in time."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in path.read_text().splitlines()
-               if line.startswith("ttball_frames_total"))
+def _run_order(path: Path) -> tuple[int, float, int]:
+    """A snapshot's place: its server (replicas), then the frames that server had accepted
+    by then (``ttball_frames_total`` summed over its replicas: a counter only grows), then
+    its session count (for snapshots without the counter)."""
+    replicas, sessions = _counts(path)
+    frames = sum(float(line.rsplit(" ", 1)[1]) for line in path.read_text().splitlines()
+                 if line.startswith("ttball_frames_total"))
+    return replicas, frames, sessions
 
 
 def _counts(path: Path) -> tuple[int, int]:
