@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,14 +47,20 @@ def draw_clip(
 
 
 
-def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
-    """``jpeg`` with an EXIF segment (APP1) right after its start marker whose one tag is
-    Orientation (0x0112; 6: to be turned 90° clockwise for display)."""
+def with_exif_orientation(image: bytes, orientation: int) -> bytes:
+    """A JPEG with an EXIF segment (APP1) right after its start marker, or a PNG with an eXIf
+    chunk right after its header chunk, whose one tag is Orientation (0x0112; 6: to be turned
+    90° clockwise for display)."""
     tiff = (b"MM\x00\x2a\x00\x00\x00\x08" + b"\x00\x01"  # big-endian, IFD at 8, one entry
             + b"\x01\x12\x00\x03\x00\x00\x00\x01" + orientation.to_bytes(2, "big") + b"\x00\x00"
             + b"\x00\x00\x00\x00")  # no next IFD
+    if image.startswith(b"\x89PNG\r\n\x1a\n"):
+        after_header = 8 + 8 + 13 + 4  # the signature, then IHDR: length, type, 13 bytes, CRC
+        chunk = (len(tiff).to_bytes(4, "big") + b"eXIf" + tiff
+                 + zlib.crc32(b"eXIf" + tiff).to_bytes(4, "big"))
+        return image[:after_header] + chunk + image[after_header:]
     payload = b"Exif\x00\x00" + tiff
-    return jpeg[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + jpeg[2:]
+    return image[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + image[2:]
 
 @pytest.fixture(scope="module")
 def one_cpu_thread() -> Iterator[None]:

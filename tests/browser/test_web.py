@@ -217,12 +217,14 @@ def test_js_ports_match_python() -> None:
 
 # -- the page, in Chromium ----------------------------------------------------------------------
 EXIF_FRAME = 6  # written as a JPEG whose EXIF orientation (6) says "turn 90°": used as stored
+PNG_EXIF_FRAME = 7  # a PNG with the same tag in an eXIf chunk
 
 
 def _draw_clip(folder: Path) -> list[tuple[float, float]]:
-    """PNG frames of a white ball on a parabola over a table, frame ``EXIF_FRAME`` a JPEG with
-    an EXIF orientation (the browser, the worker and ``ttball.track`` all read it as stored, or
-    it would be a turned frame of another size); returns the ball's centres."""
+    """PNG frames of a white ball on a parabola over a table, frame ``EXIF_FRAME`` a JPEG and
+    frame ``PNG_EXIF_FRAME`` a PNG with an EXIF orientation (the browser, the worker and
+    ``ttball.track`` all read them as stored, or each would be a turned frame of another
+    size); returns the ball's centres."""
     folder.mkdir(parents=True, exist_ok=True)
     w, h = CLIP_SIZE
     centres, img = [], None
@@ -240,6 +242,9 @@ def _draw_clip(folder: Path) -> list[tuple[float, float]]:
         if i == EXIF_FRAME:
             jpeg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
             (folder / f"frame_{i:03d}.jpg").write_bytes(with_exif_orientation(jpeg, 6))
+        elif i == PNG_EXIF_FRAME:
+            png = cv2.imencode(".png", img)[1].tobytes()
+            (folder / f"frame_{i:03d}.png").write_bytes(with_exif_orientation(png, 6))
         else:
             cv2.imwrite(str(folder / f"frame_{i:03d}.png"), img)
         centres.append((cx, cy))

@@ -266,12 +266,13 @@ def test_an_exif_orientation_is_not_applied_the_frame_is_used_as_stored() -> Non
     whichever path takes it, and of the size the header gives."""
     img = np.zeros((33, 47, 3), np.uint8)
     img[:, :10] = 255  # a white band on the left: on top once turned
-    turned = with_exif_orientation(cv2.imencode(".jpg", img)[1].tobytes(), 6)
-    assert cv2.imdecode(np.frombuffer(turned, np.uint8), cv2.IMREAD_COLOR).shape == (47, 33, 3)
     settings = ServeSettings()
-    rgb = decode(Part(turned), settings)
-    assert header_size(Part(turned), settings) == (47, 33) and rgb.shape == (33, 47, 3)
-    assert rgb[:, :8].min() > 200 and rgb[:, 12:].max() < 50  # the band still on the left
+    for ext in (".jpg", ".png"):  # a PNG's eXIf chunk is read by OpenCV too
+        turned = with_exif_orientation(cv2.imencode(ext, img)[1].tobytes(), 6)
+        assert cv2.imdecode(np.frombuffer(turned, np.uint8), cv2.IMREAD_COLOR).shape == (47, 33, 3)
+        rgb = decode(Part(turned), settings)
+        assert header_size(Part(turned), settings) == (47, 33) and rgb.shape == (33, 47, 3), ext
+        assert rgb[:, :8].min() > 200 and rgb[:, 12:].max() < 50, ext  # the band still left
 
 
 BAD_OPTIONS = [

@@ -50,22 +50,57 @@ export function withoutExif(bytes) {
   }
   if (start === 2) return bytes;
   kept.push(bytes.subarray(start));
-  const out = new Uint8Array(kept.reduce((n, part) => n + part.length, 0));
+  return concat(kept);
+}
+
+const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+
+/**
+ * A PNG's bytes without its eXIf chunks (the same orientation tag, which Chromium applies to
+ * a PNG too), the other chunks as they are (each carries its own CRC); other bytes unchanged.
+ */
+export function withoutPngExif(bytes) {
+  if (bytes.length < 8 || PNG_SIGNATURE.some((b, k) => bytes[k] !== b)) return bytes;
+  const kept = [];
+  let i = 8;
+  let start = 0;
+  while (i + 12 <= bytes.length) {
+    const length = ((bytes[i] << 24) | (bytes[i + 1] << 16) | (bytes[i + 2] << 8) | bytes[i + 3]) >>> 0;
+    const end = i + 12 + length;
+    if (end > bytes.length) break;
+    if (String.fromCharCode(...bytes.subarray(i + 4, i + 8)) === 'eXIf') {
+      kept.push(bytes.subarray(start, i));
+      start = end;
+    }
+    i = end;
+  }
+  if (start === 0) return bytes;
+  kept.push(bytes.subarray(start));
+  return concat(kept);
+}
+
+function concat(parts) {
+  const out = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
   let at = 0;
-  for (const part of kept) {
+  for (const part of parts) {
     out.set(part, at);
     at += part.length;
   }
   return out;
 }
 
-/** What createImageBitmap decodes of an image file: a JPEG without its EXIF (withoutExif). */
+/**
+ * What createImageBitmap decodes of an image file: a JPEG or PNG without its EXIF
+ * (withoutExif, withoutPngExif), so its pixels are as stored.
+ */
 async function storedPixels(file) {
-  const jpeg = /jpe?g$/i.test(file.type || file.name);
-  if (!jpeg) return file;
+  const name = file.type || file.name;
+  const strip = /jpe?g$/i.test(name) ? withoutExif : /png$/i.test(name) ? withoutPngExif : null;
+  if (!strip) return file;
   const bytes = new Uint8Array(await file.arrayBuffer());
-  const stripped = withoutExif(bytes);
-  return stripped === bytes ? file : new Blob([stripped], { type: 'image/jpeg' });
+  const stripped = strip(bytes);
+  const type = file.type || (strip === withoutExif ? 'image/jpeg' : 'image/png');
+  return stripped === bytes ? file : new Blob([stripped], { type });
 }
 
 export function imageFiles(files) {
