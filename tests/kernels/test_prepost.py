@@ -185,8 +185,9 @@ def test_a_failed_nvjpeg_batch_is_decoded_frame_by_frame_to_name_the_bad_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``library="nvjpeg"`` (torchvision's decode_jpeg, a stand-in module here): one bad frame
-    fails the whole batch call, so the frames are decoded one by one and the first that fails
-    is named; a good batch is one call."""
+    fails the whole batch call, so the frames are decoded one by one; a frame nvJPEG refuses
+    but OpenCV reads (a CMYK JPEG, say; here any real JPEG) comes out as the host path decodes
+    it, in its place, and the first that fails there too is named; a good batch is one call."""
     import sys
     import types
 
@@ -195,7 +196,8 @@ def test_a_failed_nvjpeg_batch_is_decoded_frame_by_frame_to_name_the_bad_one(
     def decode_jpeg(data: object, mode: object = None, device: object = None) -> object:
         items = data if isinstance(data, list) else [data]
         calls.append(len(items))
-        if any(bytes(d.numpy()) == b"bad" for d in items):
+        if any(bytes(d.numpy()) == b"bad" or bytes(d.numpy()[:2]) == b"\xff\xd8"
+               for d in items):
             raise RuntimeError("Unsupported marker type 0x61")
         images = [torch.full((3, 2, 2), len(bytes(d.numpy())), dtype=torch.uint8) for d in items]
         return images if isinstance(data, list) else images[0]
@@ -212,6 +214,12 @@ def test_a_failed_nvjpeg_batch_is_decoded_frame_by_frame_to_name_the_bad_one(
     with pytest.raises(DecodeError, match="frame 2 of the batch: nvJPEG: Unsupported marker"):
         decoder([b"ok", b"good", b"bad", b"ok"])
     assert calls == [4, 1, 1, 1]  # the batch, then one by one up to the bad frame
+    real = cv2.imencode(".jpg", np.full((2, 2, 3), (10, 20, 30), np.uint8))[1].tobytes()
+    calls.clear()
+    out = decoder([b"ok", real, b"good"])
+    assert calls == [3, 1, 1, 1]  # refused alone too, then the host's decode in its place
+    assert [int(i[0, 0, 0]) for i in (out[0], out[2])] == [2, 4]
+    torch.testing.assert_close(out[1], decode_cv2(real))  # RGB: (30, 20, 10)
 
 
 def test_nvimgcodec_hw_hands_refused_frames_to_the_general_decoder(

@@ -153,7 +153,9 @@ class JpegDecoder:
     current stream without a wait; :mod:`ttball.kernels.nvjpeg_own`). ``library`` asks for one;
     a GPU library that can't run here falls back to the next (nvimgcodec-hw → nvimgcodec →
     nvjpeg → cv2; nvjpeg-own → nvjpeg → cv2), and ``gpu_reason`` says why.
-    ``prefer_gpu=False`` is ``library="cv2"``.
+    ``prefer_gpu=False`` is ``library="cv2"``. A batch that nvJPEG (or nvjpeg-own) fails is
+    decoded frame by frame, a frame it refuses on the host as the host path decodes it (a CMYK
+    JPEG, say); only a frame OpenCV cannot read either raises :class:`DecodeError`.
     """
 
     def __init__(self, device: torch.device | str, prefer_gpu: bool = True,
@@ -234,10 +236,13 @@ class JpegDecoder:
 
         try:
             return self._own(blobs)
-        except DecodeFailed as exc:
-            if exc.index is not None:
-                raise DecodeError(exc.index, f"nvJPEG: {exc}") from None
-        return _one_by_one(lambda data: self._own([data])[0], blobs, DecodeFailed)
+        except DecodeFailed:  # one frame fails the batch: each alone, the host for a refused one
+            return _one_by_one(lambda data: self._own([data])[0], blobs, DecodeFailed,
+                               lambda i: self._host(blobs, i))
+
+    def _host(self, blobs: Sequence[bytes], index: int) -> Tensor:
+        """Frame ``index`` decoded as the host path decodes it, on the device."""
+        return self._to_device(decode_cv2(blobs[index], index))
 
     def _to_device(self, rgb: Tensor) -> Tensor:
         if self.device.type == "cpu":
@@ -253,19 +258,24 @@ class JpegDecoder:
         except RuntimeError:  # one bad frame fails the whole batch
             return _one_by_one(
                 lambda d: decode_jpeg(d, mode=ImageReadMode.RGB, device=self.device), data,
-                RuntimeError)
+                RuntimeError, lambda i: self._host(blobs, i))
 
 
 def _one_by_one(decode: Callable[[Any], Tensor], items: Sequence[Any],
-                errors: type[Exception]) -> list[Tensor]:
-    """A batch that failed as a whole, decoded frame by frame to name the bad one: the first
-    that raises ``errors`` becomes a :class:`DecodeError` with its index."""
+                errors: type[Exception], host: Callable[[int], Tensor]) -> list[Tensor]:
+    """A batch that failed as a whole, decoded frame by frame: a frame that raises ``errors``
+    is decoded by ``host(index)`` as the host path decodes it (nvJPEG refuses what OpenCV
+    reads, e.g. a CMYK JPEG), and the first that fails there too becomes a
+    :class:`DecodeError` with its index."""
     out = []
     for i, item in enumerate(items):
         try:
             out.append(decode(item))
         except errors as exc:
-            raise DecodeError(i, f"nvJPEG: {exc}") from None
+            try:
+                out.append(host(i))
+            except DecodeError:
+                raise DecodeError(i, f"nvJPEG: {exc}") from None
     return out
 
 
