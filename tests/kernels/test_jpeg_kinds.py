@@ -3,9 +3,10 @@ decoders (:class:`ttball.kernels.prepost_image.JpegDecoder`): chroma subsampling
 and 4:4:4, progressive, restart markers, optimised Huffman tables, greyscale, CMYK, a size that
 is no whole number of blocks, an EXIF orientation. Each one, between two plain frames of a
 batch, comes out as the host path decodes it (``decode_cv2``, OpenCV: the reference the server
-and ``ttball track`` use) within the few levels by which nvJPEG's IDCT differs, or the
-decoder names it (a 400 for that frame at the route) and goes on decoding; never other
-pixels. ``cv2`` runs everywhere; ``nvjpeg`` and ``nvjpeg-own`` need a CUDA GPU."""
+and ``ttball track`` use) within the few levels by which nvJPEG's IDCT differs (a frame a
+GPU decoder refuses is decoded on the host in its place), or the decoder names it (a 400 for
+that frame at the route) and goes on decoding; never other pixels. ``cv2`` runs everywhere;
+``nvjpeg`` and ``nvjpeg-own`` need a CUDA GPU."""
 
 from __future__ import annotations
 
