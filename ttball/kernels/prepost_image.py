@@ -200,7 +200,7 @@ class JpegDecoder:
             return self._nvjpeg_own(blobs)
         if self.kind.startswith("nvimgcodec"):
             return self._nvimgcodec(blobs)
-        return [self._to_device(decode_cv2(b, i)) for i, b in enumerate(blobs)]
+        return [self._host(blobs, i) for i in range(len(blobs))]
 
     def _nvimgcodec(self, blobs: Sequence[bytes]) -> list[Tensor]:
         from nvidia import nvimgcodec

@@ -29,9 +29,8 @@ function jpegEncoder(image) {
  */
 export function withoutExif(bytes) {
   if (bytes.length < 4 || bytes[0] !== 0xff || bytes[1] !== 0xd8) return bytes;
-  const kept = [bytes.subarray(0, 2)];
+  const spans = [];
   let i = 2;
-  let start = 2; // the first byte not yet kept
   while (i + 4 <= bytes.length && bytes[i] === 0xff) {
     const marker = bytes[i + 1];
     if (marker === 0xda || marker === 0xd9) break; // the scan: the segments are over
@@ -40,17 +39,12 @@ export function withoutExif(bytes) {
       continue;
     }
     const end = i + 2 + ((bytes[i + 2] << 8) | bytes[i + 3]);
-    const exif = marker === 0xe1 && end <= bytes.length
-      && String.fromCharCode(...bytes.subarray(i + 4, i + 10)) === 'Exif\0\0';
-    if (exif) {
-      kept.push(bytes.subarray(start, i));
-      start = end;
+    if (marker === 0xe1 && end <= bytes.length && text(bytes, i + 4, 6) === 'Exif\0\0') {
+      spans.push([i, end]);
     }
     i = end;
   }
-  if (start === 2) return bytes;
-  kept.push(bytes.subarray(start));
-  return concat(kept);
+  return without(bytes, spans);
 }
 
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
@@ -61,46 +55,44 @@ const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
  */
 export function withoutPngExif(bytes) {
   if (bytes.length < 8 || PNG_SIGNATURE.some((b, k) => bytes[k] !== b)) return bytes;
-  const kept = [];
+  const spans = [];
   let i = 8;
-  let start = 0;
   while (i + 12 <= bytes.length) {
     const length = ((bytes[i] << 24) | (bytes[i + 1] << 16) | (bytes[i + 2] << 8) | bytes[i + 3]) >>> 0;
     const end = i + 12 + length;
     if (end > bytes.length) break;
-    if (String.fromCharCode(...bytes.subarray(i + 4, i + 8)) === 'eXIf') {
-      kept.push(bytes.subarray(start, i));
-      start = end;
-    }
+    if (text(bytes, i + 4, 4) === 'eXIf') spans.push([i, end]);
     i = end;
   }
-  if (start === 0) return bytes;
-  kept.push(bytes.subarray(start));
-  return concat(kept);
+  return without(bytes, spans);
 }
 
-function concat(parts) {
-  const out = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
+function text(bytes, at, length) {
+  return String.fromCharCode(...bytes.subarray(at, at + length));
+}
+
+/** ``bytes`` less the ``[start, end)`` spans (in order, apart); ``bytes`` itself if none. */
+function without(bytes, spans) {
+  if (!spans.length) return bytes;
+  const out = new Uint8Array(bytes.length - spans.reduce((n, [a, b]) => n + b - a, 0));
+  let from = 0;
   let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
+  for (const [a, b] of [...spans, [bytes.length, bytes.length]]) {
+    out.set(bytes.subarray(from, a), at);
+    at += a - from;
+    from = b;
   }
   return out;
 }
 
 /**
  * What createImageBitmap decodes of an image file: a JPEG or PNG without its EXIF
- * (withoutExif, withoutPngExif), so its pixels are as stored.
+ * (withoutExif, withoutPngExif, each found by its signature), so its pixels are as stored.
  */
 async function storedPixels(file) {
-  const name = file.type || file.name;
-  const strip = /jpe?g$/i.test(name) ? withoutExif : /png$/i.test(name) ? withoutPngExif : null;
-  if (!strip) return file;
   const bytes = new Uint8Array(await file.arrayBuffer());
-  const stripped = strip(bytes);
-  const type = file.type || (strip === withoutExif ? 'image/jpeg' : 'image/png');
-  return stripped === bytes ? file : new Blob([stripped], { type });
+  const stripped = withoutPngExif(withoutExif(bytes));
+  return stripped === bytes ? file : new Blob([stripped], { type: file.type });
 }
 
 export function imageFiles(files) {
