@@ -259,6 +259,12 @@ def test_device_pipeline_refuses_bad_frames_like_the_single_worker(url, expected
                     assert (reply.status_code, reply.json()["error"]["code"]) == (status, code)
                 for name in ("corrupt", "other-size", "png"):  # frames 4, 5, 6 of the socket
                     ws.send(bad[name][0])
+                # the socket holds its session: no HTTP request may delete or finish it
+                sid = sessions[2].id
+                for reply in (client.http.delete(f"/v1/sessions/{sid}"),
+                              client.http.post(f"/v1/sessions/{sid}/finish", timeout=10)):
+                    assert (reply.status_code, reply.json()["error"]["code"]) == (409,
+                                                                                  "session_busy")
             messages = ws.finish()
         for seed in (0, 1, 3):
             got[seed] += sessions[seed].finish()

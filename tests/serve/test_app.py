@@ -427,3 +427,26 @@ def test_auto_clips_only_with_auto_and_only_clips_that_exist(tmp_path) -> None:
     with pytest.raises(UserError, match="no such file or folder"):
         ServeSettings(backend="auto", auto_clips=(str(tmp_path / "nope.mp4"),)).validate()
     ServeSettings(backend="auto", auto_clips=(str(tmp_path),)).validate()
+
+
+def test_a_client_gone_mid_body_counts_as_499_not_a_server_error(start) -> None:
+    """A client that sends part of a body and leaves: starlette raises ClientDisconnect, which
+    was a 500 (a traceback in the log, a 5xx in ``ttball_requests_total``). Raw socket: send a
+    Content-Length of 100 and 2 bytes, then close."""
+    import socket
+    from urllib.parse import urlsplit
+
+    client = start()
+    session = client.open_session()
+    where = urlsplit(client.url)
+    with socket.create_connection((where.hostname, where.port), timeout=5) as sock:
+        sock.sendall(f"POST /v1/sessions/{session.id}/frames HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: image/png\r\nContent-Length: 100\r\n\r\n{}".encode())
+    route = 'route="/v1/sessions/{sid}/frames"'
+    deadline = time.monotonic() + 10
+    while f'{route},status="499"' not in (text := client.metrics()):
+        assert time.monotonic() < deadline, [line for line in text.splitlines() if route in line]
+        time.sleep(0.05)
+    assert f'{route},status="500"' not in text
+    assert 'ttball_errors_total{kind="client_disconnected"}' in text
+    assert session.describe()["frames"] == 0

@@ -139,3 +139,31 @@ def test_infer_bodies_that_are_not_json_get_400(server, body, message) -> None:
     reply = server.http.post(INFER, content=body)
     assert reply.status_code == 400
     assert message in reply.json()["error"]
+
+
+@pytest.mark.parametrize("length", [b"\xb2", b"1" + b"0" * 5000],
+                         ids=["superscript-two", "5001-digits"])
+def test_a_header_length_python_reads_as_digits_but_no_int_is_400(server, length) -> None:
+    """``"²".isdigit()`` holds and ``int()`` refuses 5,000 digits: both were 500s."""
+    reply = server.http.post(INFER, content=b"{}", headers={"Inference-Header-Content-Length": length})
+    assert reply.status_code == 400
+    assert "Inference-Header-Content-Length" in reply.json()["error"]
+
+
+def test_inputs_that_are_not_finite_in_fp32_are_400_before_the_network(server, batch) -> None:
+    """NaN in the binary section, or a JSON number past FP32's range: no JSON reply could carry
+    the logits (a 500 after a whole network call before)."""
+    bad = batch[:1].copy()
+    bad[0, 0, 0, 0] = np.nan
+    head = json.dumps({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": bad.nbytes}}]}).encode()
+    reply = server.http.post(INFER, content=head + bad.tobytes(),
+                             headers={"Inference-Header-Content-Length": str(len(head))})
+    assert reply.status_code == 400 and "NaN or infinite" in reply.json()["error"]
+    data = batch[:1].ravel().tolist()
+    data[5] = 1e39
+    request = {"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                           "data": data}]}
+    reply = server.http.post(INFER, json=request)
+    assert reply.status_code == 400 and "NaN or infinite" in reply.json()["error"]
+    assert server.http.get("/v2/health/ready").status_code == 200

@@ -289,6 +289,9 @@ BAD_OPTIONS = [
     pytest.param(b'{"width": 1e12, "height": 1e12}', 422, "bad_options", id="width-huge"),
     pytest.param(b'{"threshold": "0.5"}', 422, "bad_options", id="threshold-string"),
     pytest.param(b'{"step": "' + b"x" * 50_000 + b'"}', 422, "bad_options", id="long-string"),
+    # a frame's time is index / fps: a subnormal rate made it infinite (Infinity on the socket)
+    pytest.param(b'{"fps": 1e-320}', 422, "bad_options", id="fps-subnormal"),
+    pytest.param(b'{"fps": 0.0001}', 422, "bad_options", id="fps-below-the-least"),
 ]
 
 
@@ -359,3 +362,44 @@ def test_track_endpoint_refuses_a_too_short_video_without_rows(server, pngs, tmp
 def test_a_png_without_its_ihdr_chunk_is_not_an_image() -> None:
     assert image_size(b"\x89PNG\r\n\x1a\n" + b"\xff" * 40) is None
     assert image_size(_png_header(47, 33)) == (47, 33)
+
+
+def test_a_websocket_session_can_be_neither_deleted_nor_finished_over_http(server, pngs) -> None:
+    """The socket holds its session for its whole life: a DELETE used to cancel its steps under
+    it (its client heard nothing more, then lost the connection) and a finish used to wait as
+    long as the socket lived. Both are 409 now, and the stream goes on."""
+    session = server.open_session(step=3)
+    with session.stream() as ws:
+        ws.send(pngs[0])
+        for reply in (server.http.delete(f"/v1/sessions/{session.id}"),
+                      server.http.post(f"/v1/sessions/{session.id}/finish", timeout=10),
+                      _post(server, session.id, pngs[1])):
+            assert reply.status_code == 409, reply.text
+            assert reply.json()["error"]["code"] == "session_busy"
+        for png in pngs[1:4]:
+            ws.send(png)
+        messages = ws.finish()
+    assert [m["frame"] for m in messages] == [0, 1, 2, 3]
+    assert server.http.get(f"/v1/sessions/{session.id}").status_code == 404
+
+
+def test_a_frame_of_the_wrong_size_is_refused_before_any_is_decoded(server, pngs,
+                                                                   monkeypatch) -> None:
+    """Sizes come from the headers first: a body of many large frames for a session of small
+    ones is refused without decoding them (eight 8K PNGs took 6 s and 1.25 GB before)."""
+    from ttball.serve import sessions
+
+    session = server.open_session(step=3)
+    session.send(pngs[0])
+    decoded: list[int] = []
+    real = sessions.decode
+    monkeypatch.setattr(sessions, "decode", lambda part, settings: decoded.append(1)
+                        or real(part, settings))
+    big = cv2.imencode(".png", np.zeros((300, 500, 3), np.uint8))[1].tobytes()
+    reply = _post(server, session.id, pack_records([pngs[1], big, big]),
+                  "application/x-ttball-frames")
+    assert reply.status_code == 422 and reply.json()["error"]["code"] == "frame_size"
+    assert decoded == []
+    assert [r["frame"] for r in session.send(pngs[1]) + session.send(pngs[2])] == [0, 1, 2]
+    assert decoded == [1, 1]
+    session.delete()

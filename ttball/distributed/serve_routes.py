@@ -17,10 +17,10 @@ from ttball import __version__
 from ttball.distributed.serve_ingress import Ingress, ReplicaLost
 from ttball.distributed.serve_metrics import merge
 from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
-from ttball.serve.sessions import SessionOptions, clip
-from ttball.serve.settings import ApiError
+from ttball.serve.sessions import SessionOptions
 from ttball.serve.track import spool
 from ttball.serve.uploads import parse_json, read_body, split_body
+from ttball.serve.websocket import held, refuse_attached, refuse_busy
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -95,18 +95,15 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     async def post_frames(sid: str, request: Request, frame: int | None = None,
                           t: float | None = None, width: int | None = None,
                           height: int | None = None) -> dict[str, Any]:
-        session = ingress.session(sid)
-        if session.attached:
-            raise ApiError(409, "session_busy", f"session {sid} is driven by a WebSocket")
+        refuse_attached(ingress.session(sid), sid)  # before its body is read, and again after
         body = await read_body(request, settings.max_body_bytes)
         parts = split_body(request.headers.get("content-type", ""), body, settings, width, height)
-        async with session.lock:
+        async with held(sid, lambda: ingress.session(sid)) as session:
             return await ingress.push(session, parts, frame, t)
 
     @app.post("/v1/sessions/{sid}/finish")
     async def finish(sid: str) -> dict[str, Any]:
-        session = ingress.session(sid)
-        async with session.lock:
+        async with held(sid, lambda: ingress.session(sid)) as session:
             reply = await ingress.result(ingress.send_finish(session, session.last_index + 1))
             ingress.note(session, reply)
         ingress.forget(sid, "finished")
@@ -115,9 +112,8 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
 
     @app.delete("/v1/sessions/{sid}")
     async def delete(sid: str) -> dict[str, Any]:
-        ingress.require_ready()
-        if ingress.forget(sid, "deleted") is None:
-            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r}")
+        refuse_busy(ingress.session(sid), sid)
+        ingress.forget(sid, "deleted")
         try:
             await ingress.call(sid, "delete", sid)
         except ReplicaLost:

@@ -31,16 +31,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttball import __version__
 from ttball.errors import UserError
 from ttball.serve.metrics import Metrics
-from ttball.serve.sessions import SessionOptions, clip
+from ttball.serve.sessions import SessionOptions
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.track import add_track
 from ttball.serve.uploads import parse_json, read_body, split_body
-from ttball.serve.websocket import add_stream
+from ttball.serve.websocket import add_stream, held, refuse_attached, refuse_busy
 from ttball.serve.worker import Worker
 
 OPEN_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
@@ -140,7 +141,14 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         return _error_response(request, ApiError(exc.status_code, code, str(exc.detail),
                                                  dict(exc.headers or {})), metrics)
 
+    async def gone(request: Request, exc: Exception) -> Response:
+        # the client left before its body arrived: no one hears this answer, but the metrics
+        # count it as the client's doing (nginx's 499), not a server error
+        return _error_response(request, ApiError(499, "client_disconnected",
+                                                 "the client closed the request"), metrics)
+
     app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(ClientDisconnect, gone)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)  # unknown routes, wrong methods
 
@@ -237,12 +245,10 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
                           t: float | None = None, width: int | None = None,
                           height: int | None = None) -> dict[str, Any]:
         store, feeder = worker.live()
-        session = store.get(sid)
-        if session.attached:
-            raise ApiError(409, "session_busy", f"session {sid} is driven by a WebSocket")
+        refuse_attached(store.get(sid), sid)  # before its body is read, and again after
         body = await read_body(request, settings.max_body_bytes)
         parts = split_body(request.headers.get("content-type", ""), body, settings, width, height)
-        async with session.lock:
+        async with held(sid, lambda: store.get(sid)) as session:
             step = await feeder.push(session, parts, frame, t)
             await asyncio.shield(step)  # a client gone mid-request leaves its rows in the outbox
             rows = session.take_rows()
@@ -252,8 +258,7 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
     @app.post("/v1/sessions/{sid}/finish")
     async def finish(sid: str) -> dict[str, Any]:
         store, feeder = worker.live()
-        session = store.get(sid)
-        async with session.lock:
+        async with held(sid, lambda: store.get(sid)) as session:
             step = await feeder.finish(session)
             await asyncio.shield(step)
             rows = session.take_rows()
@@ -264,8 +269,8 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
     @app.delete("/v1/sessions/{sid}")
     async def delete(sid: str) -> dict[str, Any]:
         store, _ = worker.live()
-        if store.remove(sid, "deleted") is None:
-            raise ApiError(404, "unknown_session", f"no session {clip(sid)!r}")
+        refuse_busy(store.get(sid), sid)
+        store.remove(sid, "deleted")
         return {"deleted": sid}
 
     add_stream(app, worker)

@@ -205,6 +205,9 @@ async def _run(worker: Worker, request: Request, body: bytes) -> tuple[Response,
     if "id" in header:
         reply["id"] = header["id"]
     if not wanted_binary:
+        if not np.isfinite(out).all():  # finite inputs far outside the frames' range can do it
+            raise ApiError(400, "bad_request", "the logits overflow for this input (no JSON "
+                           "number can carry them); ask for binary_data output")
         tensor["data"] = out.ravel().tolist()
         return JSONResponse(reply), len(x)
     blob = out.tobytes()
@@ -217,7 +220,9 @@ async def _run(worker: Worker, request: Request, body: bytes) -> tuple[Response,
 def _split(request: Request, body: bytes) -> tuple[dict[str, Any], bytes]:
     length = request.headers.get(HEADER_LENGTH)
     if length is not None:
-        if not length.isdigit() or int(length) > len(body):
+        # ASCII digits only ("²".isdigit() holds), and no longer than the body's own length
+        if not (length.isascii() and length.isdigit() and len(length) <= len(str(len(body)))
+                and int(length) <= len(body)):
             raise ApiError(400, "bad_request", f"{HEADER_LENGTH} {length!r} does not fit the "
                            f"{len(body)}-byte body")
         head, binary = body[:int(length)], body[int(length):]
@@ -273,12 +278,16 @@ def _input(header: dict[str, Any], binary: bytes, worker: Worker) -> np.ndarray:
         array = np.frombuffer(binary[:size], dtype="<f4").astype(np.float32)
     else:
         try:
-            array = np.asarray(spec.get("data"), dtype=np.float32).ravel()
+            with np.errstate(over="ignore"):  # past FP32's range: refused just below
+                array = np.asarray(spec.get("data"), dtype=np.float32).ravel()
         except (TypeError, ValueError):
             raise ApiError(400, "bad_request", f"input {INPUT!r} data is not numbers") from None
         if array.size != count:
             raise ApiError(400, "bad_request",
                            f"input {INPUT!r} has {array.size} values; shape {shape} needs {count}")
+    if not np.isfinite(array).all():  # NaN, or a JSON number past FP32's range: no reply
+        raise ApiError(400, "bad_request",  # in JSON could carry the logits back
+                       f"input {INPUT!r} has NaN or infinite values (as FP32)")
     return array.reshape(shape)
 
 

@@ -5,8 +5,8 @@ ingress's stream (:mod:`ttball.distributed.serve_stream`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, WebSocket
@@ -52,6 +52,34 @@ async def run_attached(ws: WebSocket, sid: str, lookup: Callable[[], S],
     finally:
         session.attached = False
         await detach(session, outcome)
+
+
+def refuse_attached(session: Attachable, sid: str) -> None:
+    """409 for an HTTP request on a session a WebSocket drives: the socket holds the session's
+    lock for its whole life, so the request would wait as long as the socket lives."""
+    if session.attached:
+        raise ApiError(409, "session_busy", f"session {sid} is driven by a WebSocket")
+
+
+def refuse_busy(session: Attachable, sid: str) -> None:
+    """409 for removing a session a WebSocket or a request is using (its steps would be
+    cancelled under it: the socket's client would hear nothing more, the request fail)."""
+    refuse_attached(session, sid)
+    if session.lock.locked():
+        raise ApiError(409, "session_busy", f"session {sid} has a request in progress")
+
+
+@asynccontextmanager
+async def held(sid: str, lookup: Callable[[], S]) -> AsyncIterator[S]:
+    """The session for an HTTP request that feeds or finishes it, its lock held for the block:
+    409 while a WebSocket drives it, and the lookup again once the lock is taken (404 if it
+    was deleted or expired while this request waited for another's)."""
+    session = lookup()
+    refuse_attached(session, sid)
+    async with session.lock:
+        if lookup() is not session:
+            raise ApiError(404, "unknown_session", f"session {sid} was closed meanwhile")
+        yield session
 
 
 def add_stream(app: FastAPI, worker: Worker) -> None:
@@ -145,7 +173,9 @@ async def ws_end(ws: WebSocket, outbox: asyncio.Queue[tuple[str, Any]],
     for item in (last, ("end", None)):
         if not await _queue(outbox, item, sender):
             return "disconnected"
-    await sender
+    await asyncio.wait({sender})  # (not `await sender`: a sender that died must not raise here)
+    if sender.cancelled() or sender.exception() is not None:
+        return "disconnected"
     await ws.close(1000)
     return "finished"
 
