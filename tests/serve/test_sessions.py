@@ -292,6 +292,8 @@ BAD_OPTIONS = [
     # a frame's time is index / fps: a subnormal rate made it infinite (Infinity on the socket)
     pytest.param(b'{"fps": 1e-320}', 422, "bad_options", id="fps-subnormal"),
     pytest.param(b'{"fps": 0.0001}', 422, "bad_options", id="fps-below-the-least"),
+    pytest.param(b'{"dedup_ssim": []}', 422, "bad_options", id="dedup-empty-list"),
+    pytest.param(b'{"dedup_ssim": {}}', 422, "bad_options", id="dedup-empty-object"),
 ]
 
 

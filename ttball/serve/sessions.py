@@ -71,7 +71,9 @@ class SessionOptions:
             options = cls(
                 step=_integer("step", data.get("step", 3)),
                 threshold=_opt(float, data.get("threshold")),
-                dedup_ssim=0.99 if dedup is True else _opt(float, dedup or None),
+                # false or 0: off; anything else goes through _opt ([] and {} are refused)
+                dedup_ssim=0.99 if dedup is True else _opt(float, None if dedup in (False, 0)
+                                                           else dedup),
                 width=_opt(partial(_integer, "width"), data.get("width")),
                 height=_opt(partial(_integer, "height"), data.get("height")),
                 fps=_opt(float, data.get("fps")),
