@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ttball.errors import UserError
+
 # name -> (path under the root, what it holds). A part is a file or a folder; clearing deletes
 # only these, never the rest of a folder someone pointed --dir at.
 PARTS: dict[str, tuple[str, str]] = {
@@ -25,6 +27,9 @@ PARTS: dict[str, tuple[str, str]] = {
     "megacache": ("megacache.bin", "torch.compile's artifacts in one file (--compile-cache)"),
 }
 RECORD_SUFFIX = ".json"  # a tuning record; its ``.lock`` beside it is not one
+# in a --compile-cache folder ttball made or used: `ttball cache clear --dir` deletes parts only
+# where it finds this (a user's own onnx/ or kernels/ folder is not a cache part)
+MARKER = ".ttball-cache"
 
 
 def cache_dir() -> Path:
@@ -44,6 +49,11 @@ def use_compile_cache(root: str | os.PathLike[str]) -> Path:
     caches of this process under ``root`` (unless the environment names them already, which
     then wins); returns ``root`` as an absolute path, for the backends' ``cache_dir``."""
     folder = Path(root).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARKER).touch()
+    except OSError as exc:
+        raise UserError(f"--compile-cache {root}: {exc.strerror or exc}") from None
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(part_path("inductor", folder)))
     os.environ.setdefault("TRITON_CACHE_DIR", str(part_path("triton", folder)))
     return folder
@@ -111,14 +121,27 @@ def auto_choices(root: Path) -> dict[str, Any]:
             for key, e in entries.items() if isinstance(e, dict)}
 
 
+def is_cache(root: Path) -> bool:
+    """Whether ``root`` is ttball's: the cache folder (:func:`cache_dir`) or one holding
+    :data:`MARKER` (a ``--compile-cache`` folder)."""
+    try:
+        return (root / MARKER).is_file() or root.resolve() == cache_dir().expanduser().resolve()
+    except OSError:
+        return False
+
+
 def clear(root: Path, names: list[str]) -> list[Part]:
     """Delete the parts ``names`` (``"all"``: every part) under ``root``; returns what was
     there. Tuning records go, their lock files stay (a process waiting on one keeps it);
-    unknown names raise ValueError before anything is deleted."""
+    unknown names raise ValueError before anything is deleted, and so does a ``root`` that is
+    not ttball's (:func:`is_cache`): its onnx/ or kernels/ would be someone's own."""
     wanted = list(PARTS) if "all" in names else list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in PARTS]
     if unknown:
         raise ValueError(f"unknown cache part {unknown[0]!r}: choose from {', '.join(PARTS)}, all")
+    if not is_cache(root):
+        raise ValueError(f"{root} is not a ttball cache (no {MARKER} file, which ttball writes "
+                         f"in a --compile-cache folder): nothing deleted")
     present = {p.name: p for p in inventory(root)}
     removed = []
     for name in wanted:

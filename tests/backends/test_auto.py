@@ -206,3 +206,17 @@ def test_the_reference_runs_once_per_window_over_all_the_trials(isolated, traine
     first = remembered(x)
     first.add_(1.0)  # the caller's copy: the kept output stays as it was
     assert torch.equal(remembered(x), first - 1.0) and remembered.name == "eager-fp32"
+
+
+@pytest.mark.parametrize("text", ["[1, 2, 3]", '"a string"', "7",
+                                  '{"KEY": [1]}', '{"KEY": {"backend": "eager-fp32", "trials": 5}}'])
+def test_a_cache_file_of_another_shape_is_no_choice(isolated, trained_small, text) -> None:
+    """Valid JSON that is not a mapping of choices (a list, a number; an entry that is no
+    object, trials that are no list) was an AttributeError traceback: now the choice is made
+    again and the file rewritten."""
+    isolated.parent.mkdir(parents=True, exist_ok=True)
+    key = auto.machine_key(torch.device("cpu"), trained_small.config.sha256 or "unhashed")
+    isolated.write_text(text.replace("KEY", key))
+    choice = auto.choose_backend(trained_small, "cpu", candidates=("eager-fp32",))
+    assert not choice.cached and choice.backend == "eager-fp32"
+    assert [v["backend"] for v in json.loads(isolated.read_text()).values()] == ["eager-fp32"]

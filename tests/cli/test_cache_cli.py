@@ -80,7 +80,9 @@ def test_clear_all_deletes_every_part_and_nothing_else(cache, capsys) -> None:
 
 
 def test_a_compile_cache_folder_lists_its_own_parts(tmp_path, capsys) -> None:
-    folder = tmp_path / "compiled"
+    from ttball.cachedir import MARKER, use_compile_cache
+
+    folder = use_compile_cache(tmp_path / "compiled")  # as serve/track --compile-cache do
     (folder / "inductor" / "fx").mkdir(parents=True)
     (folder / "inductor" / "fx" / "graph").write_bytes(b"g" * 5)
     (folder / "megacache.bin").write_bytes(b"m" * 7)
@@ -88,7 +90,29 @@ def test_a_compile_cache_folder_lists_its_own_parts(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "inductor" in out and "megacache" in out and "tuning" not in out
     assert main(["cache", "clear", "megacache", "inductor", "--dir", str(folder)]) == 0
-    assert list(folder.iterdir()) == []
+    assert [p.name for p in folder.iterdir()] == [MARKER]
+
+
+def test_clear_refuses_a_folder_that_is_not_a_ttball_cache(tmp_path, capsys) -> None:
+    """A project's own onnx/ and kernels/ share names with cache parts: `clear all --dir` of
+    such a folder deleted them (exit 0)."""
+    project = tmp_path / "project"
+    for name in ("onnx", "kernels", "src"):
+        (project / name).mkdir(parents=True)
+        (project / name / "keep.txt").write_text(name)
+    assert main(["cache", "clear", "all", "--dir", str(project)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a ttball cache" in err and "\n" not in err
+    assert sorted(p.name for p in project.rglob("keep.txt")) == ["keep.txt"] * 3
+
+
+def test_a_compile_cache_under_a_file_is_one_line(tmp_path) -> None:
+    from ttball.cachedir import use_compile_cache
+    from ttball.errors import UserError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="--compile-cache .*afile/cc: Not a directory"):
+        use_compile_cache(tmp_path / "afile" / "cc")
 
 
 def test_parts_may_follow_the_options(cache, capsys) -> None:

@@ -176,9 +176,9 @@ def test_a_stream_the_worker_drops_is_counted_and_the_report_still_written(
     with serve_in_thread(_dropping_worker()) as url:
         code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 20, "--duration", 1,
                         "--max-frames", 9, "--drain-timeout", 1, "--out", out, "--quiet")
-    assert code == 0
+    assert code == 2  # no rows: the run measured nothing (its report says why)
     report = json.loads(out.read_text())
-    assert report["errors"] == {"closed_1011": 2}
+    assert report["errors"] == {"closed_1011": 2} and report["latency_ms"]["p99"] is None
     assert report["rows"] == 0 and report["dropped"] == 40
 
 
@@ -200,3 +200,50 @@ def test_host_cpu_shares_between_two_proc_stat_readings() -> None:
     assert cpu_shares(before, before) is None and cpu_shares(None, after) is None
     assert cpu_ticks("intr 1 2 3") is None and cpu_ticks("cpu x") is None
     assert _host_cpu_text(None) == ""
+
+
+def test_a_run_every_session_of_which_is_refused_fails_without_a_report(
+        loadtest, small_weights, tmp_path, capsys) -> None:
+    """A wrong or missing --token: /readyz is open, so the run went on, every session got 401,
+    and it exited 0 with a report of NaN latencies (not JSON). Now exit 2 with one line; the
+    report, in strict JSON, says what happened."""
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=9)
+    out = tmp_path / "report.json"
+    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1,), token="sekret") as url:
+        code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 20, "--duration", 0.5,
+                        "--max-frames", 9, "--out", out, "--quiet", "--token", "wrong")
+    assert code == 2 and json.loads(out.read_text())["errors"] == {"open_401": 2}
+    err = capsys.readouterr().err.strip()
+    assert "no rows came back" in err and "--token" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("http://127.0.0.1:abc",), "Port could not be cast"),
+    (("127.0.0.1:8000",), "http://"),
+    (("http://127.0.0.1:1", "--jpeg-quality", 500), "--jpeg-quality"),
+    (("http://127.0.0.1:1", "--deadline-ms", "nan"), "--deadline-ms"),
+    (("http://127.0.0.1:1", "--drain-timeout", -1), "--drain-timeout"),
+])
+def test_bad_urls_and_numbers_are_one_line(loadtest, tmp_path, capsys, args, message) -> None:
+    assert loadtest(*args, "--clips", tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_a_server_that_is_not_a_worker_is_one_line(loadtest, tmp_path, capsys) -> None:
+    """An HTML page on /readyz (another web server on the port) was printed whole."""
+    from fastapi.responses import HTMLResponse
+
+    app = FastAPI()
+
+    @app.get("/readyz")
+    def page() -> HTMLResponse:
+        return HTMLResponse("<!DOCTYPE html>\n<html>\n<body>\nNot here\n</body>\n</html>", 404)
+
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=3)
+    with serve_in_thread(app) as url:
+        assert loadtest(url, "--clips", clip) == 2
+    err = capsys.readouterr().err.strip()
+    assert "HTTP 404 (not a ttball worker?)" in err and "\n" not in err

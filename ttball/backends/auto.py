@@ -140,10 +140,15 @@ def clips_digest(clips: Sequence[Path]) -> str:
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
+    """The cached choices by machine key; a file that is not JSON, or JSON of another shape
+    (edited by hand, written by something else), counts as none: the choice is made again."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 
 def _still_valid(entry: dict[str, Any], names: Sequence[str]) -> bool:
@@ -154,7 +159,10 @@ def _still_valid(entry: dict[str, Any], names: Sequence[str]) -> bool:
     backend = entry.get("backend")
     if backend not in base.names() or backend not in names:
         return False
-    tried = {t.get("name") for t in entry.get("trials", []) if isinstance(t, dict)}
+    trials = entry.get("trials", [])
+    if not isinstance(trials, list):
+        return False
+    tried = {t.get("name") for t in trials if isinstance(t, dict)}
     return not tried or tried == set(names)
 
 
@@ -235,7 +243,11 @@ def choose_backend(
     entry = _read_cache(path).get(key)
     names = list(candidates or CANDIDATES.get(dev.type, (REFERENCE,)))
     if entry and not reselect and _still_valid(entry, names):
-        return Choice(entry["backend"], key, [Trial(**t) for t in entry.get("trials", [])], True)
+        try:
+            return Choice(entry["backend"], key, [Trial(**t) for t in entry.get("trials", [])],
+                          True)
+        except TypeError:  # trials of another shape: choose again
+            pass
     say = log or (lambda _msg: None)
     say(f"choosing the fastest verified backend for this machine (once; cached in {path})")
     reference = Remembered(base.create(REFERENCE, copy.deepcopy(model), dev))

@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from ttball.errors import UserError
 
@@ -50,8 +51,17 @@ def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
     return out
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line error: its own printed the whole usage (9-27 lines)
+    before the error. Subcommands' parsers are of this class too (add_subparsers takes the
+    parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ttball", description="Fast, verified BlurBall inference.")
+    parser = Parser(prog="ttball", description="Fast, verified BlurBall inference.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

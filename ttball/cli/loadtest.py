@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     from ttball.serve.settings import is_loopback
 
-    host = urlparse(args.url).hostname or ""
+    url = urlparse(args.url)
+    try:
+        url.port  # noqa: B018  (raises for a port that is no number, or past 65535)
+    except ValueError as exc:
+        raise UserError(f"{args.url}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise UserError(f"{args.url}: give the worker's http:// or https:// address, e.g. "
+                        "http://127.0.0.1:8000")
+    host = url.hostname
     if not is_loopback(host) and not args.allow_remote:
         raise UserError(f"{args.url} is not a loopback address; pass --allow-remote to load a "
                         "remote worker (make sure it is yours)")
@@ -79,6 +88,38 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--processes must be in 1..{MAX_PROCESSES}")
     if args.max_frames < 3:
         raise UserError("--max-frames must be at least 3")
+    if not 0 <= args.jpeg_quality <= 100:
+        raise UserError(f"--jpeg-quality must be in 0..100, got {args.jpeg_quality}")
+    for name, value in (("--deadline-ms", args.deadline_ms), ("--drain-timeout", args.drain_timeout)):
+        if not 0 < value < math.inf:  # (NaN fails it too)
+            raise UserError(f"{name} must be a number > 0, got {value}")
+
+
+def _no_nan(value: Any) -> Any:
+    """``value`` with its NaN floats as None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def _why_not_ready(reply: Any) -> str:
+    """One line for a /readyz that is not 200: the worker's own error or phase when it is a
+    ttball worker, else the status (an HTML page is many lines and says nothing useful)."""
+    try:
+        body = reply.json()
+    except ValueError:
+        return f"HTTP {reply.status_code} (not a ttball worker?)"
+    if isinstance(body, dict):
+        detail = body.get("error") or body.get("phase")
+        if isinstance(detail, dict):
+            detail = detail.get("message")
+        if detail:
+            return f"HTTP {reply.status_code}: {' '.join(str(detail).split())[:200]}"
+    return f"HTTP {reply.status_code}"
 
 
 def load_clips(spec: str, max_frames: int, quality: int) -> list[list[bytes]]:
@@ -360,10 +401,10 @@ def run(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:
         ready = httpx.get(args.url.rstrip("/") + "/readyz", headers=headers, timeout=10)
-    except httpx.TransportError as exc:
+    except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {args.url}: {exc}") from None
     if ready.status_code != 200:
-        raise UserError(f"{args.url} is not ready: {ready.text[:200]}")
+        raise UserError(f"{args.url} is not ready: {_why_not_ready(ready)}")
     try:
         report = _run_all(args, clips)
     except TimeoutError:
@@ -372,7 +413,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from ttball.results import write_json
 
-        write_json(args.out, report)
+        write_json(args.out, _no_nan(report))  # (strict JSON: latencies of no rows are null)
+    if report["rows"] == 0:  # the report says what happened; the run measured nothing
+        raise UserError(f"no rows came back (errors: {report['errors'] or 'none'})"
+                        + ("; a wrong or missing --token?" if any(
+                            "401" in code for code in report["errors"]) else ""))
     if not args.quiet:
         lat = report["latency_ms"]
         print(f"{report['sessions']} sessions × {args.fps:g} fps for {args.duration:g} s: "

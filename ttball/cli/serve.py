@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 from pathlib import Path
 
@@ -174,8 +175,14 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.token_file:
         try:
             token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise UserError(f"cannot read --token-file: {exc.strerror or exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read --token-file: {getattr(exc, 'strerror', None) or exc}"
+                            ) from None
+        if not token:  # it would serve without a token, though one was asked for
+            raise UserError(f"--token-file {args.token_file} is empty")
+    if not 0 <= args.graceful_timeout < math.inf:
+        raise UserError(f"--graceful-timeout must be a number of seconds >= 0, got "
+                        f"{args.graceful_timeout}")
     settings = ServeSettings(
         backend=args.backend, weights=args.weights, device=args.device,
         auto_clips=tuple(args.auto_clips), host=args.host,
@@ -206,6 +213,26 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return settings
 
 
+def _check_before_listening(settings) -> None:  # type: ignore[no-untyped-def]
+    """What a bad command line gets wrong, found in one line before the port is taken: the
+    weights (read once here), the backend's name and whether it runs on the device, the
+    compile cache's folder. Start-up still fails on what only trying finds (a warm-up out of
+    memory, a verify that fails); `ttball serve` then exits too."""
+    from ttball.backends.base import resolve_device, spec
+    from ttball.cachedir import use_compile_cache
+    from ttball.model.weights import load_model
+    from ttball.serve.settings import AUTO
+
+    load_model(settings.weights, device="cpu")
+    if settings.backend_factory is None and settings.backend != AUTO:
+        reason = spec(settings.backend).requires(resolve_device(settings.device))
+        if reason:
+            raise UserError(f"backend {settings.backend} is unavailable on {settings.device}: "
+                            f"{reason}")
+    if settings.compile_cache:
+        use_compile_cache(settings.compile_cache)
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "direct_streams", False) and not getattr(args, "ray", False):
         raise UserError("--direct-streams needs --ray: a single worker serves its streams itself")
@@ -220,12 +247,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
-    from ttball.backends.base import spec
-    from ttball.serve.settings import AUTO
-
     settings = settings_from(args)
-    if settings.backend_factory is None and settings.backend != AUTO:
-        spec(settings.backend)  # an unknown name fails now, not in the background
+    _check_before_listening(settings)
     sock = listen_socket(settings.host, settings.port)  # a taken port fails before the load
     try:
         app = create_app(settings)
@@ -240,10 +263,21 @@ def run(args: argparse.Namespace) -> int:
         # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the handler
         # that was installed before it: make that one a no-op so a clean shutdown exits 0.
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        worker = app.state.worker
+        server = draining_server(config, worker)
+        failed: list[bool] = []
+
+        def stop() -> None:  # (should_exit is read by the server's loop)
+            failed.append(True)
+            server.should_exit = True
+
+        worker.on_failed = stop
         try:
-            draining_server(config, app.state.worker).run(sockets=[sock])
+            server.run(sockets=[sock])
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:
         sock.close()
+    if failed:  # its line is printed already; a supervisor sees the process end
+        return 1
     return 0

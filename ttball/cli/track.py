@@ -51,16 +51,16 @@ def run(args: argparse.Namespace) -> int:
     from ttball.pipeline import track
     from ttball.results import write_blurball_csv, write_json, write_track_csv
 
-    if args.ray:
-        from ttball.distributed import run_archive
-
-        return run_archive(args)
     if args.batch < 1:
         raise UserError(f"--batch must be at least 1, got {args.batch}")
     if args.threshold is not None and not 0 < args.threshold < 1:
         raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
     if args.dedup_ssim is not None and not 0 < args.dedup_ssim <= 1:
         raise UserError(f"--dedup-ssim must be in (0, 1], got {args.dedup_ssim}")
+    if args.ray:  # (after the checks above: each video's task would fail on them, one by one)
+        from ttball.distributed import run_archive
+
+        return run_archive(args)
     if args.backend != "auto":
         from ttball.backends.base import spec
 

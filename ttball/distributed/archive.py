@@ -383,6 +383,8 @@ def run_archive(args: Any) -> int:
         raise UserError("--overlay is not supported with --ray")
     if not getattr(args, "out", None):
         raise UserError("--ray needs --out: the folder that receives one result folder per video")
+    if not Path(args.video).is_dir():  # before --backend auto's trials (minutes)
+        raise UserError(f"archive {args.video} is not a folder")
     device = getattr(args, "device", "auto")
     gpus = getattr(args, "num_gpus_per_task", None)
     if gpus is None:

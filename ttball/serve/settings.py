@@ -7,6 +7,7 @@ when the app is built. Nothing here reads the environment or a file.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,8 +165,12 @@ class ServeSettings:
                 f"({max(self.warmup_batches)}); a running worker must never compile: add "
                 f"{self.batch_limit} to --warmup-batches"
             )
-        if self.max_delay_ms < 0:
+        if not self.max_delay_ms >= 0:  # (NaN fails it too)
             raise UserError(f"--max-delay-ms must be >= 0, got {self.max_delay_ms}")
+        if self.decode_threads < 1:
+            raise UserError(f"--decode-threads must be >= 1, got {self.decode_threads}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise UserError(f"--torch-threads must be >= 1, got {self.torch_threads}")
         if self.max_queue < self.batch_limit:
             raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-batch")
         if self.pipeline_overlap and not self.device_pipeline:
@@ -219,8 +224,9 @@ class ServeSettings:
         if self.switch_interval_ms is not None and not 0.01 <= self.switch_interval_ms <= 100:
             raise UserError(f"--switch-interval-ms must be between 0.01 and 100, got "
                             f"{self.switch_interval_ms:g}")
-        if self.max_sessions < 1 or self.session_ttl_s <= 0:
-            raise UserError("--max-sessions must be >= 1 and --session-ttl > 0")
+        if self.max_sessions < 1 or not 0 < self.session_ttl_s < math.inf:
+            raise UserError(f"--max-sessions must be >= 1 and --session-ttl a number of seconds "
+                            f"> 0, got {self.max_sessions} and {self.session_ttl_s}")
         if not self.loopback and not self.token:
             raise UserError(
                 f"refusing to listen on {self.host} (not loopback) without --token; "

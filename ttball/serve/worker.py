@@ -133,6 +133,9 @@ class Worker:
             sys.setswitchinterval(settings.switch_interval_ms / 1e3)
         self.phase = "starting"
         self.error: str | None = None
+        # called (on the start-up thread) when start-up fails: `ttball serve` stops its server
+        # then, so a supervisor sees the process exit instead of one that is never ready
+        self.on_failed: Callable[[], None] | None = None
         self.started = time.monotonic()
         self.seconds: dict[str, float] = {}
         self.warmup_s: dict[int, float] = {}
@@ -187,9 +190,12 @@ class Worker:
         try:
             self._load_and_warm()
         except Exception as exc:  # noqa: BLE001  (reported by /readyz and the log, never ready)
-            self.error = f"{type(exc).__name__}: {exc}"
+            # a UserError's message says what to change; anything else needs its kind
+            self.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
             self.phase = "failed"
-            print(f"ttball serve: start-up failed: {self.error}", flush=True)
+            print(f"ttball serve: start-up failed: {self.error}", file=sys.stderr, flush=True)
+            if self.on_failed is not None:
+                self.on_failed()
             return
         if self._abort.is_set() or self._loop is None:
             return
