@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -26,8 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ttball.errors import CheckpointError, UserError
 from ttball.model import BlurBall, load_model, save_checkpoint
 from ttball.model.config import WeightsConfig
+from ttball.model.weights import check_state_dict
 from ttball.train_data import SYNTH_SIZES, Window, WindowStream, labelled_clips, loader, to_device
 from ttball.train_profile import StepProfile, format_line, next_batch
 from ttball.train_targets import TARGET_SIGMA, draw_target
@@ -108,10 +111,50 @@ def _state_path(out: Path) -> Path:
     return out / "last.pt"
 
 
+def _resume(path: Path, model: torch.nn.Module,
+            opt: torch.optim.Optimizer) -> tuple[int, list[dict[str, Any]]]:
+    """Load ``path`` (``last.pt``) into ``model`` and ``opt``; its (step, history). A file that
+    is not a training state of this network is a one-line error naming it, and stays as it is."""
+    def fail(why: str) -> CheckpointError:
+        return CheckpointError(f"cannot resume from {path}: {why}; move it away or delete it "
+                               "to start over")
+
+    if path.is_dir() or path.stat().st_size == 0:
+        raise fail("a folder, not a file" if path.is_dir() else "the file is empty")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever torch.load makes of a file not its own
+        raise fail(f"not a PyTorch checkpoint ({_first_line(exc)})") from None
+    keys = ("model", "optimizer", "step", "history")
+    if not (isinstance(state, dict) and all(k in state for k in keys)
+            and isinstance(state["model"], dict)):
+        raise fail(f"not a ttball training state (expected a dict with {', '.join(keys)})")
+    try:
+        check_state_dict(state["model"], model.state_dict(), "its model")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        return int(state["step"]), list(state["history"])
+    except CheckpointError as exc:
+        raise fail(str(exc)) from None
+    except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as exc:
+        raise fail(f"not a ttball training state ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """``exc``'s kind and the start of its first line: torch's messages run to many lines,
+    with terminal colours, and advise ``weights_only=False`` (never, for a file from elsewhere)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    first = text.splitlines()[0].split(". ")[0][:120] if text else ""
+    return type(exc).__name__ + (f": {first}" if first else "")
+
+
 def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
           profile_every: int = 0) -> dict[str, Any]:
     """Train (or resume from ``cfg.out/last.pt``); returns a summary with the loss curve and
-    the time breakdown (``profile``; printed every ``profile_every`` steps when not 0)."""
+    the time breakdown (``profile``; printed every ``profile_every`` steps when not 0).
+
+    A run whose loss or weights stop being finite raises ``UserError`` and saves nothing more.
+    """
     from tqdm import tqdm
 
     from ttball.backends import resolve_device
@@ -129,12 +172,7 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             fused=dev.type == "cuda")
     forward = torch.compile(model, dynamic=False) if cfg.compile else model
-    step, history = 0, []
-    if _state_path(out).exists():
-        state = torch.load(_state_path(out), map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step, history = int(state["step"]), list(state["history"])
+    step, history = _resume(_state_path(out), model, opt) if _state_path(out).exists() else (0, [])
     config = WeightsConfig(name=cfg.name, input_height=cfg.height, input_width=cfg.width)
     crops, fulls = make_loaders(cfg)
     amp = cfg.amp and dev.type == "cuda"
@@ -142,38 +180,39 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     half_warm = (step, started)
     total, recent = StepProfile(), StepProfile()
     pending: list[tuple[int, Tensor]] = []  # losses not yet read back: the GPU may lag behind
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
-    while step < cfg.steps:
-        if cfg.max_minutes and time.perf_counter() - started > 60 * cfg.max_minutes:
-            break
-        t0 = time.perf_counter()
-        batch = next(next_batch(fulls, crops, step, cfg.full_frame_every))
-        t1 = time.perf_counter()
-        pending.append((step + 1, _step(forward, model, opt, batch, config, dev, amp,
-                                        _lr_at(step, cfg))))
-        t2 = time.perf_counter()
-        step += 1
-        seen += batch.x.shape[0]
-        due = step % cfg.checkpoint_every == 0 or step in (cfg.steps, cfg.warmup_steps)
-        if due or step % READ_LOSS_EVERY == 0 or (profile_every and step % profile_every == 0):
-            ema = _read_losses(pending, ema, history, cfg)  # waits for the GPU
-        for prof in (total, recent):
-            prof.add(batch, t1 - t0, t2 - t1, time.perf_counter() - t2)
-        if step == cfg.warmup_steps // 2:
-            half_warm = (step, time.perf_counter())
-        if cfg.max_minutes and step == cfg.warmup_steps:
-            cfg = _fit_to_budget(cfg, step, half_warm, time.perf_counter() - started)
-            bar.total = cfg.steps
-        if profile_every and step % profile_every == 0:
-            tqdm.write(f"step {step}: {format_line(recent.summary())}")
-            recent = StepProfile()
-        elapsed = time.perf_counter() - started
-        bar.set_postfix(loss=f"{ema or 0:.4f}", win_s=f"{seen / max(elapsed, 1e-9):.0f}")
-        bar.update(1)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            _checkpoint(out, model, opt, step, history, config, cfg)
-    ema = _read_losses(pending, ema, history, cfg)
-    bar.close()
+    # closed on errors too: a one-line error must not land on the end of the bar's line
+    with tqdm(total=cfg.steps, initial=step, disable=not progress, unit="step",
+              dynamic_ncols=True) as bar:
+        while step < cfg.steps:
+            if cfg.max_minutes and time.perf_counter() - started > 60 * cfg.max_minutes:
+                break
+            t0 = time.perf_counter()
+            batch = next(next_batch(fulls, crops, step, cfg.full_frame_every))
+            t1 = time.perf_counter()
+            pending.append((step + 1, _step(forward, model, opt, batch, config, dev, amp,
+                                            _lr_at(step, cfg))))
+            t2 = time.perf_counter()
+            step += 1
+            seen += batch.x.shape[0]
+            due = step % cfg.checkpoint_every == 0 or step in (cfg.steps, cfg.warmup_steps)
+            if due or step % READ_LOSS_EVERY == 0 or (profile_every and step % profile_every == 0):
+                ema = _read_losses(pending, ema, history, cfg)  # waits for the GPU
+            for prof in (total, recent):
+                prof.add(batch, t1 - t0, t2 - t1, time.perf_counter() - t2)
+            if step == cfg.warmup_steps // 2:
+                half_warm = (step, time.perf_counter())
+            if cfg.max_minutes and step == cfg.warmup_steps:
+                cfg = _fit_to_budget(cfg, step, half_warm, time.perf_counter() - started)
+                bar.total = cfg.steps
+            if profile_every and step % profile_every == 0:
+                tqdm.write(f"step {step}: {format_line(recent.summary())}")
+                recent = StepProfile()
+            elapsed = time.perf_counter() - started
+            bar.set_postfix(loss=f"{ema or 0:.4f}", win_s=f"{seen / max(elapsed, 1e-9):.0f}")
+            bar.update(1)
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                _checkpoint(out, model, opt, step, history, config, cfg)
+        ema = _read_losses(pending, ema, history, cfg)
     _checkpoint(out, model, opt, step, history, config, cfg)
     elapsed = time.perf_counter() - started
     return {"steps": step, "planned_steps": cfg.steps, "seconds": elapsed, "windows": seen,
@@ -189,6 +228,8 @@ def _read_losses(pending: list[tuple[int, Tensor]], ema: float | None,
         return ema
     values = torch.stack([loss for _, loss in pending]).tolist()
     for (step, _), value in zip(pending, values):
+        if not math.isfinite(value):
+            raise _diverged(step, f"the loss is {value}")
         ema = value if ema is None else 0.98 * ema + 0.02 * value
         if step % 50 == 0 or step == cfg.steps:
             history.append({"step": step, "loss": round(ema, 6), "lr": _lr_at(step, cfg)})
@@ -230,8 +271,18 @@ def _fit_to_budget(
     return replace(cfg, steps=max(step, min(cfg.steps, fits)))
 
 
+def _diverged(step: int, why: str) -> UserError:
+    return UserError(f"training diverged at step {step} ({why}); its weights were not saved "
+                     "(those saved before are kept): try a lower --lr")
+
+
 def _checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
                 history: list[dict[str, Any]], config: WeightsConfig, cfg: TrainConfig) -> None:
+    """Save the weights and the state to resume from, unless the weights are no longer finite:
+    those would replace the run's (or an earlier run's) good weights with garbage."""
+    weights = [t for t in model.state_dict().values() if t.is_floating_point()]
+    if not bool(torch.stack([torch.isfinite(t).all() for t in weights]).all()):
+        raise _diverged(step, "the weights are no longer finite numbers")
     model.eval()
     save_checkpoint(out / "weights.safetensors", model,
                     config.evolve(source=f"ttball train, {step} steps", metrics={"train": asdict(cfg)}))

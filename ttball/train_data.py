@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ttball.errors import UserError
+from ttball.errors import UserError, VideoError
 from ttball.model.config import WeightsConfig
 from ttball.results import read_track_csv
 from ttball.train_targets import build_targets, capsule, peak_pixels, target_params
@@ -76,7 +76,9 @@ class ClipSource:
 
 
 def labelled_clips(folders: tuple[str, ...]) -> list[tuple[Path, Path]]:
-    """(video, csv) pairs: every ``NAME.csv`` beside a ``NAME.mp4/avi/mov/mkv`` in the folders."""
+    """(video, csv) pairs: every ``NAME.csv`` beside a ``NAME.mp4/avi/mov/mkv`` in the folders,
+    each checked (``check_clip``) here, before any worker starts: a clip no worker can use is a
+    one-line error naming it, not a run that trains on less (or, with nothing else, spins)."""
     pairs = []
     for folder in folders:
         root = Path(folder)
@@ -90,7 +92,36 @@ def labelled_clips(folders: tuple[str, ...]) -> list[tuple[Path, Path]]:
                     break
     if folders and not pairs:
         raise UserError(f"no labelled clips (VIDEO + CSV of the same name) in {', '.join(folders)}")
+    for video, csv_path in pairs:
+        check_clip(video, csv_path)
     return pairs
+
+
+def check_clip(video: Path, csv_path: Path) -> None:
+    """A one-line error unless ``video`` decodes and it and its labels hold a window (3
+    frames). Cheap: the first frame and the container's count; a file cut short after that is
+    caught when a worker decodes it (``_labelled_source``)."""
+    from ttball.frames import FrameSource
+
+    try:
+        declared = FrameSource(video).info.frame_count
+    except VideoError as exc:
+        raise VideoError(f"--clips: {exc}") from None
+    if 0 < declared < 3:
+        raise VideoError(f"--clips: {video}: {declared} frames; a training window needs 3")
+    rows = len(read_track_csv(csv_path))
+    if rows < 3:
+        raise UserError(f"--clips: {csv_path}: {rows} labelled frames; a training window needs 3")
+
+
+def check_crop(crop: tuple[int, int], height: int, width: int) -> None:
+    """A one-line error unless crops of ``crop`` (h, w) fit the network (multiples of its stride
+    8, at least 16: ``WindowStream._crop_at`` keeps the ball 8 px inside) and can be cut from
+    frames of ``height`` x ``width``."""
+    h, w = crop
+    if h % 8 or w % 8 or h < 16 or w < 16 or h > height or w > width:
+        raise UserError(f"--crop {h}x{w}: sides must be multiples of 8 from 16 up to the "
+                        f"{height}x{width} frames that training crops are cut from")
 
 
 def _to_net(frame_bgr: np.ndarray, net_size: tuple[int, int]) -> np.ndarray:
@@ -111,6 +142,9 @@ def _labelled_source(video: Path, csv_path: Path, net_size: tuple[int, int]) -> 
     cap.release()
     rows = read_track_csv(csv_path)
     n = min(len(frames), len(rows))
+    if n < 3:  # the stream would skip it, and spin when no other clip is left
+        raise VideoError(f"--clips: {video}: {len(frames)} frames could be decoded, "
+                         f"{len(rows)} labelled (a truncated file?); a training window needs 3")
 
     def render(boxes: np.ndarray, out: np.ndarray) -> None:
         for i in np.flatnonzero(boxes[:, 2] > boxes[:, 0]):
@@ -163,6 +197,10 @@ class WindowStream(IterableDataset):
     def __init__(self, cfg: TrainConfig, crop: tuple[int, int] | None) -> None:
         self.cfg = cfg
         self.crop = crop
+        if crop:
+            check_crop(crop, cfg.height, cfg.width)
+        if cfg.synth and cfg.synth_frames < 3:
+            raise UserError(f"--synth-frames must be at least 3 (a window), got {cfg.synth_frames}")
         self.labelled = labelled_clips(cfg.clips)
         self.net_size = (cfg.width, cfg.height)
         if not cfg.synth and not self.labelled:
@@ -191,9 +229,7 @@ class WindowStream(IterableDataset):
             cpu0, wall0 = time.process_time(), time.perf_counter()
             clip = self._clip(rng, counter)
             counter += nw
-            n = len(clip.params)
-            if n < 3:
-                continue
+            n = len(clip.params)  # 3 or more: checked in __init__ and _labelled_source
             visible = np.flatnonzero([p[0] > 0 and capsule(p).max() > 0.5 for p in clip.params])
             specs = [self._spec(rng, clip.params, visible) for _ in range(self.cfg.windows_per_clip)]
             shape = (n, self.cfg.height, self.cfg.width, 3)
@@ -237,8 +273,9 @@ class WindowStream(IterableDataset):
         peak = peak_pixels(middle, w, flip)
         if len(peak) and rng.random() < 0.8:
             cy, cx = peak[int(rng.integers(len(peak)))]
-            top = int(np.clip(cy - rng.integers(8, ch - 8), 0, h - ch))
-            left = int(np.clip(cx - rng.integers(8, cw - 8), 0, w - cw))
+            # the peak 8 px or more inside the crop; a 16 px side has one place for it
+            top = int(np.clip(cy - rng.integers(8, max(ch - 8, 9)), 0, h - ch))
+            left = int(np.clip(cx - rng.integers(8, max(cw - 8, 9)), 0, w - cw))
             return top, left
         return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
 
@@ -274,11 +311,24 @@ class WindowStream(IterableDataset):
 def loader(cfg: TrainConfig, crop: tuple[int, int] | None, batch: int, workers: int) -> Iterator[Window]:
     """Batches of windows; pinned when CUDA is there (pinned memory is what copies without
     blocking)."""
-    return iter(DataLoader(
+    return _one_line_errors(iter(DataLoader(
         WindowStream(cfg, crop), batch_size=batch, num_workers=workers,
         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
         prefetch_factor=PREFETCH if workers else None,
-    ))
+    )))
+
+
+def _one_line_errors(batches: Iterator[Window]) -> Iterator[Window]:
+    """``batches``, with a ``UserError`` raised in a data worker re-raised as its own one line:
+    the DataLoader re-raises it with the worker's whole traceback as the message."""
+    try:
+        yield from batches
+    except UserError as exc:
+        cls, lines = type(exc), str(exc).rstrip().splitlines()
+        prefix = f"{cls.__module__}.{cls.__qualname__}: "  # the traceback's last line
+        if len(lines) > 1 and lines[-1].startswith(prefix):
+            raise cls(lines[-1][len(prefix):]) from None
+        raise
 
 
 def to_device(batch: Window, config: WeightsConfig, device: torch.device) -> tuple[Tensor, Tensor]:

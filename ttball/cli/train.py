@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from ttball.errors import UserError
 
@@ -69,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--full-frame-every must be 0 (never) or more, got {args.full_frame_every}")
     if args.workers < 0:
         raise UserError(f"--workers must be 0 (load in this process) or more, got {args.workers}")
-    if not args.lr > 0:
-        raise UserError(f"--lr must be a positive number, got {args.lr}")
-    if not args.max_minutes >= 0:
-        raise UserError(f"--max-minutes must be 0 (no limit) or more, got {args.max_minutes}")
+    # float() takes "inf" and "nan": inf trained NaN weights and wrote them (and exited 0)
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise UserError(f"--lr must be a finite number above 0, got {args.lr}")
+    if not (math.isfinite(args.max_minutes) and args.max_minutes >= 0):
+        raise UserError(f"--max-minutes must be 0 (no limit) or more minutes, got {args.max_minutes}")
     if args.profile < 0:
         raise UserError("--profile must be 0 (off) or a number of steps")
     if not args.name.strip() or not args.name.isprintable():
