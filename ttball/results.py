@@ -133,6 +133,10 @@ def read_track_csv(path: str | os.PathLike[str]) -> list[FrameResult]:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{path}: not a CSV text file ({exc})") from None
+    for line, r in enumerate(rows, start=2):  # a row cut short: its missing cells are None
+        if None in r.values():
+            raise UserError(f"{path}: line {line} has {sum(v is not None for v in r.values())} "
+                            f"of the header's {len(header)} columns")
     if set(TRACK_COLUMNS) <= set(header):
         return [_parse_track_row(r, path) for r in rows]
     if set(BLURBALL_COLUMNS) <= set(header):
@@ -180,6 +184,8 @@ def _num(text: str | None) -> float:
     if text is None or text.strip() == "":
         return 0.0
     value = float(text)
+    if math.isinf(value):  # (NaN is how an empty cell was written: 0 as before)
+        raise ValueError(f"{text.strip()} is not a finite number")
     return 0.0 if math.isnan(value) else value
 
 

@@ -111,3 +111,85 @@ def test_track_ray_checks_its_options_and_folder_before_ray(capsys, monkeypatch,
     assert "is not a folder" in _one_line(capsys, "track", video, "--ray", "--out",
                                           tmp_path / "o")
     assert not Path(tmp_path / "o").exists()
+
+
+def _track_csv(path: Path, rows: list[str]) -> Path:
+    path.write_text("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score\n"
+                    + "".join(r + "\n" for r in rows))
+    return path
+
+
+def test_eval_never_writes_its_report_over_an_input(capsys, tmp_path) -> None:
+    """``--json gt.csv`` replaced the ground truth with the report (exit 0)."""
+    rows = ["0,0,1,10,10,0,0,0.9", "1,0.03,0,0,0,0,0,0.1"]
+    pred, gt = _track_csv(tmp_path / "pred.csv", rows), _track_csv(tmp_path / "gt.csv", rows)
+    before = gt.read_text()
+    assert "is one of the inputs" in _one_line(capsys, "eval", pred, gt, "--json", gt)
+    assert gt.read_text() == before
+    folder = tmp_path / "preds"
+    folder.mkdir()
+    _track_csv(folder / "gt.csv", rows)
+    assert "is one of the inputs" in _one_line(capsys, "eval", folder, gt, "--json",
+                                               folder / "gt.csv")
+
+
+@pytest.mark.parametrize(("row", "message"), [("0,0,1,inf,10,0,0,0.9", "not a finite number"),
+                                              ("0,0,1,10", "has 4 of the header's 8 columns")])
+def test_eval_refuses_infinite_values_and_rows_cut_short(capsys, tmp_path, row,
+                                                        message) -> None:
+    good = _track_csv(tmp_path / "gt.csv", ["0,0,1,10,10,0,0,0.9"])
+    bad = _track_csv(tmp_path / "pred.csv", [row])
+    assert message in _one_line(capsys, "eval", bad, good)
+
+
+def test_weights_with_nan_are_refused(tmp_path) -> None:
+    """A checkpoint saved from a diverged run loaded, and every frame came out invisible."""
+    import torch
+
+    from ttball.errors import CheckpointError
+    from ttball.model import BlurBall
+    from ttball.model.weights import load_checkpoint
+
+    state = BlurBall().state_dict()
+    first = next(k for k, v in state.items() if v.is_floating_point())
+    state[first][0] = float("nan")
+    path = tmp_path / "nan.pt"
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="1 tensors hold NaN or infinite values"):
+        load_checkpoint(path)
+
+
+def test_bad_output_paths_fail_before_the_work(capsys, tmp_path, monkeypatch) -> None:
+    """verify, fusion, export and loadtest found a folder where their file goes, or a path under
+    a file, only after their work (fusion then left half its pair)."""
+    from ttball.lab import fusion
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work ran before the output path was checked")
+
+    monkeypatch.setattr(fusion, "run_fusion", no_work)
+    out = tmp_path / "fusion"
+    (out / "fusion.md").mkdir(parents=True)
+    assert "is a folder" in _one_line(capsys, "fusion", "--out", out, "--device", "cpu")
+    assert not (out / "fusion.json").exists()
+    report = tmp_path / "verify"
+    (report / "verify.md").mkdir(parents=True)
+    assert "is a folder" in _one_line(capsys, "verify", "--backend", "eager-fp32", "--device",
+                                      "cpu", "--out", report, "--quiet")
+    assert not (report / "verify.json").exists()
+    folder = tmp_path / "model.onnx"
+    folder.mkdir()
+    assert "is a folder" in _one_line(capsys, "export", "onnx", "--out", folder)
+    (tmp_path / "afile").write_text("x")
+    assert "cannot create output folder" in _one_line(
+        capsys, "loadtest", "http://127.0.0.1:1", "--clips", tmp_path, "--out",
+        tmp_path / "afile" / "r.json")
+
+
+def test_auto_clips_that_do_not_decode_are_one_line(capsys, no_app, tmp_path) -> None:
+    """Every candidate failed its trial on such a clip but the reference, which then won."""
+    text = tmp_path / "text.mp4"
+    text.write_text("not a video")
+    assert "--auto-clips" in _one_line(capsys, "serve", "--device", "cpu", "--auto-clips", text)
+    assert "--auto-clips" in _one_line(capsys, "track", tmp_path, "--auto-clips", text,
+                                       "--out", tmp_path / "o")

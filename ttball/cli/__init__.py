@@ -51,6 +51,22 @@ def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
     return out
 
 
+def check_targets(*files: Path) -> None:
+    """Files a run will write, checked before its work (not found after it): none a folder."""
+    for file in files:
+        if file.is_dir():
+            raise UserError(f"{file} is a folder; cannot write the run's file there")
+
+
+def prepare_out_file(path: str | os.PathLike[str]) -> Path:
+    """An output file's folder created and checked (:func:`prepare_out_dir`), and the file
+    itself not a folder: before the work, so bad paths fail in one line and lose nothing."""
+    out = Path(path)
+    prepare_out_dir(out.parent)
+    check_targets(out)
+    return out
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser with a one-line error: its own printed the whole usage (9-27 lines)
     before the error. Subcommands' parsers are of this class too (add_subparsers takes the

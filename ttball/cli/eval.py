@@ -44,6 +44,16 @@ def run(args: argparse.Namespace) -> int:
     from ttball.evaluate import EvalConfig, evaluate_paths, format_table
     from ttball.results import write_json
 
+    if args.json is not None:  # `--json gt.csv` replaced the ground truth with the report
+        target = args.json.expanduser().resolve()
+        for given in (args.pred, args.gt):
+            inputs = [given] if not given.is_dir() else list(given.rglob("*"))
+            if any(p.expanduser().resolve() == target for p in inputs):
+                raise UserError(f"--json {args.json} is one of the inputs; write the report "
+                                "elsewhere")
+        if args.json.is_dir():
+            raise UserError(f"--json {args.json} is a folder")
+
     report = evaluate_paths(
         args.pred, args.gt, EvalConfig(radius=args.radius, min_blur=args.min_blur)
     )

@@ -5,6 +5,7 @@ compared with eager FP32 (printed)."""
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,10 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
     if not args.out.parent.is_dir():
         what = "is not a folder" if args.out.parent.exists() else "does not exist"
         raise UserError(f"--out: folder {args.out.parent} {what}")
+    if args.out.is_dir():
+        raise UserError(f"--out {args.out} is a folder")
+    if not os.access(args.out.parent, os.W_OK):
+        raise UserError(f"--out: folder {args.out.parent} is not writable")
 
 
 def _run_onnx(args: argparse.Namespace) -> int:

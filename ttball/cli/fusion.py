@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttball.cli import prepare_out_dir
+from ttball.cli import check_targets, prepare_out_dir
 from ttball.errors import BackendUnavailable, UserError
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable("--device cuda: torch sees no CUDA GPU on this machine")
     out = prepare_out_dir(args.out) if args.out else None
+    if out is not None:
+        check_targets(out / "fusion.json", out / "fusion.md")
     sizes = FusionSizes() if args.scale == 1 else FusionSizes().scaled(args.scale)
     print("ttball fusion: running (about a minute at full size on a CPU)…", flush=True)
     report = run_fusion(sizes, device=args.device, threads=args.threads, repeats=args.repeats,

@@ -397,6 +397,10 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     import httpx
 
+    if args.out:  # before the run, not found after it
+        from ttball.cli import prepare_out_file
+
+        prepare_out_file(args.out)
     clips = load_clips(args.clips, args.max_frames, args.jpeg_quality)
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:

@@ -147,6 +147,19 @@ def run(args: argparse.Namespace) -> int:
     prepare_clips(clips, args.gt)  # bad clips fail before the model loads
     device = resolve_device(args.device)
     ref_device = resolve_device(args.reference_device or args.device)
+    single = len(names) == 1
+    out = args.out or Path("out") / "verify" / (names[0] if single else "")
+
+    def folder(name: str) -> Path:
+        return out if single else out / name
+
+    from ttball.cli import check_targets, prepare_out_dir
+
+    prepare_out_dir(out)  # before the backends are built and the clips run, not after
+    for name in names:  # (a skipped candidate's folder is not made)
+        if folder(name).exists() and not folder(name).is_dir():
+            raise UserError(f"{folder(name)} is a file; cannot write {name}'s report there")
+        check_targets(folder(name) / "verify.json", folder(name) / "verify.md")
     model = load_model(args.weights)
     if model.config.name == "random-init":
         print(
@@ -168,11 +181,6 @@ def run(args: argparse.Namespace) -> int:
     if not candidates:
         raise UserError("none of the candidates can run here: " + "; ".join(unavailable.values()))
 
-    single = len(names) == 1
-    out = args.out or Path("out") / "verify" / (names[0] if single else "")
-
-    def folder(name: str) -> Path:
-        return out if single else out / name
 
     def on_clip(clip: str, reports: dict[str, Any]) -> None:
         """Progress, and the reports so far on disk (a run cut short by a timeout keeps them)."""

@@ -138,6 +138,11 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor], We
     state = _strip_prefix(raw)
     reference = BlurBall().state_dict()
     check_state_dict(state, reference, str(path))
+    # a checkpoint saved from a run that diverged: every frame would come out "not visible"
+    broken = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if broken:
+        raise CheckpointError(f"{path}: {len(broken)} tensors hold NaN or infinite values "
+                              f"({_short(broken)}); was it saved from a run that diverged?")
     for key, ref in reference.items():  # bare dicts may omit BN counters; they carry no weight
         state.setdefault(key, ref.clone())
     state = {k: state[k] for k in reference}
