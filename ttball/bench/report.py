@@ -1,10 +1,18 @@
 """Bench reports: a rich table on the terminal; ``bench.json``, ``bench.csv``, ``bench.md`` and
-``bench.png`` in an output directory (each written atomically)."""
+``bench.png`` in an output directory (each written atomically).
+
+While a run goes on, its rows so far are saved after every batch size (``write_partial``), each
+file marked partial: ``meta.partial`` in the JSON, a ``partial`` column in the CSV, a banner in
+the Markdown. They take the report's own names where the directory holds no complete report,
+else ``bench.partial.*`` beside it, so a run cut short never replaces a complete report. A run
+that finishes writes all four files and removes ``bench.partial.*``.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +104,19 @@ def print_table(result: BenchResult) -> None:
         console.print(f"[yellow]{row['variant']}{batch}: {row['status']}[/]: {row['reason']}")
 
 
+def _csv(result: BenchResult) -> str:
+    """The rows under ROW_KEYS; a partial report's have a last column ``partial`` (True)."""
+    partial = bool(result.meta.get("partial"))
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=list(ROW_KEYS) + (["partial"] if partial else []))
+    writer.writeheader()
+    writer.writerows({**r, "partial": True} if partial else r for r in result.rows)
+    return out.getvalue()
+
+
 def write_csv(path: Path, result: BenchResult) -> None:
     with atomic_write(path) as f:
-        writer = csv.DictWriter(f, fieldnames=list(ROW_KEYS))
-        writer.writeheader()
-        writer.writerows(result.rows)
+        f.write(_csv(result))
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -110,6 +126,11 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     for r in rows:
         out.write("| " + " | ".join(r) + " |\n")
     return out.getvalue()
+
+
+PARTIAL_BANNER = (
+    "**PARTIAL: the rows measured so far; the run had not finished when this was written.**"
+)
 
 
 def _md_header(meta: dict[str, Any]) -> str:
@@ -161,6 +182,8 @@ def _md_header(meta: dict[str, Any]) -> str:
         ),
         "",
     ]
+    if meta.get("partial"):
+        lines[2:2] = [PARTIAL_BANNER, ""]
     return "\n".join(lines)
 
 
@@ -212,6 +235,11 @@ def write_markdown(path: Path, result: BenchResult) -> None:
 
 
 def write_png(path: Path, result: BenchResult) -> None:
+    with atomic_write(path, "wb") as f:
+        f.write(_png(result))
+
+
+def _png(result: BenchResult) -> bytes:
     """Left: median latency per variant at the smallest batch (min–max bars). Right: windows/s
     against batch size, one line per variant."""
     import matplotlib
@@ -253,26 +281,53 @@ def write_png(path: Path, result: BenchResult) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    with atomic_write(path, "wb") as f:
-        f.write(buf.getvalue())
-
-
-def write_partial(out_dir: Path, result: BenchResult) -> None:
-    """JSON, CSV and Markdown of the rows so far (rewritten after every batch size)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "bench.json", {"meta": result.meta, "rows": result.rows})
-    write_csv(out_dir / "bench.csv", result)
-    write_markdown(out_dir / "bench.md", result)
+    return buf.getvalue()
 
 
 REPORT_EXTENSIONS = ("json", "csv", "md", "png")  # what write_reports writes: bench.<ext>
+PARTIAL_NAME = "bench.partial"  # a partial report beside a complete one: bench.partial.<ext>
+PARTIAL_EXTENSIONS = ("json", "csv", "md")  # what write_partial writes (no plot)
+
+
+def partial_name(out_dir: Path) -> str:
+    """The name a run's partial reports take in ``out_dir``: ``bench`` where it holds no report
+    or only a partial one (an earlier run cut short), else ``PARTIAL_NAME``, beside the complete
+    report that they must not replace."""
+    if not any((out_dir / f"bench.{ext}").exists() for ext in REPORT_EXTENSIONS):
+        return "bench"
+    try:
+        meta = json.loads((out_dir / "bench.json").read_text())["meta"]
+        partial = meta.get("partial") is True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        partial = False  # not a report of ours that we know to be partial: keep it
+    return "bench" if partial else PARTIAL_NAME
+
+
+def write_partial(out_dir: Path, result: BenchResult, name: str = "bench") -> None:
+    """JSON, CSV and Markdown of the rows so far as ``name.<ext>`` (rewritten after every batch
+    size), each marked partial when ``result.meta["partial"]`` is; under the report's own names
+    an earlier run's ``bench.png`` goes, as it would not match them."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / f"{name}.json", {"meta": result.meta, "rows": result.rows})
+    write_csv(out_dir / f"{name}.csv", result)
+    write_markdown(out_dir / f"{name}.md", result)
+    if name == "bench":
+        (out_dir / "bench.png").unlink(missing_ok=True)
 
 
 def write_reports(out_dir: Path, result: BenchResult) -> dict[str, Path]:
+    """``bench.<ext>`` for each of REPORT_EXTENSIONS, then no ``bench.partial.*``. Everything is
+    rendered before the first file is replaced, so that a run cut short while plotting leaves
+    the earlier files as they were, not some new and some old."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {ext: out_dir / f"bench.{ext}" for ext in REPORT_EXTENSIONS}
+    png, table, md = _png(result), _csv(result), markdown(result)
     write_json(paths["json"], {"meta": result.meta, "rows": result.rows})
-    write_csv(paths["csv"], result)
-    write_markdown(paths["md"], result)
-    write_png(paths["png"], result)
+    for ext, text in (("csv", table), ("md", md)):
+        with atomic_write(paths[ext]) as f:
+            f.write(text)
+    with atomic_write(paths["png"], "wb") as f:
+        f.write(png)
+    for ext in PARTIAL_EXTENSIONS:
+        (out_dir / f"{PARTIAL_NAME}.{ext}").unlink(missing_ok=True)
     return paths

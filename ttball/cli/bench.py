@@ -5,6 +5,13 @@ Examples::
     ttball bench --device cpu --quick --variants 'eager-fp32,folded-*' --out out/bench
     ttball bench --device cuda --batch 1,2,3 --out out/bench-h200
     ttball bench --list
+
+With ``--out DIR`` the rows are saved as they are measured (after every batch size), marked
+partial: ``meta.partial`` in ``bench.json``, a ``partial`` column in ``bench.csv``, a banner in
+``bench.md``. They go to ``DIR/bench.{json,csv,md}`` when DIR holds no complete report, else to
+``DIR/bench.partial.{json,csv,md}`` beside it: a run cut short (Ctrl-C, a time limit) never
+replaces a complete report. A run that finishes writes ``bench.{json,csv,md,png}`` and removes
+``bench.partial.*``.
 """
 
 from __future__ import annotations
@@ -65,7 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "'skipped' (a variant already running finishes)",
     )
     parser.add_argument(
-        "--out", default=None, help="directory for bench.json, bench.csv, bench.md, bench.png"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="directory for bench.json, bench.csv, bench.md, bench.png. Rows are saved as they "
+        "are measured, marked partial (meta.partial, a 'partial' CSV column, a banner in the "
+        "Markdown): as bench.json/csv/md if DIR holds no complete report, else as "
+        "bench.partial.json/csv/md beside it, so a run cut short never replaces a complete "
+        "report; a run that finishes writes all four and removes bench.partial.*",
     )
     parser.add_argument(
         "--cache-dir",
@@ -152,7 +166,15 @@ def run(args: argparse.Namespace) -> int:
     from ttball import __version__
     from ttball.backends import resolve_device
     from ttball.bench import FULL, QUICK, BenchConfig, BenchResult, run_bench, select_variants
-    from ttball.bench.report import REPORT_EXTENSIONS, print_table, write_partial, write_reports
+    from ttball.bench.report import (
+        PARTIAL_EXTENSIONS,
+        PARTIAL_NAME,
+        REPORT_EXTENSIONS,
+        partial_name,
+        print_table,
+        write_partial,
+        write_reports,
+    )
 
     if args.list:
         return _list(args.device)
@@ -169,9 +191,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before the first variant runs: its rows are written as they come
         from ttball.cli import prepare_out_dir
 
-        for name in REPORT_EXTENSIONS:
-            if (Path(args.out) / f"bench.{name}").is_dir():
-                raise UserError(f"--out {args.out}: bench.{name} there is a folder")
+        names = [f"bench.{ext}" for ext in REPORT_EXTENSIONS]
+        names += [f"{PARTIAL_NAME}.{ext}" for ext in PARTIAL_EXTENSIONS]
+        for name in names:
+            if (Path(args.out) / name).is_dir():
+                raise UserError(f"--out {args.out}: {name} there is a folder")
         prepare_out_dir(args.out)
     patterns = [p.strip() for p in args.variants.split(",") if p.strip()]
     variants = select_variants(patterns, device)
@@ -199,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         "ttball_version": __version__,
     }
     out = Path(args.out) if args.out else None
+    partial_as = partial_name(out) if out is not None else ""  # never over a complete report
 
     def measured(result: BenchResult) -> bool:
         # (a run that measures nothing leaves an earlier report in --out as it was)
@@ -207,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     def save_partial(partial: BenchResult) -> None:
         if out is not None and measured(partial):
             partial.meta.update(about, partial=True)
-            write_partial(out, partial)
+            write_partial(out, partial, partial_as)
 
     result = run_bench(
         config,

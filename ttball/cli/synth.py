@@ -1,4 +1,9 @@
-"""``ttball synth OUT``: write synthetic rally clips (MP4 + ground-truth CSV) and a manifest."""
+"""``ttball synth OUT``: write synthetic rally clips (MP4 + ground-truth CSV) and a manifest.
+
+The clips are rendered into a hidden folder inside OUT and moved in, with the manifest written
+last, only when all are done: a run cut short leaves OUT as it was (an earlier data set there
+included), and a folder without ``manifest.json`` is not a complete data set.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,12 @@ from ttball.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", type=Path, help="output folder (created if absent)")
+    p.add_argument(
+        "out",
+        type=Path,
+        help="output folder (created if absent); a data set already there is replaced only "
+        "once the new one is complete, and a run cut short leaves it as it was",
+    )
     p.add_argument("--clips", type=int, default=10, help="number of clips (default 10)")
     p.add_argument(
         "--seed", type=int, default=0, help="data-set seed; clip k is reproducible alone"

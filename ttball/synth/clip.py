@@ -11,7 +11,7 @@ player in front of it, or by the table when the ball is below and behind it).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from ttball.errors import UserError
-from ttball.results import FrameResult, write_json, write_track_csv
+from ttball.results import FrameResult, write_track_csv
 from ttball.synth.actors import Distractor, Player, Poses, draw_player, player_poses
 from ttball.synth.physics import (
     BALL_RADIUS_M,
@@ -330,60 +330,3 @@ def write_clip(plan: ClipPlan, out_dir: Path, name: str) -> None:
         if tmp.exists():
             tmp.unlink()
     write_track_csv(out_dir / f"{name}.csv", plan.rows)
-
-
-def _init_worker() -> None:
-    cv2.setNumThreads(1)  # one clip per process: OpenCV's own threads would only contend
-
-
-def _make_clip(job: tuple[str, int, ClipConfig, str]) -> dict[str, Any]:
-    out, seed, config, name = job
-    plan = plan_clip(seed, config)
-    write_clip(plan, Path(out), name)
-    return {"name": name, **plan.settings}
-
-
-def write_dataset(
-    out: Path,
-    clips: int,
-    seed: int,
-    config: ClipConfig = ClipConfig(),
-    workers: int = 1,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Write ``clips`` clips and ``manifest.json`` into ``out``; returns the manifest. Clip k
-    is ``generate_clip(clip_seed(seed, k), config)``."""
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = [(str(out), clip_seed(seed, k), config, f"clip_{k:04d}") for k in range(clips)]
-    if workers <= 1:
-        done = [_report(_make_clip(job), progress) for job in jobs]
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        ctx = multiprocessing.get_context("spawn")  # safe even if the caller has CUDA initialised
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
-            done = [_report(r, progress) for r in pool.map(_make_clip, jobs)]
-    manifest = {
-        "generator": "ttball.synth",
-        "seed": seed,
-        "clips": clips,
-        "config": {
-            "size": config.size,
-            "fps": config.fps,
-            "frames": config.frames,
-            "plain": config.plain,
-        },
-        "fourcc": FOURCC,
-        "clip_settings": done,
-    }
-    write_json(out / "manifest.json", manifest)
-    return manifest
-
-
-def _report(
-    result: dict[str, Any], progress: Callable[[dict[str, Any]], None] | None
-) -> dict[str, Any]:
-    if progress is not None:
-        progress(result)
-    return result
