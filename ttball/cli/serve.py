@@ -220,13 +220,13 @@ def _check_before_listening(settings) -> None:  # type: ignore[no-untyped-def]
     memory, a verify that fails); `ttball serve` then exits too."""
     from ttball.backends.base import resolve_device, spec
     from ttball.cachedir import use_compile_cache
-    from ttball.cli.track import _readable_clip
+    from ttball.cli.track import check_auto_clip
     from ttball.model.weights import load_model
     from ttball.serve.settings import AUTO
 
     load_model(settings.weights, device="cpu")
     for clip in settings.auto_clips:  # (they exist: validate checked)
-        _readable_clip(clip)
+        check_auto_clip(clip)
     if settings.backend_factory is None and settings.backend != AUTO:
         reason = spec(settings.backend).requires(resolve_device(settings.device))
         if reason:

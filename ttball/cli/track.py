@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     for clip in args.auto_clips or ():
         if not Path(clip).exists():
             raise UserError(f"--auto-clips {clip}: no such file or folder")
-        _readable_clip(clip)
+        check_auto_clip(clip)
     info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
     out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
     targets = [out / "track.csv", out / "track.json"] + ([out / "overlay.mp4"] if args.overlay
@@ -137,7 +137,7 @@ def _print_summary(result, out: Path, overlay: bool) -> None:  # type: ignore[no
     print("\n".join(lines))
 
 
-def _readable_clip(clip: str) -> None:
+def check_auto_clip(clip: str) -> None:
     """An ``--auto-clips`` clip that does not decode failed every candidate's trial but the
     reference's, which then "won" silently: one line instead, before anything is tried."""
     from ttball.frames import FrameSource
