@@ -153,6 +153,16 @@ def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expec
                     streams[seed].send(clips[seed][k])
                 else:
                     got[seed] += sessions[seed].send(clips[seed][k])
+        # a stream holds its session, on the ingress or (--direct-streams) on its replica: no
+        # HTTP request through the ingress may push to, finish or delete it (with direct
+        # streams all three went through, and the stream's client lost rows)
+        sid = sessions[2].id
+        for reply in (client.http.post(f"/v1/sessions/{sid}/frames", content=clips[2][0],
+                                       headers={"Content-Type": "image/jpeg"}),
+                      client.http.post(f"/v1/sessions/{sid}/finish", timeout=10),
+                      client.http.delete(f"/v1/sessions/{sid}")):
+            assert reply.status_code == 409 and reply.json()["error"]["code"] == "session_busy", (
+                reply.request.method, reply.request.url.path, reply.text)
         for seed in range(SESSIONS):
             if seed in streams:
                 messages = streams[seed].finish()

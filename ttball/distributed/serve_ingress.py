@@ -54,6 +54,23 @@ class ReplicaLost(ApiError):
                          {"Retry-After": "1"})
 
 
+def replica_error(exc: BaseException) -> BaseException:
+    """What a replica call raised, as the client should hear it: a replica's :class:`ApiError`
+    as itself, its other failures as a 500 ``replica_error``, a dead replica as
+    :class:`ReplicaLost`; anything that is not Ray's, unchanged."""
+    import ray.exceptions as rx
+    from ray.serve.exceptions import RequestCancelledError
+
+    if isinstance(exc, rx.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, ApiError):
+            return ApiError(cause.status, cause.code, cause.message, cause.headers)
+        return ApiError(500, "replica_error", _last_line(exc))
+    if isinstance(exc, (rx.RayActorError, RequestCancelledError)):
+        return ReplicaLost(type(exc).__name__)
+    return exc
+
+
 class TimedCall:
     """A replica call's response; awaiting it observes the call's time in ``histogram`` (from
     the call until the reply is in hand, also when the call fails)."""
@@ -92,6 +109,14 @@ class RemoteSession:
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq - 1
+
+    def refused(self, exc: ApiError) -> None:
+        """A call of this session's (the only one in flight: an HTTP request under its lock)
+        came back ``session_busy``: its replica's socket drives it, and the replica refused
+        before the call took its turn, so the next call takes this one's number (a gap would
+        leave it waiting for a turn that never comes)."""
+        if exc.code == "session_busy":
+            self.seq -= 1
 
     def describe(self, remote: dict[str, Any] | None) -> dict[str, Any]:
         o = self.options
@@ -150,18 +175,10 @@ class Ingress:
     @staticmethod
     async def result(response: Any) -> Any:
         """The reply; a replica's :class:`ApiError` as itself, a dead replica as ReplicaLost."""
-        import ray.exceptions as rx
-        from ray.serve.exceptions import RequestCancelledError
-
         try:
             return await response
-        except rx.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, ApiError):
-                raise ApiError(cause.status, cause.code, cause.message, cause.headers) from None
-            raise ApiError(500, "replica_error", _last_line(exc)) from None
-        except (rx.RayActorError, RequestCancelledError) as exc:
-            raise ReplicaLost(type(exc).__name__) from None
+        except Exception as exc:  # noqa: BLE001  (what is not Ray's is raised as it is)
+            raise replica_error(exc) from None
 
     async def call(self, key: str | None, method: str, *args: Any) -> Any:
         return await self.result(self.send(key, method, *args))
@@ -349,6 +366,9 @@ class Ingress:
                 break
             except ReplicaLost as exc:
                 lost = exc
+            except ApiError as exc:
+                session.refused(exc)
+                raise
         else:
             raise lost
         moved = self.note(session, reply)

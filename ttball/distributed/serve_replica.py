@@ -39,6 +39,7 @@ from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import Part
+from ttball.serve.websocket import refuse_attached
 from ttball.serve.worker import Worker
 from ttball.stream import Window
 
@@ -142,6 +143,9 @@ class ReplicaWorker:
                 "windows": session.stream.windows_out}
 
     async def delete(self, sid: str) -> bool:
+        session = next((s for s in self.store.all() if s.id == sid), None)
+        if session is not None:  # its own socket (--direct-streams) drives it: 409
+            refuse_attached(session, sid)
         self._order.pop(sid, None)
         return self.store.remove(sid, "deleted") is not None
 
@@ -168,6 +172,9 @@ class ReplicaWorker:
                 del self._order[gone]  # expired or removed (or held before a restart)
             session, resumed = self.store.create(options, sid), True
             session.last_index = next_index - 1
+        # --direct-streams: a socket on this replica drives it; the ingress's push, finish or
+        # socket would take frame numbers and rows from under it (the socket's client lost them)
+        refuse_attached(session, sid)
         if sid not in self._order:
             self._order[sid] = _Order(seq)
         return session, self._order[sid], resumed

@@ -7,6 +7,7 @@ route's work is :class:`~.serve_ingress.Ingress`'s (the replicas, the sessions' 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,10 +15,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ttball import __version__
-from ttball.distributed.serve_ingress import Ingress, ReplicaLost
+from ttball.distributed.serve_ingress import Ingress, ReplicaLost, replica_error
 from ttball.distributed.serve_metrics import merge
 from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
 from ttball.serve.sessions import SessionOptions
+from ttball.serve.settings import ApiError
 from ttball.serve.track import spool
 from ttball.serve.uploads import parse_json, read_body, split_body
 from ttball.serve.websocket import held, refuse_attached, refuse_busy
@@ -104,7 +106,11 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     @app.post("/v1/sessions/{sid}/finish")
     async def finish(sid: str) -> dict[str, Any]:
         async with held(sid, lambda: ingress.session(sid)) as session:
-            reply = await ingress.result(ingress.send_finish(session, session.last_index + 1))
+            try:
+                reply = await ingress.result(ingress.send_finish(session, session.last_index + 1))
+            except ApiError as exc:
+                session.refused(exc)
+                raise
             ingress.note(session, reply)
         ingress.forget(sid, "finished")
         return {"session": sid, "results": reply["results"], "frames": session.frames,
@@ -113,11 +119,11 @@ def _add_sessions(app: FastAPI, ingress: Ingress) -> None:
     @app.delete("/v1/sessions/{sid}")
     async def delete(sid: str) -> dict[str, Any]:
         refuse_busy(ingress.session(sid), sid)
-        ingress.forget(sid, "deleted")
-        try:
+        try:  # first: a replica whose own socket drives it (--direct-streams) refuses, 409
             await ingress.call(sid, "delete", sid)
         except ReplicaLost:
             pass  # nothing left to delete
+        ingress.forget(sid, "deleted")
         return {"deleted": sid}
 
 
@@ -143,6 +149,17 @@ def _add_track(app: FastAPI, ingress: Ingress) -> None:
 
 
 async def _rest(first: bytes, lines: Any) -> AsyncIterator[bytes]:
-    yield first
-    async for line in lines:
-        yield line
+    """The replica's lines after the first; a replica that fails mid-video ends the stream with
+    an error line (the single worker's last line on a failure) instead of a cut body, and a
+    client gone stops the replica's work (its tracking went on to the video's end)."""
+    try:
+        yield first
+        async for line in lines:
+            yield line
+    except Exception as exc:  # noqa: BLE001  (the client must hear why it ends here)
+        error = replica_error(exc)
+        if not isinstance(error, ApiError):
+            error = ApiError(500, "replica_error", f"{type(exc).__name__}: {exc}")
+        yield (json.dumps(error.body()) + "\n").encode()
+    finally:
+        lines.cancel()

@@ -26,20 +26,17 @@ def add_stream(app: FastAPI, ingress: Ingress) -> None:
     async def stream(ws: WebSocket, sid: str) -> None:
         async def detach(session: RemoteSession, outcome: str) -> None:
             session.last_seen = time.monotonic()
+            if outcome == "disconnected":
+                try:
+                    await ingress.call(sid, "delete", sid)
+                except ApiError as exc:
+                    if exc.status == 409:  # a socket on its replica drives it: it stays
+                        return
             if outcome != "open":
                 ingress.forget(sid, outcome)
-                if outcome == "disconnected":
-                    await _quietly(ingress.call(sid, "delete", sid))
 
         await run_attached(ws, sid, lambda: ingress.session(sid),
                            lambda session: _websocket_session(ws, session, ingress), detach)
-
-
-async def _quietly(call: Any) -> None:
-    try:
-        await call
-    except ApiError:
-        pass
 
 
 async def _websocket_session(ws: WebSocket, session: RemoteSession, ingress: Ingress) -> str:
