@@ -193,3 +193,18 @@ def test_auto_clips_that_do_not_decode_are_one_line(capsys, no_app, tmp_path) ->
     assert "--auto-clips" in _one_line(capsys, "serve", "--device", "cpu", "--auto-clips", text)
     assert "--auto-clips" in _one_line(capsys, "track", tmp_path, "--auto-clips", text,
                                        "--out", tmp_path / "o")
+
+
+@pytest.mark.parametrize("size", ["0x0", "-8x16", "72x-128"])
+def test_export_int8_checks_the_size_before_calibrating(capsys, tmp_path, size) -> None:
+    """Calibration ran first and failed in OpenCV's resize (a 33-line traceback)."""
+    err = _one_line(capsys, "export", "onnx", "--int8", f"--size={size}", "--out",
+                    tmp_path / "m.onnx")
+    assert "positive multiples of 8" in err and not (tmp_path / "m.onnx").exists()
+
+
+def test_export_calibration_windows_without_clips_is_refused(capsys, tmp_path) -> None:
+    """It was ignored: the synthetic calibration used its own 16 windows."""
+    err = _one_line(capsys, "export", "onnx", "--int8", "--calibration-windows", 4, "--out",
+                    tmp_path / "m.onnx")
+    assert "only applies with --calibrate" in err

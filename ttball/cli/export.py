@@ -38,8 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       "synthetic rally windows; real footage from your cameras is better)")
     onnx.add_argument("--calibration-method", choices=("minmax", "entropy", "percentile"),
                       help="how activation ranges are chosen (default minmax)")
-    onnx.add_argument("--calibration-windows", type=int, default=32,
-                      help="3-frame windows used, spread over the clips (default 32)")
+    onnx.add_argument("--calibration-windows", type=int, default=None,
+                      help="with --calibrate: 3-frame windows used, spread over the clips "
+                           "(default 32)")
     onnx.set_defaults(_target=_run_onnx)
 
     triton = sub.add_parser("triton", help="a Triton Inference Server model repository",
@@ -71,10 +72,13 @@ def _size(args: argparse.Namespace, model: BlurBall) -> tuple[int, int]:
     config = model.config
     if not args.size:
         return config.input_height, config.input_width
+    from ttball.export.onnx import check_size
+
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
         raise UserError(f"--size must be HxW (e.g. 288x512), got {args.size!r}") from None
+    check_size(h, w)  # before --int8's calibration, which failed on it with a traceback
     return h, w
 
 
@@ -94,7 +98,10 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
         raise UserError("--calibrate only applies with --int8")
     if args.calibration_method and not args.int8:
         raise UserError("--calibration-method only applies with --int8")
-    if args.calibration_windows < 1:
+    if args.calibration_windows is not None and not args.calibrate:  # (it was ignored)
+        raise UserError("--calibration-windows only applies with --calibrate (the synthetic "
+                        "calibration uses one window from each of its clips)")
+    if args.calibration_windows is not None and args.calibration_windows < 1:
         raise UserError("--calibration-windows must be at least 1")
     if args.opset is not None:
         import onnx
@@ -142,7 +149,8 @@ def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any]
 
     config, size = model.config, (options["height"], options["width"])
     if args.calibrate:
-        windows = calibration_windows(args.calibrate, config, *size, limit=args.calibration_windows)
+        windows = calibration_windows(args.calibrate, config, *size,
+                                      limit=args.calibration_windows or 32)
     else:
         print("note: no --calibrate clips; calibrating on synthetic rally frames")
         windows = synthetic_windows(config, *size)

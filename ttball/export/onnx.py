@@ -162,7 +162,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
         f.write(model.SerializeToString())
 
 
-def _check_size(height: int, width: int) -> None:
+def check_size(height: int, width: int) -> None:
+    """One line unless ``height`` x ``width`` is an input the network takes (stride 8)."""
     if height <= 0 or width <= 0 or height % 8 or width % 8:
         raise UserError(f"input size {height}x{width}: height and width must be positive multiples of 8")
 
@@ -189,7 +190,7 @@ def export_onnx(
     """
     if exporter not in EXPORTERS:
         raise UserError(f"unknown exporter {exporter!r}; use one of {', '.join(EXPORTERS)}")
-    _check_size(height, width)
+    check_size(height, width)
     opset = opset or DEFAULT_OPSET[exporter]
     model = model.eval()
     config = getattr(model, "config", None) or WeightsConfig()
