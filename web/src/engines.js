@@ -1,6 +1,7 @@
 // The two ways the page gets ball rows for its frames, behind one interface:
 //   engine.push(frame) → Promise<rows>   rows finished so far (frame order, with twins)
 //   engine.finish()    → Promise<rows>   the rest
+//   engine.close?()                      (ServerEngine) drop a session an error or a stop left open
 //   engine.label                         what runs, for the status line
 // BrowserEngine runs the exported ONNX model with onnxruntime-web (in a Web Worker) and the
 // ported pre- and post-processing; ServerEngine sends each frame to `ttball serve`'s session API.
@@ -58,6 +59,11 @@ export class Network {
   async run(input) {
     const { inputHeight: h, inputWidth: w } = this.config;
     const reply = await this.call({ type: 'run', input: input.buffer, dims: [1, 9, h, w] }, [input.buffer]);
+    const dims = reply.dims || [];
+    if (dims.length !== 4 || dims[0] !== 1 || dims[1] !== 3 || dims[2] !== h || dims[3] !== w) {
+      throw new Error(`model output has shape [${dims.join(', ')}]; expected [1, 3, ${h}, ${w}]: `
+        + 'not a ttball export (ttball export onnx)?');
+    }
     return { logits: new Float32Array(reply.logits), ms: reply.ms };
   }
 
@@ -105,7 +111,20 @@ export class BrowserEngine {
   }
 }
 
-async function asJson(response, what) {
+// Each worker request gets this long before the page gives up on it.
+const REQUEST_TIMEOUT_MS = 30000;
+// A 429 (queue full) or 503 (not ready) is retried this many times, after its Retry-After
+// (seconds; at most MAX_RETRY_WAIT_S).
+const RETRIES = 3;
+const MAX_RETRY_WAIT_S = 10;
+
+function stoppedError() {
+  const err = new Error('stopped');
+  err.name = 'AbortError';
+  return err;
+}
+
+async function asJson(response, what, root) {
   let body = null;
   try {
     body = await response.json();
@@ -116,29 +135,48 @@ async function asJson(response, what) {
     const detail = body && body.error ? `${body.error.code}: ${body.error.message}` : response.statusText;
     throw new Error(`${what}: HTTP ${response.status} ${detail}`);
   }
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    const type = response.headers.get('Content-Type') || 'no type';
+    throw new Error(`${what}: the answer is not a JSON object (${type}): is ${root} a ttball worker (ttball serve)?`);
+  }
   return body;
 }
 
 export class ServerEngine {
-  /** Open a session on the worker at `base` (e.g. http://127.0.0.1:8000). */
-  static async open(base, { token, step, threshold, fps }) {
+  /** Open a session on the worker at `base` (e.g. http://127.0.0.1:8000); `signal` (the run's)
+   *  aborts every request. */
+  static async open(base, { token, step, threshold, fps, signal }) {
     const root = base.replace(/\/+$/, '');
     const headers = token ? { Authorization: `Bearer ${token}` } : {};
-    const info = await asJson(await fetch(`${root}/v1`, { headers }), 'worker info (GET /v1)');
+    const engine = new ServerEngine(root, headers, signal);
+    const info = await engine.request('/v1', {}, 'worker info (GET /v1)');
     const options = { step };
     if (threshold) options.threshold = threshold;
     if (fps) options.fps = fps;
-    const session = await asJson(await fetch(`${root}/v1/sessions`, {
-      method: 'POST', headers: { ...headers, 'Content-Type': 'application/json' }, body: JSON.stringify(options),
-    }), 'opening a session (POST /v1/sessions)');
-    return new ServerEngine(root, headers, session.id, info);
+    const session = await engine.request('/v1/sessions', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(options),
+    }, 'opening a session (POST /v1/sessions)');
+    if (typeof session.id !== 'string' && typeof session.id !== 'number') {
+      throw new Error(`opening a session (POST /v1/sessions): no session id in the answer: is ${root} a ttball worker (ttball serve)?`);
+    }
+    engine.opened(session.id, info);
+    return engine;
   }
 
-  constructor(root, headers, id, info) {
+  constructor(root, headers, signal) {
     this.root = root;
     this.headers = headers;
+    this.signal = signal || new AbortController().signal;
+    this.id = null;
+    this.open = false; // a session on the worker that this page must finish or delete
+    this.label = `through the worker · ${root}`;
+    this.networkMs = [];
+  }
+
+  opened(id, info) {
     this.id = id;
-    const parts = [`through the worker · ${root}`];
+    this.open = true;
+    const parts = [`through the worker · ${this.root}`];
     if (info && info.backend) parts.push(`${info.backend} on ${info.device}`);
     if (info && info.weights) {
       const size = Array.isArray(info.input_size) ? ` ${info.input_size[1]}×${info.input_size[0]}` : '';
@@ -146,23 +184,64 @@ export class ServerEngine {
     }
     parts.push(`session ${id}`);
     this.label = parts.join(' · ');
-    this.networkMs = [];
+  }
+
+  /** fetch `path` under the worker's root, as JSON; times out, stops with the run, and retries
+   *  a 429/503 after its Retry-After. */
+  async request(path, init, what) {
+    for (let attempt = 0; ; attempt++) {
+      if (this.signal.aborted) throw stoppedError();
+      let response;
+      try {
+        response = await fetch(`${this.root}${path}`, {
+          ...init, headers: { ...this.headers, ...(init.headers || {}) },
+          signal: AbortSignal.any([this.signal, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]),
+        });
+      } catch (err) {
+        if (this.signal.aborted) throw stoppedError();
+        if (err.name === 'TimeoutError') {
+          throw new Error(`${what}: the worker at ${this.root} did not answer within ${REQUEST_TIMEOUT_MS / 1000} s`);
+        }
+        throw new Error(`${what}: cannot reach the worker at ${this.root} (${err.message}): `
+          + "is `ttball serve` running there, and does it allow this page's origin?");
+      }
+      if ((response.status === 429 || response.status === 503) && attempt < RETRIES) {
+        const after = Number(response.headers.get('Retry-After'));
+        const waitS = Math.min(Number.isFinite(after) && after > 0 ? after : 1, MAX_RETRY_WAIT_S);
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, waitS * 1000);
+          this.signal.addEventListener('abort', () => { clearTimeout(timer); resolve(); }, { once: true });
+        });
+        continue;
+      }
+      return asJson(response, what, this.root);
+    }
   }
 
   async push(frame) {
     const { blob, type } = await frame.encode();
     const start = performance.now();
-    const body = await asJson(await fetch(`${this.root}/v1/sessions/${this.id}/frames?frame=${frame.index}`, {
-      method: 'POST', headers: { ...this.headers, 'Content-Type': type }, body: blob,
-    }), `frame ${frame.index} (POST /v1/sessions/${this.id}/frames)`);
+    const body = await this.request(`/v1/sessions/${this.id}/frames?frame=${frame.index}`, {
+      method: 'POST', headers: { 'Content-Type': type }, body: blob,
+    }, `frame ${frame.index} (POST /v1/sessions/${this.id}/frames)`);
     this.networkMs.push(performance.now() - start);
     return body.results || [];
   }
 
   async finish() {
-    const body = await asJson(await fetch(`${this.root}/v1/sessions/${this.id}/finish`, {
-      method: 'POST', headers: this.headers,
-    }), `finishing the session (POST /v1/sessions/${this.id}/finish)`);
+    if (this.signal.aborted) return []; // stopped: close() drops the session
+    const body = await this.request(`/v1/sessions/${this.id}/finish`, { method: 'POST' },
+      `finishing the session (POST /v1/sessions/${this.id}/finish)`);
+    this.open = false; // finish closes it
     return body.results || [];
+  }
+
+  /** Drop the session if it is still open (after an error or a stop); best effort. */
+  close() {
+    if (!this.open) return;
+    this.open = false;
+    fetch(`${this.root}/v1/sessions/${this.id}`, {
+      method: 'DELETE', headers: this.headers, keepalive: true, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    }).catch(() => {});
   }
 }

@@ -18,7 +18,7 @@ const FPS_WINDOW_MS = 2000;
 const state = {
   model: null, // {bytes: ArrayBuffer, name, config}
   network: null, // {key, net}
-  run: null, // {stop}
+  run: null, // {stop, abort}
 };
 
 const overlay = new Overlay($('frame'), $('overlay'));
@@ -84,10 +84,10 @@ function engineOptions() {
   return { step: Number($('step').value), threshold: threshold > 0 && threshold < 1 ? threshold : null };
 }
 
-async function openEngine(fps) {
+async function openEngine(fps, signal) {
   const options = engineOptions();
   if (mode() === 'browser') return new BrowserEngine(await network(), options);
-  return ServerEngine.open($('worker-url').value, { ...options, token: $('token').value.trim(), fps });
+  return ServerEngine.open($('worker-url').value, { ...options, token: $('token').value.trim(), fps, signal });
 }
 
 class Meter {
@@ -151,9 +151,16 @@ function median(values) {
 }
 
 async function run(frames, fps) {
-  if (state.run) state.run.stop.stopped = true;
+  if (state.run) state.run.abort();
+  const controller = new AbortController(); // the run's requests: stop aborts them
   const stop = { stopped: false };
-  const current = { stop };
+  const current = {
+    stop,
+    abort() {
+      stop.stopped = true;
+      controller.abort();
+    },
+  };
   state.run = current;
   const owner = () => state.run === current; // a newer run takes the page over
   const results = [];
@@ -190,7 +197,7 @@ async function run(frames, fps) {
     status();
   };
   try {
-    engine = await openEngine(fps);
+    engine = await openEngine(fps, controller.signal);
     $('mode').textContent = engine.label;
     for await (const frame of frames(stop)) {
       if (stop.stopped) break;
@@ -201,10 +208,15 @@ async function run(frames, fps) {
     if (owner()) await presenter.drain();
     log(`${stop.stopped ? 'stopped' : 'done'}: ${results.length} frames, ball in ${visible}, ${engine.label}`);
   } catch (err) {
-    if (owner()) window.ttballError = String(err && err.message ? err.message : err);
-    log(String(err && err.message ? err.message : err), true);
+    if (stop.stopped && err && err.name === 'AbortError') {
+      log(`stopped: ${results.length} frames, ball in ${visible}${engine ? `, ${engine.label}` : ''}`);
+    } else {
+      if (owner()) window.ttballError = String(err && err.message ? err.message : err);
+      log(String(err && err.message ? err.message : err), true);
+    }
   } finally {
     presenter.stop();
+    if (engine && engine.close) engine.close(); // a worker session left open by an error or a stop
     if (owner()) {
       state.run = null;
       $('stop').disabled = true;
@@ -215,6 +227,18 @@ async function run(frames, fps) {
 }
 
 // -- sources ------------------------------------------------------------------------------------
+/** A new <video> in place of the page's one: each run plays its own element, so an older run
+ *  winding down (it pauses its video) never touches the newer run's. */
+function freshVideo() {
+  const old = $('video');
+  const video = old.cloneNode(false);
+  old.pause();
+  if (old.src.startsWith('blob:')) URL.revokeObjectURL(old.src);
+  old.replaceWith(video);
+  video.muted = true;
+  return video;
+}
+
 function startFiles(files) {
   const images = imageFiles(files);
   const fps = Number($('image-fps').value) || 30;
@@ -226,21 +250,18 @@ function startFiles(files) {
     }, fps);
     return;
   }
-  const video = $('video');
-  video.srcObject = null;
+  const video = freshVideo();
   video.src = URL.createObjectURL(files[0]);
-  video.muted = true;
-  run((stop) => videoFrames(video, { live: false, stop }), 30);
+  run((stop) => videoFrames(video, { live: false, stop, name: files[0].name }), 30);
 }
 
 async function startCamera() {
-  const video = $('video');
   try {
     const media = await navigator.mediaDevices.getUserMedia({ video: { width: 1280, height: 720 }, audio: false });
-    video.src = '';
+    const video = freshVideo();
     video.srcObject = media;
     const fps = media.getVideoTracks()[0].getSettings().frameRate || 30;
-    await run((stop) => videoFrames(video, { live: true, stop }), fps);
+    await run((stop) => videoFrames(video, { live: true, stop, name: 'the camera' }), fps);
     for (const track of media.getTracks()) track.stop();
   } catch (err) {
     log(`camera: ${err.message || err}`, true);
@@ -267,7 +288,7 @@ $('source').addEventListener('change', (e) => {
 });
 $('camera').addEventListener('click', startCamera);
 $('stop').addEventListener('click', () => {
-  if (state.run) state.run.stop.stopped = true;
+  if (state.run) state.run.abort();
 });
 showMode();
 window.ttballReady = loadDefaultModel();

@@ -1,8 +1,8 @@
 // What the page needs to know about an exported model, read from the ONNX file itself: the input's
 // shape (its height and width decide the resize) and `metadata_props` (written by
 // ttball/export/onnx.py: mean, std, score threshold, weights name). A minimal protobuf reader
-// walks ModelProto → graph (7) → input (11) → type (2) → tensor_type (1) → shape (2) → dim (1),
-// and metadata_props (14); the weights are skipped over, not decoded.
+// walks ModelProto → graph (7) → input (11) / output (12) → type (2) → tensor_type (1) →
+// elem_type (1), shape (2) → dim (1), and metadata_props (14); the weights are skipped over.
 
 const DEFAULTS = {
   inputHeight: 288,
@@ -70,10 +70,14 @@ function readEntry(r, view) {
   return [key, value];
 }
 
-/** ValueInfoProto → {name, dims: (number|string)[]} */
+// TensorProto.DataType values the page names in its messages.
+const ELEM_TYPES = { 1: 'float32', 3: 'int8', 2: 'uint8', 10: 'float16', 11: 'float64', 16: 'bfloat16' };
+
+/** ValueInfoProto → {name, elemType (0: unknown), dims: (number|string)[]} */
 function readValueInfo(r, view) {
   const vi = r.sub(view);
   let name = '';
+  let elemType = 0;
   const dims = [];
   for (const [f, w, v] of vi.fields()) {
     if (f === 1 && w === 2) name = vi.text(v);
@@ -83,6 +87,7 @@ function readValueInfo(r, view) {
       if (tf !== 1 || tw !== 2) continue; // tensor_type
       const tensor = type.sub(tv);
       for (const [sf, sw, sv] of tensor.fields()) {
+        if (sf === 1 && sw === 0) elemType = sv;
         if (sf !== 2 || sw !== 2) continue; // shape
         const shape = tensor.sub(sv);
         for (const [df, dw, dv] of shape.fields()) {
@@ -98,24 +103,28 @@ function readValueInfo(r, view) {
       }
     }
   }
-  return { name, dims };
+  return { name, elemType, dims };
 }
 
-/** {metadata: {key: value}, inputs: [{name, dims}]} of an ONNX file's bytes. */
+/** {metadata: {key: value}, inputs, outputs: [{name, elemType, dims}]} of an ONNX file's bytes. */
 export function readOnnx(bytes) {
   const r = new Reader(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes));
   const metadata = {};
   const inputs = [];
+  const outputs = [];
   for (const [f, w, v] of r.fields()) {
     if (f === 14 && w === 2) {
       const [key, value] = readEntry(r, v);
       metadata[key] = value;
     } else if (f === 7 && w === 2) {
       const g = r.sub(v);
-      for (const [gf, gw, gv] of g.fields()) if (gf === 11 && gw === 2) inputs.push(readValueInfo(g, gv));
+      for (const [gf, gw, gv] of g.fields()) {
+        if (gf === 11 && gw === 2) inputs.push(readValueInfo(g, gv));
+        if (gf === 12 && gw === 2) outputs.push(readValueInfo(g, gv));
+      }
     }
   }
-  return { metadata, inputs };
+  return { metadata, inputs, outputs };
 }
 
 function numbers(text) {
@@ -128,7 +137,7 @@ function numbers(text) {
  * `notes` says what was assumed.
  */
 export function modelConfig(bytes) {
-  const { metadata, inputs } = readOnnx(bytes);
+  const { metadata, inputs, outputs } = readOnnx(bytes);
   const notes = [];
   const cfg = { ...DEFAULTS, name: metadata.weights_name || 'unnamed weights', metadata };
   let stored = {};
@@ -156,6 +165,12 @@ export function modelConfig(bytes) {
   if (input.dims.length !== 4 || (typeof channels === 'number' && channels !== 9)) {
     throw new Error(`model input ${input.name} has shape [${input.dims}]; expected [1, 9, H, W]`);
   }
+  if (input.elemType && input.elemType !== 1) {
+    const type = ELEM_TYPES[input.elemType] || `ONNX type ${input.elemType}`;
+    const hint = input.elemType === 10 ? 'an FP16 export (--fp16)' : 'not an FP32 input';
+    throw new Error(`model input ${input.name} is ${type}, ${hint}: the page runs FP32 or INT8 exports `
+      + '(ttball export onnx, without --fp16; --int8 is fine)');
+  }
   if (typeof h === 'number' && typeof w === 'number') {
     if (h !== cfg.inputHeight || w !== cfg.inputWidth) {
       notes.push(`input shape ${h}x${w} differs from the metadata's ${cfg.inputHeight}x${cfg.inputWidth}; using the shape`);
@@ -164,6 +179,15 @@ export function modelConfig(bytes) {
     cfg.inputWidth = w;
   } else if (!metadata.input_height && !stored.input_height) {
     notes.push(`input size is dynamic and not in the metadata; assuming ${cfg.inputHeight}x${cfg.inputWidth}`);
+  }
+  const output = outputs[0];
+  if (output && output.dims.length) {
+    const [, oc, oh, ow] = output.dims;
+    const fixed = (d, want) => typeof d !== 'number' || d === want;
+    if (output.dims.length !== 4 || !fixed(oc, 3) || !fixed(oh, cfg.inputHeight) || !fixed(ow, cfg.inputWidth)) {
+      throw new Error(`model output ${output.name} has shape [${output.dims.join(', ')}]; expected [1, 3, ${cfg.inputHeight}, `
+        + `${cfg.inputWidth}] (three heatmaps at the input's size): not a ttball export?`);
+    }
   }
   cfg.notes = notes;
   return cfg;

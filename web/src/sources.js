@@ -7,6 +7,21 @@
 //   the pipeline is busy are dropped (only the newest is kept).
 
 const JPEG_QUALITY = 0.9;
+// Past Chromium's canvas limits (side 32767, area 16384²) drawImage/getImageData give zeros, not
+// an error: refuse such frames rather than track an all-black one.
+const MAX_CANVAS_SIDE = 32767;
+const MAX_CANVAS_AREA = 16384 * 16384;
+// A playing file video with no new frame for this long has stalled (a decoder that gave up
+// without an `error` event, a source that stopped delivering).
+const STALL_MS = 10000;
+
+/** Throws, naming `what`, when a width×height frame is past what a canvas can hold. */
+function checkCanvasSize(width, height, what) {
+  if (width > MAX_CANVAS_SIDE || height > MAX_CANVAS_SIDE || width * height > MAX_CANVAS_AREA) {
+    throw new Error(`${what} is ${width}×${height}: too large for the browser's canvas `
+      + `(at most ${MAX_CANVAS_SIDE} a side and 16384×16384 pixels); scale it down first`);
+  }
+}
 
 function canvas2d(width, height) {
   const canvas = new OffscreenCanvas(width, height);
@@ -120,6 +135,12 @@ export async function* imageFrames(files, fps, skipped = []) {
       skipped.push(index);
       continue;
     }
+    try {
+      checkCanvasSize(width, height, `image ${index} (${file.name})`);
+    } catch (err) {
+      bitmap.close();
+      throw err;
+    }
     const ctx = canvas2d(width, height);
     ctx.drawImage(bitmap, 0, 0);
     bitmap.close();
@@ -134,12 +155,15 @@ export async function* imageFrames(files, fps, skipped = []) {
   }
 }
 
-/** Frames of a playing <video> (file or camera). `stop.stopped = true` ends the generator. */
-export async function* videoFrames(video, { live, stop }) {
+/** Frames of a playing <video> (file or camera). `stop.stopped = true` ends the generator;
+ *  `name` (the file's) is for messages. A media error or a stall ends it with an error. */
+export async function* videoFrames(video, { live, stop, name = 'the video' }) {
   const queue = [];
   let wake = null;
   let ended = false;
+  let failure = null;
   let ctx = null;
+  let lastFrame = performance.now();
   const notify = () => {
     if (wake) {
       wake();
@@ -147,8 +171,16 @@ export async function* videoFrames(video, { live, stop }) {
     }
   };
   const onFrame = (_now, meta) => {
-    if (ended || stop.stopped) return;
+    if (ended || failure || stop.stopped) return;
+    lastFrame = performance.now();
     const w = video.videoWidth, h = video.videoHeight;
+    try {
+      checkCanvasSize(w, h, name);
+    } catch (err) {
+      failure = err;
+      notify();
+      return;
+    }
     if (!ctx || ctx.canvas.width !== w || ctx.canvas.height !== h) ctx = canvas2d(w, h);
     ctx.drawImage(video, 0, 0, w, h);
     const image = ctx.getImageData(0, 0, w, h);
@@ -158,32 +190,57 @@ export async function* videoFrames(video, { live, stop }) {
     notify();
     video.requestVideoFrameCallback(onFrame);
   };
-  video.requestVideoFrameCallback(onFrame);
-  video.onended = () => {
+  const onEnded = () => {
     ended = true;
     notify();
   };
-  await video.play();
+  const onError = () => {
+    const at = Number.isFinite(video.currentTime) ? ` past ${video.currentTime.toFixed(2)} s` : '';
+    failure = new Error(`${name}: the browser cannot decode this video${at}`
+      + ` (${video.error ? video.error.message || `media error ${video.error.code}` : 'media error'});`
+      + ' it may be truncated or corrupt');
+    notify();
+  };
+  video.addEventListener('ended', onEnded);
+  video.addEventListener('error', onError);
+  video.requestVideoFrameCallback(onFrame);
   let index = 0;
   try {
+    try {
+      await video.play();
+    } catch (err) {
+      if (failure) throw failure;
+      throw new Error(`${name}: this browser cannot play it (${err.message || err})`);
+    }
     for (;;) {
       if (stop.stopped) return;
       if (queue.length) {
         const { time, image } = queue.shift();
         if (!live && video.paused && !video.ended && queue.length < 2) video.play();
+        lastFrame = performance.now();
         yield {
           index: index++, time, width: image.width, height: image.height, data: image.data, image,
           encode: jpegEncoder(image),
         };
+        lastFrame = performance.now(); // time spent downstream is not the video's
         continue;
       }
+      if (failure) throw failure;
       if (ended) return;
+      if (!live && video.paused && !video.ended) video.play().catch(() => {}); // paused while behind
+      if (document.hidden) lastFrame = performance.now(); // a background tab gets no frames
+      if (performance.now() - lastFrame > STALL_MS) {
+        throw new Error(`${name}: no new frame for ${STALL_MS / 1000} s at ${video.currentTime.toFixed(2)} s`
+          + ' of the video: playback stalled (the file may be truncated or corrupt)');
+      }
       await new Promise((resolve) => {
         wake = resolve;
         setTimeout(resolve, 250); // look at `stop` now and then, even with no frames coming
       });
     }
   } finally {
+    video.removeEventListener('ended', onEnded);
+    video.removeEventListener('error', onError);
     video.pause();
   }
 }
