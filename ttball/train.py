@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +29,7 @@ from torch import Tensor
 from ttball.errors import CheckpointError, UserError
 from ttball.model import BlurBall, load_model, save_checkpoint
 from ttball.model.config import WeightsConfig
-from ttball.model.weights import check_state_dict
+from ttball.model.weights import check_state_dict, error_summary
 from ttball.train_data import SYNTH_SIZES, Window, WindowStream, labelled_clips, loader, to_device
 from ttball.train_profile import StepProfile, format_line, next_batch
 from ttball.train_targets import TARGET_SIGMA, draw_target
@@ -124,7 +123,7 @@ def _resume(path: Path, model: torch.nn.Module,
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - whatever torch.load makes of a file not its own
-        raise fail(f"not a PyTorch checkpoint ({_first_line(exc)})") from None
+        raise fail(f"not a PyTorch checkpoint ({error_summary(exc)})") from None
     keys = ("model", "optimizer", "step", "history")
     if not (isinstance(state, dict) and all(k in state for k in keys)
             and isinstance(state["model"], dict)):
@@ -137,15 +136,7 @@ def _resume(path: Path, model: torch.nn.Module,
     except CheckpointError as exc:
         raise fail(str(exc)) from None
     except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as exc:
-        raise fail(f"not a ttball training state ({_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    """``exc``'s kind and the start of its first line: torch's messages run to many lines,
-    with terminal colours, and advise ``weights_only=False`` (never, for a file from elsewhere)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    first = text.splitlines()[0].split(". ")[0][:120] if text else ""
-    return type(exc).__name__ + (f": {first}" if first else "")
+        raise fail(f"not a ttball training state ({error_summary(exc)})") from None
 
 
 def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ttball.cli import prepare_out_dir
+from ttball.cli import check_targets, prepare_out_dir
 from ttball.errors import UserError
 
 
@@ -75,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
     out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
     targets = [out / "track.csv", out / "track.json"] + ([out / "overlay.mp4"] if args.overlay
                                                          else [])
-    for target in targets:  # before tracking: a run writes all of its files or none
-        if target.is_dir():
-            raise UserError(f"{target} is a folder; cannot write the run's file there")
+    check_targets(*targets)  # before tracking: a run writes all of its files or none
     model = load_model(args.weights)
     if model.config.name == "random-init":
         print("warning: no trained weights found; running freshly initialised weights, "

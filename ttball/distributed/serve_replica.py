@@ -143,7 +143,10 @@ class ReplicaWorker:
                 "windows": session.stream.windows_out}
 
     async def delete(self, sid: str) -> bool:
-        session = next((s for s in self.store.all() if s.id == sid), None)
+        try:
+            session: Session | None = self.store.get(sid)
+        except ApiError:  # (not here: nothing to delete)
+            session = None
         if session is not None:  # its own socket (--direct-streams) drives it: 409
             refuse_attached(session, sid)
         self._order.pop(sid, None)

@@ -56,15 +56,19 @@ def _read(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle an untrusted file
         # (UnpicklingError, struct.error, EOFError, RuntimeError, ...) means "not a checkpoint".
-        # torch's own message suggests weights_only=False (never, for a file from elsewhere),
-        # may hold terminal colour codes and runs to hundreds of characters: its kind and the
-        # start of its first line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        first = re.sub(r"\x1b\[[0-9;]*m", "", first).split(". ")[0][:120]
         raise CheckpointError(
             f"cannot read checkpoint {path}: not a .safetensors file or a PyTorch state dict "
-            f"({type(exc).__name__}{': ' + first if first else ''})") from None
+            f"({error_summary(exc)})") from None
     return _unwrap(obj, path), None
+
+
+def error_summary(exc: BaseException) -> str:
+    """``exc``'s kind and the start of its first line, for a one-line error about a file
+    ``torch.load`` refused: torch's messages run to hundreds of characters, may hold terminal
+    colour codes and advise ``weights_only=False`` (never, for a file from elsewhere)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    first = text.splitlines()[0].split(". ")[0][:120] if text else ""
+    return type(exc).__name__ + (f": {first}" if first else "")
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]:
