@@ -41,6 +41,8 @@ FRAMES = 12  # per session: four step-3 windows
 SESSIONS = 4
 # worker settings of each mode; "direct": WebSockets served by the replicas themselves
 # (the device mode's also take live settings: PUT /v1/admin/settings)
+# /v1/track's video reaches its replica in pieces of this size (the test clip's 2.7 KB: three)
+UPLOAD_PIECE = 1024
 MODES = {"host": {}, "device": {"device_pipeline": True, "live_settings": True},
          "direct": {"direct_streams": True}}
 
@@ -96,7 +98,8 @@ def url(ray_cluster, port: int, small_weights: Path, mode: str):
     """The application in ``mode`` (pytest tears one mode's down before it deploys the next)."""
     settings = RayServeSettings(
         worker=worker_settings(small_weights, port=port, switch_interval_ms=1.0, **MODES[mode]),
-        replicas=2, cpus_per_replica=1, mps_sm_percent=50)  # no effect without MPS and CUDA
+        replicas=2, cpus_per_replica=1, mps_sm_percent=50,  # no effect without MPS and CUDA
+        upload_chunk_bytes=UPLOAD_PIECE)
     started = start(settings)
     base = f"http://127.0.0.1:{settings.worker.port}"
     with Client(base) as client:
@@ -196,6 +199,7 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
     with Client(url) as client:
         np.testing.assert_allclose(client.infer(x), want_logits, atol=1e-4)
         np.testing.assert_allclose(client.infer(x, binary=False), want_logits, atol=1e-4)
+        assert video.stat().st_size > 2 * UPLOAD_PIECE
         got_track = list(client.track(video))
         assert_rows_equal(got_track[:-1], want_track[:-1])
         assert got_track[-1]["summary"]["frames"] == 7
@@ -227,6 +231,69 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
         metrics = client.metrics()  # the ingress times its calls to the replicas
         for method in ("infer", "push"):
             assert f'ttball_ingress_call_seconds_count{{method="{method}"}}' in metrics
+
+
+def test_an_ended_session_no_longer_counts_for_its_replica(url) -> None:
+    """A new session goes to the replica with the fewest live sessions (ties: the lower id).
+    A deleted or finished one stops counting at once: the router counted it for 30 s more,
+    so the next session went to the full replica beside the one it had left (with
+    --max-sessions, a 429 from the full one)."""
+    with Client(url) as client:
+        ids = sorted(r["replica"] for r in client.readiness()["replicas"])
+
+        def expected() -> str:
+            live = [s["replica"] for s in client._json("GET", "/v1/sessions")["sessions"]]
+            return min(ids, key=lambda r: (live.count(r), r))
+
+        opened = []
+        for _ in range(2):
+            want = expected()
+            opened.append(client.open_session())
+            assert _replica_of(client, opened[-1].id) == want
+        assert {_replica_of(client, s.id) for s in opened} == set(ids)
+        for end in ("delete", "finish"):
+            on_high = next(s for s in opened if _replica_of(client, s.id) == ids[1])
+            getattr(on_high, end)()
+            opened.remove(on_high)
+            assert expected() == ids[1]  # tied on the router's old count: ids[0], the full one
+            opened.append(client.open_session())
+            assert _replica_of(client, opened[-1].id) == ids[1]
+        for s in opened:
+            s.delete()
+
+
+def test_a_client_gone_mid_upload_leaves_no_video_behind(url) -> None:
+    """/v1/track's body reaches its replica in pieces as it arrives (the ingress held the
+    whole video); a client that stops half-way leaves no file on the replica (same host: the
+    temporary folder) and no count in the router (the next sessions still spread)."""
+    import tempfile
+
+    def arriving() -> tuple[int, set[Path]]:  # videos the replicas say they take; their files
+        with Client(url) as client:
+            counts = [r["uploads"] for r in client._json("GET", "/readyz")["replicas"]]
+        return sum(counts), set(Path(tempfile.gettempdir()).glob("ttball-track-*"))
+
+    _, before = arriving()
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Type: video/mp4\r\n"
+                  b"Content-Length: 1000000\r\n\r\n")
+        for _ in range(10):
+            s.sendall(bytes(UPLOAD_PIECE))
+        deadline = time.monotonic() + 10  # the ingress polls the replicas every 2 s
+        while time.monotonic() < deadline and arriving()[0] == 0:
+            time.sleep(0.1)
+        count, files = arriving()
+        assert count == 1 and len(files - before) == 1, "the video is not arriving at a replica"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and arriving() != (0, before):
+        time.sleep(0.1)
+    assert arriving() == (0, before)
+    with Client(url) as client:
+        sessions = [client.open_session() for _ in range(2)]
+        assert len({_replica_of(client, s.id) for s in sessions}) == 2
+        for session in sessions:
+            session.delete()
 
 
 def bad_frames(good: bytes) -> dict[str, tuple[bytes, str, int, str]]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ttball.distributed.serve_uploads import UPLOAD_CHUNK_BYTES
 from ttball.errors import UserError
 from ttball.serve.settings import MPS_PERCENT_ENV, ServeSettings
 
@@ -45,6 +46,8 @@ class RayServeSettings:
     # under CUDA MPS: each replica on at most this % of its GPU's multiprocessors (None: all)
     mps_sm_percent: int | None = None
     app_name: str = APP_NAME
+    # /v1/track: the ingress sends a video on to its replica in calls of at most this many bytes
+    upload_chunk_bytes: int = UPLOAD_CHUNK_BYTES
 
     @property
     def max_replicas(self) -> int:
@@ -69,6 +72,8 @@ class RayServeSettings:
             raise UserError("--gpus-per-replica and --cpus-per-replica must be >= 0")
         if self.worker.device == "cuda" and self.gpus_per_replica <= 0:
             raise UserError("--device cuda needs --gpus-per-replica > 0, or Ray hides the GPUs")
+        if self.upload_chunk_bytes < 1:
+            raise UserError(f"upload_chunk_bytes must be at least 1, got {self.upload_chunk_bytes}")
         if self.mps_sm_percent is not None and not 1 <= self.mps_sm_percent <= 100:
             raise UserError(f"--mps-sm-percent must be 1-100, got {self.mps_sm_percent}")
 
@@ -113,7 +118,8 @@ def build_app(settings: RayServeSettings) -> Any:
         max_ongoing_requests=INGRESS_MAX_ONGOING, ray_actor_options={"num_cpus": 0})
     # serve.deployment's stubs lose the Deployment type of its result, hence the two ignores
     replicas = worker.bind(settings.worker)  # type: ignore[attr-defined]
-    return ingress.bind(replicas, settings.worker, settings.max_replicas)  # type: ignore[attr-defined]
+    return ingress.bind(replicas, settings.worker, settings.max_replicas,  # type: ignore[attr-defined]
+                        settings.upload_chunk_bytes)
 
 
 def start(settings: RayServeSettings, connected: Callable[[], None] | None = None) -> bool:

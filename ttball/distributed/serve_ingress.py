@@ -19,6 +19,7 @@ in flight) and the tracker's memory; the new replica starts a new window with th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import secrets
 import time
@@ -33,7 +34,8 @@ from fastapi import FastAPI
 
 from ttball import __version__
 from ttball.distributed.serve_metrics import IngressMetrics
-from ttball.distributed.serve_router import RANK_PREFIX
+from ttball.distributed.serve_router import RANK_PREFIX, release
+from ttball.distributed.serve_uploads import UPLOAD_CHUNK_BYTES
 from ttball.serve.sessions import SessionOptions, clip
 from ttball.serve.settings import ApiError, ServeSettings
 from ttball.serve.uploads import Part
@@ -132,8 +134,10 @@ class Ingress:
     """The ingress deployment's class. It also stands in for the single worker's ``Worker``
     where ``ttball.serve.oip`` expects one (``ready``, ``config``, ``batcher``, ...)."""
 
-    def __init__(self, workers: Any, settings: ServeSettings, max_replicas: int) -> None:
+    def __init__(self, workers: Any, settings: ServeSettings, max_replicas: int,
+                 upload_chunk_bytes: int = UPLOAD_CHUNK_BYTES) -> None:
         self.workers, self.settings, self.max_replicas = workers, settings, max_replicas
+        self.upload_chunk_bytes = upload_chunk_bytes
         self.metrics = IngressMetrics()
         self.sessions: dict[str, RemoteSession] = {}
         self.replicas: list[dict[str, Any]] = []  # the last status round
@@ -142,6 +146,7 @@ class Ingress:
         self.error: str | None = None
         self.batcher = _RemoteBatcher(self)
         self._poller: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         from ttball.distributed.serve_routes import build_app
@@ -182,6 +187,40 @@ class Ingress:
 
     async def call(self, key: str | None, method: str, *args: Any) -> Any:
         return await self.result(self.send(key, method, *args))
+
+    async def upload(self, key: str, suffix: str, pieces: AsyncIterator[bytes]) -> int:
+        """Send a /v1/track body on to the replica of routing key ``key`` as it arrives, in
+        calls of ``upload_chunk_bytes`` (``serve_uploads``): the ingress holds one piece, not the
+        video. On any failure (the client gone, a piece refused) that replica drops the file."""
+        buf, sent = bytearray(), 0
+        try:
+            async for piece in pieces:
+                buf += piece
+                while len(buf) >= self.upload_chunk_bytes:
+                    part = bytes(buf[:self.upload_chunk_bytes])
+                    del buf[:self.upload_chunk_bytes]
+                    sent = await self.call(key, "upload", key, suffix, sent, part)
+            if buf:
+                sent = await self.call(key, "upload", key, suffix, sent, bytes(buf))
+        except ReplicaLost:
+            self.drop_upload(key)
+            raise ApiError(503, "upload_lost", "the replica taking the video died; send the "
+                           "video again", {"Retry-After": "1"}) from None
+        except BaseException:
+            self.drop_upload(key)
+            raise
+        return sent
+
+    def drop_upload(self, key: str) -> None:
+        """Ask the replica of ``key`` to delete its file (no wait), then stop routing ``key``."""
+        async def quietly() -> None:
+            with contextlib.suppress(Exception):  # a replica gone took the file with it
+                await self.call(key, "discard", key)
+            release(key)
+
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._background.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._background.discard)
 
     async def each_replica(self) -> list[dict[str, Any]]:
         """Every replica's ``status()`` (ranks 0..max_replicas-1 cover them all)."""
@@ -263,6 +302,7 @@ class Ingress:
 
     def forget(self, sid: str, event: str) -> RemoteSession | None:
         session = self.sessions.pop(sid, None)
+        release(sid)  # the router's count of its replica, too
         if session is not None:
             self.metrics.session_events.labels(event).inc()
             self.metrics.sessions.set(len(self.sessions))
@@ -290,7 +330,8 @@ class Ingress:
                               # its decode children's start (--decode-processes)
                               "decoder_start": (r["readiness"].get("device_pipeline")
                                                 or {}).get("decoder_start"),
-                              "sessions": len(r["sessions"])} for r in self.replicas]}
+                              "sessions": len(r["sessions"]),
+                              "uploads": r.get("uploads", 0)} for r in self.replicas]}
 
     def require_ready(self) -> None:
         if not self.ready:
@@ -321,7 +362,11 @@ class Ingress:
             raise ApiError(429, "too_many_sessions", f"{limit} sessions open (the limit)",
                            {"Retry-After": str(max(1, round(self.settings.session_ttl_s / 4)))})
         sid = secrets.token_urlsafe(12)
-        described = await self.call(sid, "open", sid, options)
+        try:
+            described = await self.call(sid, "open", sid, options)
+        except BaseException:
+            release(sid)  # refused (a full replica's 429) or lost: not a session of the replica
+            raise
         session = self.sessions[sid] = RemoteSession(sid, options, replica=described["replica"])
         self.metrics.session_events.labels("created").inc()
         self.metrics.sessions.set(len(self.sessions))

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ttball.distributed.serve_uploads import VideoUploads
 from ttball.errors import UserError
 from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
@@ -66,6 +65,7 @@ class ReplicaWorker:
         self.worker = Worker(settings, self.metrics)
         self.id = _replica_id()
         self._order: dict[str, _Order] = {}
+        self.uploads = VideoUploads(ttl_s=settings.session_ttl_s)
         self._life = self.worker.lifespan(None)
         await self._life.__aenter__()
         while not self.worker.ready:
@@ -232,22 +232,30 @@ class ReplicaWorker:
                 f.cancel()
             raise
 
-    async def track(self, data: bytes, suffix: str,
-                    options: SessionOptions) -> AsyncIterator[bytes]:
-        """A whole video → NDJSON lines, as ``POST /v1/track`` streams them."""
+    async def upload(self, key: str, suffix: str, offset: int, data: bytes) -> int:
+        """A piece of a /v1/track video (``serve_uploads``); the size held after it."""
+        return await asyncio.to_thread(self.uploads.append, key, suffix, offset, data)
+
+    async def discard(self, key: str) -> None:
+        """The ingress gave up on upload ``key`` (its client left, a piece failed)."""
+        self.uploads.discard(key)
+
+    async def track(self, key: str, options: SessionOptions) -> AsyncIterator[bytes]:
+        """Upload ``key``, a whole video → NDJSON lines, as ``POST /v1/track`` streams them."""
         from ttball.frames import FrameSource
         from ttball.serve.track import track_lines
 
-        self.worker.require_ready()
-        fd, name = tempfile.mkstemp(prefix="ttball-track-", suffix=suffix)
-        path = Path(name)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        path = self.uploads.take(key)
         try:
-            source = await asyncio.to_thread(FrameSource, path)
-        except UserError as exc:
+            self.worker.require_ready()
+            try:
+                source = await asyncio.to_thread(FrameSource, path)
+            except UserError as exc:
+                raise ApiError(400, "bad_video",
+                               str(exc).replace(str(path), "the body")) from None
+        except BaseException:
             path.unlink(missing_ok=True)
-            raise ApiError(400, "bad_video", str(exc).replace(str(path), "the body")) from None
+            raise
         sid = f"track-{path.stem}"
         session = Session(sid, options, self.store.new_stream(options, sid), source.info.fps)
         async for line in track_lines(source, session, self.feeder,
@@ -267,6 +275,7 @@ class ReplicaWorker:
                 "info": self.worker.info(),
                 "sessions": [self._described(s) for s in self.store.all()]
                 if self.worker.store is not None else [],
+                "uploads": len(self.uploads),  # /v1/track videos arriving
                 "metrics": self.metrics.render().decode()}
 
 

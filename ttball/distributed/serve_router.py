@@ -15,11 +15,21 @@ in the caller's process (the ingress), which is why the ingress has one replica.
 Calls whose routing key starts with :data:`RANK_PREFIX` go to the replica of that rank (replica
 ids sorted; the rank wraps around): the ingress asks every replica for its status and metrics
 that way.
+
+The table counts a replica's sessions to place new ones, so it must lose a session when the
+session ends: the ingress calls :func:`release` when it forgets one (finished, deleted, expired,
+ended on its replica) and when a replica refuses to open it. Until the sixty-first session the
+table learnt of an end only from a ``finish`` or ``delete`` routed through it (dropped 30 s
+later) and never of a refused open (dropped after ``forget_after_s``): a full replica beside an
+empty one got new sessions, and answered them 429.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import time
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -30,6 +40,13 @@ RANK_PREFIX = "@rank:"
 DEFAULT_FORGET_AFTER_S = 600.0  # a session idle this long is dropped from the table
 LAST_CALLS = frozenset({"finish", "delete"})  # a session's last call: dropped after a grace
 FINISHED_GRACE_S = 30.0
+_ROUTERS: weakref.WeakSet[SessionRouter] = weakref.WeakSet()  # this process's
+
+
+def release(key: str) -> None:
+    """Session ``key`` is over: every session router of this process stops counting it now."""
+    for router in list(_ROUTERS):
+        router.release(key)
 
 
 class SessionRouter(ConsistentHashRouter):
@@ -47,6 +64,10 @@ class SessionRouter(ConsistentHashRouter):
         self._load: Counter[ReplicaID] = Counter()
         self._forget_after_s = DEFAULT_FORGET_AFTER_S
         self._swept = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one that routes
+        # Ray sends this class to the ingress pickled by value (RequestRouterConfig), with a
+        # copy of this module's globals; release() reads the imported module's registry.
+        importlib.import_module("ttball.distributed.serve_router")._ROUTERS.add(self)
 
     def initialize_state(self, **kwargs: Any) -> None:
         self._forget_after_s = float(kwargs.get("forget_after_s", DEFAULT_FORGET_AFTER_S))
@@ -57,6 +78,7 @@ class SessionRouter(ConsistentHashRouter):
     ) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
+        self._loop = asyncio.get_running_loop()
         if pending_request is not None:
             pending_request.routing_context.should_backoff = True
         key = pending_request.metadata.session_id if pending_request is not None else ""
@@ -85,6 +107,30 @@ class SessionRouter(ConsistentHashRouter):
         self._table[key] = replica.replica_id
         self._load[replica.replica_id] += 1
         return replica
+
+    def release(self, key: str) -> None:
+        """Drop ``key`` from the table, on the loop that routes (Ray may route on a loop and
+        thread of its own); a key never routed has nothing to drop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is here:
+            self._release(key)
+        else:
+            try:
+                loop.call_soon_threadsafe(self._release, key)
+            except RuntimeError:  # closed meanwhile: nothing routes any more
+                pass
+
+    def _release(self, key: str) -> None:
+        replica = self._table.pop(key, None)
+        self._used.pop(key, None)
+        if replica is not None:
+            self._drop(replica)
 
     def _sweep(self, now: float) -> None:
         if now - self._swept < min(FINISHED_GRACE_S, self._forget_after_s):

@@ -6,8 +6,8 @@ route's work is :class:`~.serve_ingress.Ingress`'s (the replicas, the sessions' 
 
 from __future__ import annotations
 
-import asyncio
 import json
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,10 +17,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ttball import __version__
 from ttball.distributed.serve_ingress import Ingress, ReplicaLost, replica_error
 from ttball.distributed.serve_metrics import merge
+from ttball.distributed.serve_router import release
+from ttball.distributed.serve_uploads import UPLOAD_PREFIX
 from ttball.serve.app import JSON_LIMIT, Gate, add_error_handlers, mount_web
 from ttball.serve.sessions import SessionOptions
 from ttball.serve.settings import ApiError
-from ttball.serve.track import spool
+from ttball.serve.track import body_pieces, video_suffix
 from ttball.serve.uploads import parse_json, read_body, split_body
 from ttball.serve.websocket import held, refuse_attached, refuse_busy
 
@@ -135,20 +137,22 @@ def _add_track(app: FastAPI, ingress: Ingress) -> None:
         ingress.require_ready()
         options = SessionOptions.from_json(
             {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
-        path = await spool(request, ingress.settings.max_video_bytes)
-        try:
-            data = await asyncio.to_thread(path.read_bytes)
-        finally:
-            path.unlink(missing_ok=True)
-        lines = ingress.send(None, "track", data, path.suffix, options, stream=True)
+        key = f"{UPLOAD_PREFIX}{secrets.token_urlsafe(12)}"  # routes every piece to one replica
+        await ingress.upload(key, video_suffix(request),
+                             body_pieces(request, ingress.settings.max_video_bytes))
+        lines = ingress.send(key, "track", key, options, stream=True)
         try:
             first = await ingress.result(lines.__anext__())
         except StopAsyncIteration:
             first = b""
-        return StreamingResponse(_rest(first, lines), media_type="application/x-ndjson")
+        except BaseException:
+            lines.cancel()
+            ingress.drop_upload(key)  # if the replica never took it
+            raise
+        return StreamingResponse(_rest(first, lines, key), media_type="application/x-ndjson")
 
 
-async def _rest(first: bytes, lines: Any) -> AsyncIterator[bytes]:
+async def _rest(first: bytes, lines: Any, key: str) -> AsyncIterator[bytes]:
     """The replica's lines after the first; a replica that fails mid-video ends the stream with
     an error line (the single worker's last line on a failure) instead of a cut body, and a
     client gone stops the replica's work (its tracking went on to the video's end)."""
@@ -163,3 +167,4 @@ async def _rest(first: bytes, lines: Any) -> AsyncIterator[bytes]:
         yield (json.dumps(error.body()) + "\n").encode()
     finally:
         lines.cancel()
+        release(key)

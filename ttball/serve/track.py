@@ -1,6 +1,6 @@
 """``POST /v1/track``: a whole video in, NDJSON rows out as they finish (docs/serve.md); the
-upload spooled to a temporary file (:func:`spool`, shared with the Ray ingress) and tracked as
-one session (:func:`track_lines`, shared with the Ray replicas)."""
+upload spooled to a temporary file (:func:`spool`; the Ray ingress sends :func:`body_pieces` on
+to a replica) and tracked as one session (:func:`track_lines`, shared with the Ray replicas)."""
 
 from __future__ import annotations
 
@@ -49,19 +49,31 @@ def add_track(app: FastAPI, worker: Worker) -> None:
         return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
-async def spool(request: Request, limit: int) -> Path:
+def video_suffix(request: Request) -> str:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    fd, name = tempfile.mkstemp(prefix="ttball-track-", suffix=VIDEO_SUFFIXES.get(kind, ".mp4"))
-    path, size = Path(name), 0
+    return VIDEO_SUFFIXES.get(kind, ".mp4")
+
+
+async def body_pieces(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The request body as it arrives; 413 past ``limit`` bytes, 400 for an empty one."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"video over the limit of {limit} bytes")
+        if chunk:
+            yield chunk
+    if size == 0:
+        raise ApiError(400, "empty_body", "POST the video file as the request body")
+
+
+async def spool(request: Request, limit: int) -> Path:
+    fd, name = tempfile.mkstemp(prefix="ttball-track-", suffix=video_suffix(request))
+    path = Path(name)
     try:
         with os.fdopen(fd, "wb") as f:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ApiError(413, "body_too_large", f"video over the limit of {limit} bytes")
+            async for chunk in body_pieces(request, limit):
                 f.write(chunk)
-        if size == 0:
-            raise ApiError(400, "empty_body", "POST the video file as the request body")
     except BaseException:
         path.unlink(missing_ok=True)
         raise
