@@ -10,6 +10,7 @@ Run inside a loopback-only network namespace (see test_archive.py).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -166,6 +167,16 @@ def test_interleaved_sessions_on_two_replicas_match_the_single_worker(url, expec
                       client.http.delete(f"/v1/sessions/{sid}")):
             assert reply.status_code == 409 and reply.json()["error"]["code"] == "session_busy", (
                 reply.request.method, reply.request.url.path, reply.text)
+        # so may no second socket through the ingress: refused at once, as on the single worker
+        # (with direct streams it took each frame and answered each with session_busy)
+        from websockets.exceptions import ConnectionClosedError
+        from websockets.sync.client import connect
+
+        with connect(f"ws://127.0.0.1:{port}/v1/sessions/{sid}/stream") as second:
+            assert json.loads(second.recv(timeout=10))["error"]["code"] == "session_busy"
+            with pytest.raises(ConnectionClosedError) as closed:
+                second.recv(timeout=10)
+            assert closed.value.rcvd.code == 4409
         for seed in range(SESSIONS):
             if seed in streams:
                 messages = streams[seed].finish()

@@ -152,6 +152,13 @@ class ReplicaWorker:
         self._order.pop(sid, None)
         return self.store.remove(sid, "deleted") is not None
 
+    async def driven(self, sid: str) -> bool:
+        """Whether a socket on this replica (``--direct-streams``) drives session ``sid``."""
+        try:
+            return self.store.get(sid).attached
+        except ApiError:
+            return False
+
     async def describe(self, sid: str) -> dict[str, Any] | None:
         try:
             return self._described(self.store.get(sid))

@@ -41,7 +41,20 @@ def add_stream(app: FastAPI, ingress: Ingress) -> None:
 
 async def _websocket_session(ws: WebSocket, session: RemoteSession, ingress: Ingress) -> str:
     """The single worker's protocol (``ttball.serve.websocket.websocket_session``); each binary
-    message is one call to the replica, up to ``max_ws_inflight`` of them in flight."""
+    message is one call to the replica, up to ``max_ws_inflight`` of them in flight. With
+    ``--direct-streams``, a session a socket on its replica drives is refused as a second
+    socket on the single worker is (4409 ``session_busy``; each frame got that error before)."""
+    if ingress.settings.direct_streams:
+        try:
+            driven = await ingress.call(session.id, "driven", session.id)
+        except ApiError:
+            driven = False  # its replica is gone: the session moves with the first frame
+        if driven:
+            busy = ApiError(409, "session_busy", f"session {session.id} is driven by a "
+                            "WebSocket on its replica")
+            await ws.send_json({"type": "error", **busy.body()})
+            await ws.close(4409, busy.code)
+            return "open"  # the other socket's: nothing to delete or forget
     outbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(ingress.settings.max_ws_inflight)
     sender = asyncio.get_running_loop().create_task(_ws_sender(ws, session, ingress, outbox))
     next_frame = session.last_index + 1
