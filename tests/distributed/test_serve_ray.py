@@ -100,7 +100,7 @@ def url(ray_cluster, port: int, small_weights: Path, mode: str):
     settings = RayServeSettings(
         worker=worker_settings(small_weights, port=port, switch_interval_ms=1.0, **MODES[mode]),
         replicas=2, cpus_per_replica=1, mps_sm_percent=50,  # no effect without MPS and CUDA
-        upload_chunk_bytes=UPLOAD_PIECE)
+        upload_chunk_bytes=UPLOAD_PIECE, graceful_timeout_s=7.0)
     started = start(settings)
     base = f"http://127.0.0.1:{settings.worker.port}"
     with Client(base) as client:
@@ -226,6 +226,12 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
         assert [r["switch_interval_ms"] for r in replicas] == [1.0] * 2  # set in each replica
         assert all(r["warmup"]["done"] and r["startup_seconds"]["total"] > 0 for r in replicas)
         assert [r["decoder_start"] for r in replicas] == [None] * 2  # no decode children
+        from ray.serve.context import _get_global_client
+
+        deployments = _get_global_client().get_serve_details()["applications"]["ttball"][
+            "deployments"]  # --graceful-timeout reached both (Ray Serve's 20 s before)
+        assert {name: d["deployment_config"]["graceful_shutdown_timeout_s"]
+                for name, d in deployments.items()} == {"TTBallIngress": 7.0, "TTBallWorker": 7.0}
         assert client.http.get("/v2/models/blurball/ready").status_code == 200
         with pytest.raises(ServeError) as refused:
             client.open_session(step=2)
@@ -483,6 +489,10 @@ def test_cli_options_are_checked(small_weights: Path) -> None:
             RayServeSettings(worker=worker_settings(small_weights), **bad).validate()
     with pytest.raises(UserError, match="gpus-per-replica"):
         RayServeSettings(worker=worker_settings(small_weights, device="cuda")).validate()
+    for timeout in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(UserError, match="graceful-timeout"):
+            RayServeSettings(worker=worker_settings(small_weights),
+                             graceful_timeout_s=timeout).validate()
     for percent in (0, 101):
         with pytest.raises(UserError, match="mps-sm-percent"):
             RayServeSettings(worker=worker_settings(small_weights),

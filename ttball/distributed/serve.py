@@ -15,6 +15,7 @@ Ray is imported only here and in the modules above, never by ``import ttball.dis
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -48,6 +49,9 @@ class RayServeSettings:
     app_name: str = APP_NAME
     # /v1/track: the ingress sends a video on to its replica in calls of at most this many bytes
     upload_chunk_bytes: int = UPLOAD_CHUNK_BYTES
+    # --graceful-timeout: on shutdown each replica (ingress and workers) waits this long for its
+    # requests in flight (Ray Serve's graceful_shutdown_timeout_s; its own default is 20 s)
+    graceful_timeout_s: float = 30.0
 
     @property
     def max_replicas(self) -> int:
@@ -72,6 +76,9 @@ class RayServeSettings:
             raise UserError("--gpus-per-replica and --cpus-per-replica must be >= 0")
         if self.worker.device == "cuda" and self.gpus_per_replica <= 0:
             raise UserError("--device cuda needs --gpus-per-replica > 0, or Ray hides the GPUs")
+        if not 0 <= self.graceful_timeout_s < math.inf:
+            raise UserError(f"--graceful-timeout must be a number of seconds >= 0, got "
+                            f"{self.graceful_timeout_s}")
         if self.upload_chunk_bytes < 1:
             raise UserError(f"upload_chunk_bytes must be at least 1, got {self.upload_chunk_bytes}")
         if self.mps_sm_percent is not None and not 1 <= self.mps_sm_percent <= 100:
@@ -112,10 +119,12 @@ def build_app(settings: RayServeSettings) -> Any:
     worker = serve.deployment(
         ReplicaWorker, name="TTBallWorker", max_ongoing_requests=settings.max_ongoing,
         ray_actor_options=settings.actor_options(),
-        request_router_config=router, health_check_period_s=5, **settings.scaling())
+        request_router_config=router, health_check_period_s=5,
+        graceful_shutdown_timeout_s=settings.graceful_timeout_s, **settings.scaling())
     ingress = serve.deployment(
         serve.ingress()(Ingress), name="TTBallIngress", num_replicas=1,
-        max_ongoing_requests=INGRESS_MAX_ONGOING, ray_actor_options={"num_cpus": 0})
+        max_ongoing_requests=INGRESS_MAX_ONGOING, ray_actor_options={"num_cpus": 0},
+        graceful_shutdown_timeout_s=settings.graceful_timeout_s)
     # serve.deployment's stubs lose the Deployment type of its result, hence the two ignores
     replicas = worker.bind(settings.worker)  # type: ignore[attr-defined]
     return ingress.bind(replicas, settings.worker, settings.max_replicas,  # type: ignore[attr-defined]
@@ -170,7 +179,8 @@ def settings_from(args: Any) -> RayServeSettings:
     return RayServeSettings(worker=worker, replicas=args.replicas,
                             autoscale=parse_autoscale(args.autoscale),
                             gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
-                            address=args.address, mps_sm_percent=args.mps_sm_percent)
+                            address=args.address, mps_sm_percent=args.mps_sm_percent,
+                            graceful_timeout_s=args.graceful_timeout)
 
 
 def app_builder(args: dict[str, Any]) -> Any:

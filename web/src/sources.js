@@ -12,8 +12,9 @@ const JPEG_QUALITY = 0.9;
 const MAX_CANVAS_SIDE = 32767;
 const MAX_CANVAS_AREA = 16384 * 16384;
 // A playing file video with no new frame for this long has stalled (a decoder that gave up
-// without an `error` event, a source that stopped delivering).
-const STALL_MS = 10000;
+// without an `error` event, a source that stopped delivering). A run may set another
+// (videoFrames' `stallMs`; the page's `window.ttballTimeouts`, for tests).
+export const STALL_MS = 10000;
 
 /** Throws, naming `what`, when a width×height frame is past what a canvas can hold. */
 function checkCanvasSize(width, height, what) {
@@ -116,7 +117,8 @@ export function imageFiles(files) {
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
-/** Frames of image files, in name order; `skipped` collects unreadable or odd-sized ones. */
+/** Frames of image files, in name order; `skipped` collects `{index, name, why}` of each
+ *  unreadable or odd-sized one (as ttball.frames.FrameSource skips them). */
 export async function* imageFrames(files, fps, skipped = []) {
   let size = null;
   for (const [index, file] of files.entries()) {
@@ -126,13 +128,14 @@ export async function* imageFrames(files, fps, skipped = []) {
         colorSpaceConversion: 'none', premultiplyAlpha: 'none',
       });
     } catch {
-      skipped.push(index);
+      skipped.push({ index, name: file.name, why: file.size ? 'cannot be decoded' : 'empty file' });
       continue;
     }
     const { width, height } = bitmap;
     size = size || [width, height];
     if (width !== size[0] || height !== size[1]) {
-      skipped.push(index);
+      bitmap.close();
+      skipped.push({ index, name: file.name, why: `${width}×${height}, not ${size[0]}×${size[1]} as the first` });
       continue;
     }
     try {
@@ -156,8 +159,9 @@ export async function* imageFrames(files, fps, skipped = []) {
 }
 
 /** Frames of a playing <video> (file or camera). `stop.stopped = true` ends the generator;
- *  `name` (the file's) is for messages. A media error or a stall ends it with an error. */
-export async function* videoFrames(video, { live, stop, name = 'the video' }) {
+ *  `name` (the file's) is for messages. A media error, or no new frame for `stallMs` while
+ *  playing, ends it with an error. */
+export async function* videoFrames(video, { live, stop, name = 'the video', stallMs = STALL_MS }) {
   const queue = [];
   let wake = null;
   let ended = false;
@@ -229,8 +233,8 @@ export async function* videoFrames(video, { live, stop, name = 'the video' }) {
       if (ended) return;
       if (!live && video.paused && !video.ended) video.play().catch(() => {}); // paused while behind
       if (document.hidden) lastFrame = performance.now(); // a background tab gets no frames
-      if (performance.now() - lastFrame > STALL_MS) {
-        throw new Error(`${name}: no new frame for ${STALL_MS / 1000} s at ${video.currentTime.toFixed(2)} s`
+      if (performance.now() - lastFrame > stallMs) {
+        throw new Error(`${name}: no new frame for ${stallMs / 1000} s at ${video.currentTime.toFixed(2)} s`
           + ' of the video: playback stalled (the file may be truncated or corrupt)');
       }
       await new Promise((resolve) => {
