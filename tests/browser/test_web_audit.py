@@ -3,7 +3,8 @@ never a frozen page, a silent all-black frame or made-up balls.
 
 One headless Chromium (Debian's, through playwright-core from ``web/node_modules``) drives the
 built page, served with a fake ttball worker under ``/w/`` (one row per frame) and misbehaving
-ones (``/slow1/`` its first session's frames slow, ``/busy/`` a 429 once, ``/e500/``, ``/hang/``, ``/html/``), which record their requests.
+ones (``/slow1/`` its first session's frames slow, ``/busy/`` a 429 once, ``/e500/``, ``/hang/``, ``/html/``), which record their requests
+(``/KIND-TAG/`` is ``/KIND/``, its requests told apart by the tag) and each session's options.
 Tiny ONNX files stand in for wrong models; videos are VP8 WebM written by OpenCV. Same
 requirements as ``test_web.py`` (node, chromium, ``make web``).
 """
@@ -45,6 +46,8 @@ async function one(context, job, c) {
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto(`${job.url}/?${c.query || ''}`);
   await page.evaluate(() => window.ttballReady);
+  if (c.timeouts) await page.evaluate((t) => { window.ttballTimeouts = t; }, c.timeouts);
+  for (const [selector, value] of Object.entries(c.fields || {})) await page.fill(selector, value);
   if (c.model) {
     await page.setInputFiles('#model-file', c.model);
     await page.waitForTimeout(300);
@@ -104,6 +107,7 @@ class _Worker(http.server.SimpleHTTPRequestHandler):
     requests: ClassVar[list[str]] = []
     busy_once: ClassVar[set[str]] = set()
     sessions: ClassVar[dict[str, int]] = {}
+    options: ClassVar[dict[str, Any]] = {}  # "/KIND/sN": the JSON body that opened session sN
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -119,13 +123,13 @@ class _Worker(http.server.SimpleHTTPRequestHandler):
         self.wfile.write(data)
 
     def _fake(self) -> bool:
-        kind, _, rest = self.path[1:].partition("/")
+        tagged, _, rest = self.path[1:].partition("/")
+        kind = tagged.partition("-")[0]
         if kind not in ("w", "slow1", "busy", "e500", "hang", "html"):
             return False
         size = int(self.headers.get("Content-Length") or 0)
-        if size:
-            self.rfile.read(size)
-        self.requests.append(f"{self.command} /{kind}/{rest}")
+        body = self.rfile.read(size) if size else b""
+        self.requests.append(f"{self.command} /{tagged}/{rest}")
         if kind == "hang":
             time.sleep(30)
             return True
@@ -140,12 +144,13 @@ class _Worker(http.server.SimpleHTTPRequestHandler):
         if rest == "v1":
             self._json(200, {"backend": "fake", "device": "cpu"})
         elif rest == "v1/sessions":
-            self.sessions[kind] = self.sessions.get(kind, 0) + 1
-            self._json(201, {"id": f"s{self.sessions[kind]}"})
+            self.sessions[tagged] = self.sessions.get(tagged, 0) + 1
+            self.options[f"/{tagged}/s{self.sessions[tagged]}"] = json.loads(body or b"null")
+            self._json(201, {"id": f"s{self.sessions[tagged]}"})
         elif "/frames?" in rest:
             frame = int(rest.split("frame=")[1])
-            if frame == 2 and kind == "busy" and kind not in self.busy_once:
-                self.busy_once.add(kind)
+            if frame == 2 and kind == "busy" and tagged not in self.busy_once:
+                self.busy_once.add(tagged)
                 self._json(429, {"error": {"code": "overloaded", "message": "queue full"}}, {"Retry-After": "1"})
             elif frame == 2 and kind == "e500":
                 self._json(500, {"error": {"code": "internal", "message": "boom"}})
@@ -208,9 +213,9 @@ def _png(path: Path, width: int, height: int) -> str:
     return str(path)
 
 
-def _webm(path: Path, frames: int, size: tuple[int, int] = (160, 96)) -> str:
+def _webm(path: Path, frames: int, size: tuple[int, int] = (160, 96), fps: float = 30) -> str:
     w, h = size
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"VP80"), 30, (w, h))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"VP80"), fps, (w, h))
     assert writer.isOpened(), "OpenCV cannot write VP8 WebM"
     rng = np.random.default_rng(frames)
     for _ in range(frames):
@@ -245,10 +250,7 @@ def _with_bad_frame(path: Path, nth: int) -> str:
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every case in one Chromium, a page each; {name: result} and the worker requests."""
-    chromium, built = _chromium(), _built_site()
     tmp = tmp_path_factory.mktemp("web-audit")
-    site = tmp / "site"
-    shutil.copytree(built, site)
     media = tmp / "media"
     media.mkdir()
     frames = []
@@ -275,9 +277,19 @@ def audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         {"name": "e500", "query": f"{w}/e500", "files": frames, "waitMs": 15000, "settleMs": 500},
         {"name": "html", "query": f"{w}/html", "files": frames, "waitMs": 15000},
     ]
+    return drive(tmp, cases)
+
+
+def drive(tmp: Path, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """``cases`` in one Chromium, a page each, on a copy of the built page served with the fake
+    workers (``worker=/KIND/`` in a query: theirs); {"cases": {name: result}, "requests": the
+    workers' requests, "options": each session's options}."""
+    chromium, site = _chromium(), tmp / "site"
+    shutil.copytree(_built_site(), site, dirs_exist_ok=True)
     _Worker.requests = []
     _Worker.busy_once = set()
     _Worker.sessions = {}
+    _Worker.options = {}
     with _serve(site) as url:
         for c in cases:
             if "query" in c:
@@ -289,8 +301,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                               capture_output=True, timeout=120, check=False,
                               env={"PATH": "/usr/bin:/bin", "TTBALL_WEB": str(REPO / "web")})
         assert proc.returncode == 0, proc.stderr.decode()
-        requests = list(_Worker.requests)
-    return {"cases": json.loads((tmp / "out.json").read_text()), "requests": requests}
+    return {"cases": json.loads((tmp / "out.json").read_text()), "requests": list(_Worker.requests),
+            "options": dict(_Worker.options)}
 
 
 def _case(audit: dict[str, Any], name: str) -> dict[str, Any]:

@@ -111,8 +111,9 @@ export class BrowserEngine {
   }
 }
 
-// Each worker request gets this long before the page gives up on it.
-const REQUEST_TIMEOUT_MS = 30000;
+// Each worker request gets this long before the page gives up on it; a run may set another
+// (ServerEngine.open's `timeoutMs`; the page's `window.ttballTimeouts`, for tests).
+export const REQUEST_TIMEOUT_MS = 30000;
 // A 429 (queue full) or 503 (not ready) is retried this many times, after its Retry-After
 // (seconds; at most MAX_RETRY_WAIT_S).
 const RETRIES = 3;
@@ -144,11 +145,11 @@ async function asJson(response, what, root) {
 
 export class ServerEngine {
   /** Open a session on the worker at `base` (e.g. http://127.0.0.1:8000); `signal` (the run's)
-   *  aborts every request. */
-  static async open(base, { token, step, threshold, fps, signal }) {
+   *  aborts every request, and each gives up after `timeoutMs`. */
+  static async open(base, { token, step, threshold, fps, signal, timeoutMs = REQUEST_TIMEOUT_MS }) {
     const root = base.replace(/\/+$/, '');
     const headers = token ? { Authorization: `Bearer ${token}` } : {};
-    const engine = new ServerEngine(root, headers, signal);
+    const engine = new ServerEngine(root, headers, signal, timeoutMs);
     const info = await engine.request('/v1', {}, 'worker info (GET /v1)');
     const options = { step };
     if (threshold) options.threshold = threshold;
@@ -163,10 +164,11 @@ export class ServerEngine {
     return engine;
   }
 
-  constructor(root, headers, signal) {
+  constructor(root, headers, signal, timeoutMs = REQUEST_TIMEOUT_MS) {
     this.root = root;
     this.headers = headers;
     this.signal = signal || new AbortController().signal;
+    this.timeoutMs = timeoutMs;
     this.id = null;
     this.open = false; // a session on the worker that this page must finish or delete
     this.label = `through the worker · ${root}`;
@@ -195,12 +197,12 @@ export class ServerEngine {
       try {
         response = await fetch(`${this.root}${path}`, {
           ...init, headers: { ...this.headers, ...(init.headers || {}) },
-          signal: AbortSignal.any([this.signal, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]),
+          signal: AbortSignal.any([this.signal, AbortSignal.timeout(this.timeoutMs)]),
         });
       } catch (err) {
         if (this.signal.aborted) throw stoppedError();
         if (err.name === 'TimeoutError') {
-          throw new Error(`${what}: the worker at ${this.root} did not answer within ${REQUEST_TIMEOUT_MS / 1000} s`);
+          throw new Error(`${what}: the worker at ${this.root} did not answer within ${this.timeoutMs / 1000} s`);
         }
         throw new Error(`${what}: cannot reach the worker at ${this.root} (${err.message}): `
           + "is `ttball serve` running there, and does it allow this page's origin?");
@@ -241,7 +243,7 @@ export class ServerEngine {
     if (!this.open) return;
     this.open = false;
     fetch(`${this.root}/v1/sessions/${this.id}`, {
-      method: 'DELETE', headers: this.headers, keepalive: true, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      method: 'DELETE', headers: this.headers, keepalive: true, signal: AbortSignal.timeout(this.timeoutMs),
     }).catch(() => {});
   }
 }

@@ -4,16 +4,20 @@
 //   window.ttballDone     true once the run has finished (or failed: window.ttballError)
 //   window.ttballStatus   {mode, framesPerS, frames, visible}
 // and, when a test defines `window.ttballDebug = {windows: []}` before the page loads, each
-// in-browser window's frames, network input and logits.
+// in-browser window's frames, network input and logits. A test may shorten the stall and
+// request limits with `window.ttballTimeouts = {stallMs, requestMs}`, read as each run starts.
 
-import { BrowserEngine, Network, ServerEngine } from './engines.js';
+import { BrowserEngine, Network, REQUEST_TIMEOUT_MS, ServerEngine } from './engines.js';
 import { HeightChart, Overlay } from './draw.js';
 import { modelConfig } from './onnxmeta.js';
-import { imageFiles, imageFrames, videoFrames } from './sources.js';
+import { STALL_MS, imageFiles, imageFrames, videoFrames } from './sources.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const FPS_WINDOW_MS = 2000;
+// Frames are shown at the source's pace, but none longer than this: an image set at 0.001 fps
+// (the least a worker session takes) would otherwise hold the run's end for 1000 s a frame.
+const MAX_SHOW_MS = 1000;
 
 const state = {
   model: null, // {bytes: ArrayBuffer, name, config}
@@ -78,16 +82,55 @@ async function network() {
   return state.network.net;
 }
 
-// -- one run ------------------------------------------------------------------------------------
-function engineOptions() {
-  const threshold = parseFloat($('threshold').value);
-  return { step: Number($('step').value), threshold: threshold > 0 && threshold < 1 ? threshold : null };
+// -- settings -----------------------------------------------------------------------------------
+// The limits of ttball's own checks: `ttball track --threshold` and the stream take (0, 1); a
+// worker session's fps is in [MIN_FPS, MAX_FPS) (ttball/serve/sessions.py).
+const MIN_FPS = 0.001;
+const MAX_FPS = 10000;
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/** The number typed in field `id`, or null when it is empty and `optional`; a value that is no
+ *  number or outside `allowed(x)` throws, naming the field and `range`. */
+function numberField(id, label, range, allowed, optional = false) {
+  const text = $(id).value.trim();
+  if (!text && optional) return null;
+  const value = DECIMAL.test(text) ? Number(text) : NaN;
+  if (!Number.isFinite(value) || !allowed(value)) {
+    const got = text.length > 24 ? `${text.slice(0, 24)}…` : text;
+    throw new Error(`${label} must be a number in ${range}, got ${text ? `"${got}"` : 'nothing'}`);
+  }
+  return value;
 }
 
-async function openEngine(fps, signal) {
-  const options = engineOptions();
-  if (mode() === 'browser') return new BrowserEngine(await network(), options);
-  return ServerEngine.open($('worker-url').value, { ...options, token: $('token').value.trim(), fps, signal });
+/** The threshold field: null (empty) for the model's own, else a number in (0, 1). */
+function thresholdField() {
+  const range = "(0, 1) (or empty for the model's own)";
+  return numberField('threshold', 'threshold', range, (x) => x > 0 && x < 1, true);
+}
+
+/** The image-fps field: an image set's frame rate, in [MIN_FPS, MAX_FPS). */
+function imageFpsField() {
+  return numberField('image-fps', 'image fps', `[${MIN_FPS}, ${MAX_FPS})`, (x) => x >= MIN_FPS && x < MAX_FPS);
+}
+
+/** The stall and request limits of a run (ms): the defaults, or `window.ttballTimeouts`. */
+function timeouts() {
+  const given = window.ttballTimeouts || {};
+  const limit = (key, fallback) => {
+    const value = given[key] ?? fallback;
+    if (Number.isFinite(value) && value > 0) return value;
+    throw new Error(`window.ttballTimeouts.${key} must be a positive number of ms, got ${value}`);
+  };
+  return { stallMs: limit('stallMs', STALL_MS), requestMs: limit('requestMs', REQUEST_TIMEOUT_MS) };
+}
+
+// -- one run ------------------------------------------------------------------------------------
+async function openEngine(options, fps, signal) {
+  const { step, threshold, requestMs } = options;
+  if (mode() === 'browser') return new BrowserEngine(await network(), { step, threshold });
+  return ServerEngine.open($('worker-url').value, {
+    step, threshold, token: $('token').value.trim(), fps, signal, timeoutMs: requestMs,
+  });
 }
 
 class Meter {
@@ -107,10 +150,11 @@ class Meter {
   }
 }
 
-/** Shows finished frames at the source's pace, catching up when it falls behind. */
+/** Shows finished frames at the source's pace (MAX_SHOW_MS at most), catching up when it falls
+ *  behind. */
 class Presenter {
   constructor(fps) {
-    this.interval = 1000 / fps;
+    this.interval = Math.min(1000 / fps, MAX_SHOW_MS);
     this.queue = [];
     this.last = 0;
     this.idle = null;
@@ -150,7 +194,12 @@ function median(values) {
   return s[s.length >> 1];
 }
 
-async function run(frames, fps) {
+/**
+ * One run of `source(options)` → `{frames(stop), fps, close?}` (`options`: the checked settings
+ * and limits); a newer run replaces it. A bad setting ends it before the source or the engine
+ * opens; every end, error or not, goes through here (window.ttballDone, ttballError, the log).
+ */
+async function run(source) {
   if (state.run) state.run.abort();
   const controller = new AbortController(); // the run's requests: stop aborts them
   const stop = { stopped: false };
@@ -170,7 +219,8 @@ async function run(frames, fps) {
   overlay.reset();
   chart.reset();
   $('stop').disabled = false;
-  const presenter = new Presenter(fps);
+  let presenter = null;
+  let opened = null;
   const meter = new Meter();
   const held = new Map();
   let visible = 0;
@@ -197,9 +247,12 @@ async function run(frames, fps) {
     status();
   };
   try {
-    engine = await openEngine(fps, controller.signal);
+    const options = { step: Number($('step').value), threshold: thresholdField(), ...timeouts() };
+    opened = await source(options);
+    presenter = new Presenter(opened.fps);
+    engine = await openEngine(options, opened.fps, controller.signal);
     $('mode').textContent = engine.label;
-    for await (const frame of frames(stop)) {
+    for await (const frame of opened.frames(stop)) {
       if (stop.stopped) break;
       held.set(frame.index, frame.image);
       deliver(await engine.push(frame));
@@ -215,7 +268,8 @@ async function run(frames, fps) {
       log(String(err && err.message ? err.message : err), true);
     }
   } finally {
-    presenter.stop();
+    if (presenter) presenter.stop();
+    if (opened && opened.close) opened.close();
     if (engine && engine.close) engine.close(); // a worker session left open by an error or a stop
     if (owner()) {
       state.run = null;
@@ -239,33 +293,61 @@ function freshVideo() {
   return video;
 }
 
-function startFiles(files) {
-  const images = imageFiles(files);
-  const fps = Number($('image-fps').value) || 30;
-  if (images.length) {
-    const skipped = [];
-    run(async function* frames() {
-      yield* imageFrames(images, fps, skipped);
-      if (skipped.length) log(`skipped unreadable or odd-sized images: ${skipped.join(', ')}`);
-    }, fps);
-    return;
-  }
-  const video = freshVideo();
-  video.src = URL.createObjectURL(files[0]);
-  run((stop) => videoFrames(video, { live: false, stop, name: files[0].name }), 30);
+/** "a, b, c" of at most `limit` names, "and N more" past that. */
+function someNames(names, limit = 5) {
+  const more = names.length > limit ? `, and ${names.length - limit} more` : '';
+  return names.slice(0, limit).join(', ') + more;
 }
 
-async function startCamera() {
-  try {
-    const media = await navigator.mediaDevices.getUserMedia({ video: { width: 1280, height: 720 }, audio: false });
+/** Frames of an image set; the skipped images told at the end, and a set with no readable
+ *  image an error (as `ttball track FOLDER`: "none of its N images can be read"). */
+async function* imageSet(images, fps) {
+  const skipped = [];
+  let frames = 0;
+  for await (const frame of imageFrames(images, fps, skipped)) {
+    frames += 1;
+    yield frame;
+  }
+  const told = someNames(skipped.map(({ name, why }) => `${name} (${why})`));
+  if (!frames) {
+    throw new Error(`no readable image in the set: all ${skipped.length} unreadable: ${told}`);
+  }
+  if (skipped.length) log(`skipped ${skipped.length} of ${images.length} images: ${told}`);
+}
+
+function startFiles(files) {
+  const images = imageFiles(files);
+  if (images.length) {
+    run(() => {
+      const fps = imageFpsField();
+      return { fps, frames: () => imageSet(images, fps) };
+    });
+    return;
+  }
+  const file = files[0];
+  run(({ stallMs }) => {
+    const video = freshVideo();
+    video.src = URL.createObjectURL(file);
+    return { fps: 30, frames: (stop) => videoFrames(video, { live: false, stop, name: file.name, stallMs }) };
+  });
+}
+
+function startCamera() {
+  run(async ({ stallMs }) => {
+    let media;
+    try {
+      media = await navigator.mediaDevices.getUserMedia({ video: { width: 1280, height: 720 }, audio: false });
+    } catch (err) {
+      throw new Error(`camera: ${err.message || err}`);
+    }
     const video = freshVideo();
     video.srcObject = media;
-    const fps = media.getVideoTracks()[0].getSettings().frameRate || 30;
-    await run((stop) => videoFrames(video, { live: true, stop, name: 'the camera' }), fps);
-    for (const track of media.getTracks()) track.stop();
-  } catch (err) {
-    log(`camera: ${err.message || err}`, true);
-  }
+    return {
+      fps: media.getVideoTracks()[0].getSettings().frameRate || 30,
+      frames: (stop) => videoFrames(video, { live: true, stop, name: 'the camera', stallMs }),
+      close: () => { for (const track of media.getTracks()) track.stop(); },
+    };
+  });
 }
 
 // -- wiring -------------------------------------------------------------------------------------
