@@ -96,6 +96,25 @@ def test_an_unreadable_clip_beside_usable_ones_is_an_error_too(
     assert str(video) in err and not (tmp_path / "run").exists()
 
 
+def test_a_synth_data_set_missing_clips_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `ttball synth` folder whose manifest lists a clip that is gone (deleted, or a run cut
+    while it replaced the clips) trained on the clips left, silently."""
+    from ttball.synth import ClipConfig, write_dataset
+    from ttball.synth.dataset import MANIFEST, REPLACING
+
+    clips = tmp_path / "clips"
+    write_dataset(clips, clips=2, seed=0, config=ClipConfig(size=(64, 64), frames=3, plain=True))
+    (clips / "clip_0001.mp4").unlink()
+    err = _fails_in_one_line(capsys, "--out", tmp_path / "run", "--no-synth", "--clips", clips,
+                             *QUICK)
+    assert "not a complete synthetic data set" in err and "clip_0001.mp4" in err
+    (clips / MANIFEST).rename(clips / REPLACING)  # as a run cut while swapping clips leaves it
+    err = _fails_in_one_line(capsys, "--out", tmp_path / "run", "--no-synth", "--clips", clips,
+                             *QUICK)
+    assert f"no {MANIFEST}" in err and not (tmp_path / "run").exists()
+
+
 def test_a_clip_with_fewer_labels_than_a_window_is_named(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _clip(tmp_path / "clips", "c", labels=2)

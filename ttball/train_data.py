@@ -78,12 +78,18 @@ class ClipSource:
 def labelled_clips(folders: tuple[str, ...]) -> list[tuple[Path, Path]]:
     """(video, csv) pairs: every ``NAME.csv`` beside a ``NAME.mp4/avi/mov/mkv`` in the folders,
     each checked (``check_clip``) here, before any worker starts: a clip no worker can use is a
-    one-line error naming it, not a run that trains on less (or, with nothing else, spins)."""
+    one-line error naming it, not a run that trains on less (or, with nothing else, spins). A
+    folder ``ttball synth`` wrote (its manifest, or the file a cut-short replacement leaves)
+    must hold every clip its manifest lists (``read_manifest``)."""
+    from ttball.synth.dataset import MANIFEST, REPLACING, read_manifest
+
     pairs = []
     for folder in folders:
         root = Path(folder)
         if not root.is_dir():
             raise UserError(f"--clips {folder}: not a folder")
+        if (root / MANIFEST).is_file() or (root / REPLACING).exists():
+            read_manifest(root)  # a `ttball synth` data set: every clip it lists, or one line
         for csv_path in sorted(root.glob("*.csv")):
             for ext in (".mp4", ".avi", ".mov", ".mkv"):
                 video = csv_path.with_suffix(ext)
