@@ -275,7 +275,9 @@ class ReplicaWorker:
         return {"replica": self.id, "settings": self.worker.change_settings(changes)}
 
     async def status(self) -> dict[str, Any]:
-        """Readiness, sessions and the Prometheus text of this replica."""
+        """Readiness, sessions and the Prometheus text of this replica (asked every 2 s: the
+        uploads no piece reached for the TTL, their ingress gone, are deleted here too)."""
+        self.uploads.sweep()
         if self.worker.batcher is not None:
             self.metrics.queue_depth.set(self.worker.batcher.depth)
         return {"replica": self.id, "readiness": self.worker.readiness(),
