@@ -1,6 +1,7 @@
 """The Ray ingress's /v1/track stream, without a cluster: a replica that fails mid-video ends
 the body with an error line (it was cut, the client's read failed), and a client gone stops the
-replica's work (it tracked on to the video's end)."""
+replica's work (it tracked on to the video's end). Either way the router stops counting the
+upload's key."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("ray")
 
+import ttball.distributed.serve_routes as routes
 from ttball.distributed.serve_routes import _rest
+
+
+@pytest.fixture(autouse=True)
+def released(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys the routes release from the router."""
+    keys: list[str] = []
+    monkeypatch.setattr(routes, "release", keys.append)
+    return keys
 
 
 class _Lines:
@@ -44,22 +54,22 @@ async def _read(body: AsyncIterator[bytes], limit: int | None = None) -> list[by
     return out
 
 
-def test_a_replica_lost_mid_video_ends_the_stream_with_an_error_line() -> None:
+def test_a_replica_lost_mid_video_ends_the_stream_with_an_error_line(released) -> None:
     import ray.exceptions as rx
 
     lines = _Lines([b'{"frame": 1}\n'], rx.RayActorError())
-    got = asyncio.run(_read(_rest(b'{"frame": 0}\n', lines)))
+    got = asyncio.run(_read(_rest(b'{"frame": 0}\n', lines, "upload:k")))
     assert got[:2] == [b'{"frame": 0}\n', b'{"frame": 1}\n']
     assert json.loads(got[2])["error"]["code"] == "replica_lost"
-    assert lines.cancelled
+    assert lines.cancelled and released == ["upload:k"]
 
 
-def test_a_client_gone_cancels_the_replica_s_work() -> None:
+def test_a_client_gone_cancels_the_replica_s_work(released) -> None:
     async def go() -> _Lines:
         lines = _Lines([b"x\n"] * 100)
-        body = _rest(b"first\n", lines)
+        body = _rest(b"first\n", lines, "upload:k")
         assert await _read(body, limit=3) == [b"first\n", b"x\n", b"x\n"]
         await body.aclose()  # what the server does when the client hangs up
         return lines
 
-    assert asyncio.run(go()).cancelled
+    assert asyncio.run(go()).cancelled and released == ["upload:k"]
