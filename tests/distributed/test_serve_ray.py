@@ -279,6 +279,37 @@ def test_an_ended_session_no_longer_counts_for_its_replica(url) -> None:
             s.delete()
 
 
+@pytest.mark.parametrize("mode", ["direct"], indirect=True)
+def test_a_refused_delete_keeps_its_session_on_its_replica(url, expected, mode) -> None:
+    """A directly streamed session's delete through the ingress is refused 409; the session
+    keeps its replica after that. The router dropped it 30 s after any routed delete or
+    finish, refused ones too, so its next call went to the replica of fewest sessions, which
+    resumed a second copy (a push answered 200 beside the live stream)."""
+    with Client(url) as client:
+        ids = sorted(r["replica"] for r in client.readiness()["replicas"])
+        first, streamed = client.open_session(), client.open_session()
+        assert [_replica_of(client, s.id) for s in (first, streamed)] == ids
+        first.delete()  # ids[0] empty: the replica a dropped session would go to
+        frames = clip(0)
+        with streamed.stream() as ws:
+            for png in frames[:6]:
+                ws.send(png)
+            refused = client.http.delete(f"/v1/sessions/{streamed.id}")
+            assert refused.status_code == 409, refused.text
+            time.sleep(32)  # past the old grace
+            push = client.http.post(f"/v1/sessions/{streamed.id}/frames", content=frames[0],
+                                    headers={"Content-Type": "image/jpeg"})
+            assert push.status_code == 409, push.text
+            assert push.json()["error"]["code"] == "session_busy"
+            assert _replica_of(client, streamed.id) == ids[1]
+            for png in frames[6:]:
+                ws.send(png)
+            messages = ws.finish()
+        rows = [{k: v for k, v in m.items() if k != "type"} for m in messages]
+        assert {m["type"] for m in messages} == {"result"}, messages
+        assert_rows_equal(rows, expected[0])
+
+
 def test_a_client_gone_mid_upload_leaves_no_video_behind(url) -> None:
     """/v1/track's body reaches its replica in pieces as it arrives (the ingress held the
     whole video); a client that stops half-way leaves no file on the replica (same host: the

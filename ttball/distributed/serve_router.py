@@ -18,10 +18,14 @@ that way.
 
 The table counts a replica's sessions to place new ones, so it must lose a session when the
 session ends: the ingress calls :func:`release` when it forgets one (finished, deleted, expired,
-ended on its replica) and when a replica refuses to open it. Until the sixty-first session the
-table learnt of an end only from a ``finish`` or ``delete`` routed through it (dropped 30 s
-later) and never of a refused open (dropped after ``forget_after_s``): a full replica beside an
-empty one got new sessions, and answered them 429.
+ended on its replica) and when a replica refuses to open it; a session idle for
+``forget_after_s`` is dropped as a backstop. Until the sixty-first session the table learnt of
+an end only from a ``finish`` or ``delete`` routed through it (dropped 30 s later) and never of
+a refused open: a full replica beside an empty one got new sessions, and answered them 429.
+Until the sixty-second it still dropped a session 30 s after any routed ``finish`` or
+``delete``, refused ones too: a directly streamed session (``--direct-streams``) whose delete
+its replica refused 409 lost its entry while it streamed on, and its next call through the
+ingress went to another replica, which resumed a second copy of it.
 """
 
 from __future__ import annotations
@@ -38,8 +42,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RunningReplica
 
 RANK_PREFIX = "@rank:"
 DEFAULT_FORGET_AFTER_S = 600.0  # a session idle this long is dropped from the table
-LAST_CALLS = frozenset({"finish", "delete"})  # a session's last call: dropped after a grace
-FINISHED_GRACE_S = 30.0
+SWEEP_EVERY_S = 30.0  # how often the table looks for idle sessions
 _ROUTERS: weakref.WeakSet[SessionRouter] = weakref.WeakSet()  # this process's
 
 
@@ -87,11 +90,7 @@ class SessionRouter(ConsistentHashRouter):
         if key.startswith(RANK_PREFIX):
             ranked = sorted(candidate_replicas, key=lambda r: r.replica_id.unique_id)
             return [[ranked[int(key[len(RANK_PREFIX):]) % len(ranked)]]]
-        replica = self._replica_of(key, candidate_replicas)
-        if pending_request is not None and pending_request.metadata.call_method in LAST_CALLS:
-            # Forget it soon; a call of it still being routed refreshes the entry.
-            self._used[key] = time.monotonic() - self._forget_after_s + FINISHED_GRACE_S
-        return [[replica]]
+        return [[self._replica_of(key, candidate_replicas)]]
 
     def _replica_of(self, key: str, candidates: list[RunningReplica]) -> RunningReplica:
         now = time.monotonic()
@@ -133,7 +132,7 @@ class SessionRouter(ConsistentHashRouter):
             self._drop(replica)
 
     def _sweep(self, now: float) -> None:
-        if now - self._swept < min(FINISHED_GRACE_S, self._forget_after_s):
+        if now - self._swept < min(SWEEP_EVERY_S, self._forget_after_s):
             return
         self._swept = now
         for key in [k for k, t in self._used.items() if now - t > self._forget_after_s]:
