@@ -450,3 +450,37 @@ def test_a_client_gone_mid_body_counts_as_499_not_a_server_error(start) -> None:
     assert f'{route},status="500"' not in text
     assert 'ttball_errors_total{kind="client_disconnected"}' in text
     assert session.describe()["frames"] == 0
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+@pytest.mark.parametrize("request_bytes", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"GET /v1/info HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n",
+    b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: nine\r\n\r\n"])
+def test_a_request_uvicorn_cannot_parse_gets_the_json_error_body(small_weights, http,
+                                                                 request_bytes) -> None:
+    """uvicorn answers such a request itself, before the application: it was a plain-text
+    "Invalid HTTP request received."; the worker goes on serving."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if http == "httptools":
+        pytest.importorskip("httptools")
+    backend = GatedBackend()
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                             backend_factory=lambda model, device: backend)
+    with serve_in_thread(create_app(settings), http=http) as url, Client(url) as client:
+        where = urlsplit(url)
+        with socket.create_connection((where.hostname, where.port), timeout=5) as sock:
+            sock.sendall(request_bytes)
+            reply = b""
+            while chunk := sock.recv(4096):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "HTTP/1.1 400 Bad Request", reply
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+        assert headers["content-type"] == "application/json"
+        assert int(headers["content-length"]) == len(body)
+        assert json.loads(body)["error"]["code"] == "bad_request"
+        client.wait_ready(timeout=60, poll=0.05)  # and it goes on serving

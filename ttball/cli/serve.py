@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ttball.serve.app import UVICORN_WS, create_app, draining_server, listen_socket
+        from ttball.serve.app import create_app, draining_server, listen_socket, uvicorn_options
     except ImportError as exc:
         raise UserError(f"ttball serve needs the serve extras (pip install 'ttball[serve]'): "
                         f"{exc}") from None
@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(app, host=settings.host, port=settings.port,
                                 log_level=args.log_level,
                                 timeout_graceful_shutdown=args.graceful_timeout, lifespan="on",
-                                **UVICORN_WS)
+                                **uvicorn_options())
         # uvicorn logs its address only when it binds the socket itself (the actual port for 0)
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         logging.getLogger("uvicorn.error").info(

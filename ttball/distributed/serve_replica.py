@@ -91,10 +91,10 @@ class ReplicaWorker:
         of ``settings.host``, on this replica's event loop; returns its ``ws://`` base."""
         import uvicorn
 
-        from ttball.serve.app import UVICORN_WS, draining_server, stream_app
+        from ttball.serve.app import draining_server, stream_app, uvicorn_options
 
         config = uvicorn.Config(stream_app(self.worker), host=settings.host, port=0,
-                                lifespan="off", log_level="warning", **UVICORN_WS)
+                                lifespan="off", log_level="warning", **uvicorn_options())
         self._streams = draining_server(config, self.worker)
         serving = asyncio.get_running_loop().create_task(self._streams.serve())
         while not self._streams.started:

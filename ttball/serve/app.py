@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,36 @@ HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}  # the framework's ow
 # still noticed, within ping interval + timeout.
 UVICORN_WS: dict[str, Any] = {"ws_per_message_deflate": False, "ws_ping_interval": 20.0,
                               "ws_ping_timeout": 120.0}
+
+
+def uvicorn_options(http: str = "auto") -> dict[str, Any]:
+    """uvicorn's options for ttball's servers: :data:`UVICORN_WS`, and ``http``'s protocol
+    (uvicorn's name: ``"auto"``, ``"httptools"`` or ``"h11"``) as :func:`json_400_protocol`."""
+    return {**UVICORN_WS, "http": json_400_protocol(http)}
+
+
+@cache
+def json_400_protocol(http: str = "auto") -> type:
+    """uvicorn's HTTP protocol ``http`` (``"auto"``: httptools where installed, else h11) whose
+    answer to a request it cannot parse is ttball's JSON error body,
+    ``{"error": {"code": "bad_request", ...}}``, instead of uvicorn's plain text; the request
+    never reaches the application."""
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    base = import_from_string(HTTP_PROTOCOLS[http])
+
+    class Json400Protocol(base):  # type: ignore[misc, valid-type]
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"error": {"code": "bad_request", "message": msg}}).encode()
+            head = [b"HTTP/1.1 400 Bad Request"]
+            head += [name + b": " + value for name, value in self.server_state.default_headers]
+            head += [b"content-type: application/json", b"content-length: %d" % len(body),
+                     b"connection: close", b"", b""]
+            self.transport.write(b"\r\n".join(head) + body)
+            self.transport.close()
+
+    return Json400Protocol
 
 # -- auth and request metrics (one pure ASGI middleware) ------------------------------------------
 class Gate:
@@ -334,19 +366,20 @@ def listen_socket(host: str, port: int) -> socket.socket:
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
                     log_level: str = "warning", loop: str = "auto",
-                    ws: str = "auto") -> Iterator[str]:
+                    ws: str = "auto", http: str = "auto") -> Iterator[str]:
     """Run ``app`` with uvicorn in a background thread (tests, notebooks); yields its base URL.
 
     ``port=0`` takes a free port. ``loop``: uvicorn's event loop, ``"auto"`` (uvloop where it
     is installed), ``"asyncio"`` or ``"uvloop"``; ``ws``: its WebSocket implementation
-    (``"auto"``: websockets' sans-I/O protocol). Leaving the block shuts the server down
+    (``"auto"``: websockets' sans-I/O protocol); ``http``: its HTTP parser (``"auto"``,
+    ``"httptools"``, ``"h11"``). Leaving the block shuts the server down
     gracefully.
     """
     import uvicorn
 
     sock = listen_socket(host, port)
     server = draining_server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
-                                            ws=ws, **UVICORN_WS),
+                                            ws=ws, **uvicorn_options(http)),
                              getattr(app.state, "worker", None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="ttball-uvicorn", daemon=True)
