@@ -194,9 +194,21 @@ def _truthy(text: str | None) -> bool:
 
 
 def write_json(path: str | os.PathLike[str], payload: Any) -> None:
+    """``payload`` as strict JSON: NaN and infinities (no JSON has them) are written as null."""
     with atomic_write(path) as f:
-        json.dump(payload, f, indent=2, sort_keys=False, default=str)
+        json.dump(json_safe(payload), f, indent=2, sort_keys=False, default=str, allow_nan=False)
         f.write("\n")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every float that is not finite as None, in dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def result_fields() -> tuple[str, ...]:

@@ -95,17 +95,6 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError(f"{name} must be a number > 0, got {value}")
 
 
-def _no_nan(value: Any) -> Any:
-    """``value`` with its NaN floats as None (JSON has no NaN)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _no_nan(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_no_nan(v) for v in value]
-    return value
-
-
 def _why_not_ready(reply: Any) -> str:
     """One line for a /readyz that is not 200: the worker's own error or phase when it is a
     ttball worker, else the status (an HTML page is many lines and says nothing useful)."""
@@ -417,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from ttball.results import write_json
 
-        write_json(args.out, _no_nan(report))  # (strict JSON: latencies of no rows are null)
+        write_json(args.out, report)  # (latencies of no rows, NaN, are null)
     if report["rows"] == 0:  # the report says what happened; the run measured nothing
         raise UserError(f"no rows came back (errors: {report['errors'] or 'none'})"
                         + ("; a wrong or missing --token?" if any(
