@@ -11,6 +11,11 @@ Options every entry takes (``create(name, model, device, **options)``):
 parallel), ``config`` (extra ``add_session_config_entry`` pairs such as
 ``{"session.intra_op.allow_spinning": "0"}``), ``cache_dir``; INT8 also ``calibrate`` (clips) or
 ``windows`` (preprocessed arrays; default: 16 synthetic rally windows) and ``method``.
+
+``ort-mobile-*`` run the cached export converted to ONNX Runtime's own format for phones
+(:mod:`ttball.export.ort`, platform ``arm``) as ONNX Runtime Mobile runs it, with no
+optimisation at load: ``verify`` checks the graph a phone app gets. This machine's CPU kernels
+run it, not an ARM core's (ARM's int8 x int8 and FP32 kernels round differently).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class OnnxRuntimeBackend(BackendBase):
         calibrate: Sequence[str | os.PathLike[str]] = (),
         windows: Sequence[np.ndarray] = (),
         method: str | None = None,
+        ort_platform: str | None = None,
     ) -> None:
         super().__init__(device)
         self.model = model.eval()
@@ -99,6 +105,7 @@ class OnnxRuntimeBackend(BackendBase):
         self.export_options: dict[str, Any] = {"precision": precision, "cache_dir": cache_dir,
                                "calibrate": tuple(calibrate), "windows": tuple(windows),
                                "method": method}
+        self.ort_platform = ort_platform  # set: run the export converted to .ort for it
         self.sessions: dict[tuple[int, int], Any] = {}
         self.paths: dict[tuple[int, int], Path] = {}
 
@@ -113,6 +120,15 @@ class OnnxRuntimeBackend(BackendBase):
             self.paths[key] = cached_onnx(
                 self.model, height=height, width=width, **self.export_options
             )
+            if self.ort_platform is not None:
+                from ttball.export.ort import convert_to_ort, ort_file_session
+
+                path = self.paths[key].with_suffix(f".{self.ort_platform}.ort")
+                if not path.exists():
+                    convert_to_ort(self.paths[key], path, platform=self.ort_platform)
+                self.paths[key] = path
+                self.sessions[key] = ort_file_session(path, self.settings.session_options())
+                return self.sessions[key]
             self.sessions[key] = ort.InferenceSession(
                 str(self.paths[key]), self.settings.session_options(),
                 providers=list(self.settings.providers),
@@ -145,10 +161,12 @@ _EXPORT_OPTIONS = ("cache_dir", "calibrate", "windows", "method")
 
 def _build(model: torch.nn.Module, device: torch.device, precision: str,
            providers: tuple[Any, ...] = ("CPUExecutionProvider",),
-           base_config: Mapping[str, str] | None = None, **options: Any) -> OnnxRuntimeBackend:
+           base_config: Mapping[str, str] | None = None, ort_platform: str | None = None,
+           **options: Any) -> OnnxRuntimeBackend:
     export = {k: options.pop(k) for k in _EXPORT_OPTIONS if k in options}
     settings = _settings(providers, base_config=base_config, **options)
-    return OnnxRuntimeBackend(model, device, precision=precision, settings=settings, **export)
+    return OnnxRuntimeBackend(model, device, precision=precision, settings=settings,
+                              ort_platform=ort_platform, **export)
 
 
 def _cpu_only(device: torch.device) -> str | None:
@@ -195,6 +213,20 @@ def _onnxrt_fp32_tuned(model: torch.nn.Module, device: torch.device, **options: 
           requires=_cpu_only, tags=("onnx", "cpu", "int8"))
 def _onnxrt_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "int8", base_config=TUNED_CONFIG, **options)
+
+
+@register("ort-mobile-fp32", description="ONNX Runtime Mobile's .ort (arm) of the FP32 "
+          "export, run as a phone runs it, on this CPU", requires=_cpu_only,
+          tags=("onnx", "cpu", "mobile"))
+def _ort_mobile_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
+    return _build(model, device, "fp32", base_config=TUNED_CONFIG, ort_platform="arm", **options)
+
+
+@register("ort-mobile-int8", description="ONNX Runtime Mobile's .ort (arm) of the INT8 QDQ "
+          "export, run as a phone runs it, on this CPU", requires=_cpu_only,
+          tags=("onnx", "cpu", "mobile", "int8"))
+def _ort_mobile_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
+    return _build(model, device, "int8", base_config=TUNED_CONFIG, ort_platform="arm", **options)
 
 
 def _cuda_device_id(device: torch.device) -> dict[str, str]:

@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("ttball.cli.bench", "measure every backend the same way (the seed's table)"),
     "fusion": ("ttball.cli.fusion", "rerun the seed's section-2 fusion experiments"),
     "verify": ("ttball.cli.verify", "prove an optimized backend finds the same ball as the reference"),
-    "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8) or a Triton model repository"),
+    "export": ("ttball.cli.export", "export the model: ONNX (FP32/FP16/INT8), .ort for phones, or a Triton model repository"),
     "serve": ("ttball.cli.serve", "the real-time ball worker: sessions, batching, KServe v2, metrics"),
     "loadtest": ("ttball.cli.loadtest", "replay clips as concurrent sessions against a running worker"),
     "cache": ("ttball.cli.cache", "list or clear what ttball built, tuned and chose on this machine"),

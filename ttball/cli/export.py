@@ -1,6 +1,7 @@
-"""``ttball export onnx|triton``: write the network as ONNX (FP32, FP16, INT8) or as a Triton
-model repository. Every export is checked: ``onnx.checker``, then one run in ONNX Runtime
-compared with eager FP32 (printed)."""
+"""``ttball export onnx|triton``: write the network as ONNX (FP32, FP16, INT8), as ONNX
+Runtime's format for phones (``--out X.ort``), or as a Triton model repository. Every export is
+checked: ``onnx.checker``, then one run in ONNX Runtime compared with eager FP32 (printed); an
+``.ort`` file also against its ONNX file."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="target", metavar="TARGET", required=True)
-    onnx = sub.add_parser("onnx", help="one ONNX file with its metadata",
-                          description="Export the network to one ONNX file with its metadata.")
-    onnx.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    onnx = sub.add_parser("onnx", help="one ONNX file with its metadata (.onnx, or .ort for "
+                          "phones)",
+                          description="Export the network to one ONNX file with its metadata; "
+                          "with --out X.ort, in ONNX Runtime's format for ONNX Runtime Mobile "
+                          "(Android, iOS), with the operators it needs listed beside it.")
+    onnx.add_argument("--out", type=Path, required=True,
+                      help="the file to write: .onnx, or .ort (ONNX Runtime Mobile; also "
+                      "writes X.required_operators.config for a minimal build)")
+    onnx.add_argument("--platform", choices=("arm", "amd64"),
+                      help="with --out X.ort: the phone's CPU (default arm: int8 x int8 "
+                      "kernels for --int8, no x86-only layout)")
     _common(onnx)
     onnx.add_argument("--fold-bn", action="store_true",
                       help="fold BatchNorm in FP32 before export (the exporter folds it anyway; "
@@ -110,8 +119,10 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
         if not MIN_OPSET <= args.opset <= newest:
             raise UserError(f"--opset must be between {MIN_OPSET} and {newest} (this onnx "
                             f"package's newest), got {args.opset}")
-    if args.out.suffix != ".onnx":
-        raise UserError(f"--out must name a .onnx file, got {args.out}")
+    if args.out.suffix not in (".onnx", ".ort"):
+        raise UserError(f"--out must name a .onnx or .ort file, got {args.out}")
+    if args.platform and args.out.suffix != ".ort":
+        raise UserError("--platform only applies with --out X.ort")
     if not args.out.parent.is_dir():
         what = "is not a folder" if args.out.parent.exists() else "does not exist"
         raise UserError(f"--out: folder {args.out.parent} {what}")
@@ -122,23 +133,42 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    from ttball.export import export_onnx
-
     _check_onnx_args(args)
     model = _load(args)
     height, width = _size(args, model)
     options = {"fold_bn": args.fold_bn, "dynamic_batch": args.dynamic_batch,
                "opset": args.opset, "height": height, "width": width, "exporter": args.exporter}
+    if args.out.suffix == ".onnx":
+        return _write_onnx(args, model, options, args.out)
+    from ttball.export.ort import convert_to_ort
+
+    with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
+        onnx_path = Path(tmp) / args.out.with_suffix(".onnx").name
+        _write_onnx(args, model, options, onnx_path, shown="the ONNX export")
+        result = convert_to_ort(onnx_path, args.out, platform=args.platform or "arm")
+    print(f"wrote {result.path} (ONNX Runtime format, {result.platform}; vs the ONNX file: max "
+          f"abs diff {result.max_abs_diff:.3g}) and {result.operators} "
+          f"({result.operator_count} operators)")
+    return 0
+
+
+def _write_onnx(args: argparse.Namespace, model: BlurBall, options: dict[str, Any],
+                out: Path, shown: str | None = None) -> int:
+    """Export to ``out`` and print what was written (``shown``: how to name ``out`` there,
+    when it is a temporary file)."""
+    from ttball.export import export_onnx
+
     if not args.int8:
-        result = export_onnx(model, args.out, fp16=args.fp16, **options)
-        print(f"wrote {result.path} ({result.precision}, {result.exporter} exporter, opset "
-              f"{result.opset}); ONNX Runtime vs eager FP32: max abs diff "
-              f"{result.max_abs_diff:.3g}, relative {result.max_rel_diff:.3g}")
+        result = export_onnx(model, out, fp16=args.fp16, **options)
+        print(f"{'wrote ' + str(result.path) if shown is None else shown} ({result.precision}, "
+              f"{result.exporter} exporter, opset {result.opset}); ONNX Runtime vs eager FP32: "
+              f"max abs diff {result.max_abs_diff:.3g}, relative {result.max_rel_diff:.3g}")
         return 0
-    return _run_int8(args, model, options)
+    return _run_int8(args, model, options, out, shown)
 
 
-def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any]) -> int:
+def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any],
+              out: Path, shown: str | None = None) -> int:
     from ttball.export import export_onnx
     from ttball.export.quantize import (
         DEFAULT_METHOD,
@@ -154,11 +184,12 @@ def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any]
     else:
         print("note: no --calibrate clips; calibrating on synthetic rally frames")
         windows = synthetic_windows(config, *size)
-    with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         fp32 = export_onnx(model, Path(tmp) / "fp32.onnx", **options)
-        result = quantize_int8(fp32.path, args.out, windows,
+        result = quantize_int8(fp32.path, out, windows,
                                method=args.calibration_method or DEFAULT_METHOD)
-    print(f"wrote {result.path} (int8 QDQ, {result.method} on {result.windows} windows); "
+    print(f"{'wrote ' + str(result.path) if shown is None else shown} (int8 QDQ, "
+          f"{result.method} on {result.windows} windows); "
           f"vs FP32 on those windows: max abs diff {result.max_abs_diff:.3g}, mean "
           f"{result.mean_abs_diff:.3g}, same argmax in {result.argmax_same:.0%} of heatmaps")
     return 0
