@@ -1,5 +1,5 @@
-"""Exported forms of the network: ONNX (FP32, FP16, INT8), cached exports for the ONNX
-backends, and a Triton model repository."""
+"""Exported forms of the network: ONNX (FP32, FP16, INT8), ONNX Runtime Mobile's ``.ort`` for
+phones, cached exports for the ONNX backends, and a Triton model repository."""
 
 from ttball.export.onnx import (
     INPUT_NAME,
@@ -8,6 +8,7 @@ from ttball.export.onnx import (
     export_onnx,
     read_metadata,
 )
+from ttball.export.ort import OrtExport, convert_to_ort
 from ttball.export.quantize import QuantizeResult, calibration_windows, quantize_int8
 from ttball.export.triton import TritonRepo, write_triton_repo
 
@@ -15,9 +16,11 @@ __all__ = [
     "INPUT_NAME",
     "OUTPUT_NAME",
     "ExportResult",
+    "OrtExport",
     "QuantizeResult",
     "TritonRepo",
     "calibration_windows",
+    "convert_to_ort",
     "export_onnx",
     "quantize_int8",
     "read_metadata",
