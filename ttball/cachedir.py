@@ -21,7 +21,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "auto": ("auto-backend.json", "--backend auto's choice per machine and weights"),
     "tuning": ("tuning", "the Triton backends' tuning records, one per input shape"),
     "kernels": ("kernels", "the CUDA kernels' library built with nvcc (triton-fp16-direct)"),
-    "onnx": ("onnx", "exported ONNX files, OpenVINO's and TensorRT's compiled models"),
+    "onnx": ("onnx", "exported ONNX files and their .ort forms, OpenVINO's and TensorRT's models"),
     "inductor": ("inductor", "torch.compile's cache (serve/track --compile-cache)"),
     "triton": ("triton", "Triton's compiled kernels (serve/track --compile-cache)"),
     "megacache": ("megacache.bin", "torch.compile's artifacts in one file (--compile-cache)"),
