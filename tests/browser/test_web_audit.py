@@ -44,6 +44,7 @@ async function one(context, job, c) {
   const page = await context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  if (c.init) await page.addInitScript(c.init);  // before the page's own scripts
   await page.goto(`${job.url}/?${c.query || ''}`);
   await page.evaluate(() => window.ttballReady);
   if (c.timeouts) await page.evaluate((t) => { window.ttballTimeouts = t; }, c.timeouts);
@@ -61,8 +62,9 @@ async function one(context, job, c) {
     await page.waitForTimeout(c.stopAfterMs);
     await page.click('#stop');
   }
+  if (c.click) await page.click(c.click);
   let done = true;
-  if (c.files) {
+  if (c.files || c.click) {
     try {
       await page.waitForFunction(() => window.ttballDone === true, null, { timeout: c.waitMs, polling: 100 });
     } catch {
@@ -75,6 +77,7 @@ async function one(context, job, c) {
     frames: (window.ttballResults || []).length,
     log: [...document.querySelectorAll('#log div')].map((d) => ({ text: d.textContent, error: d.className === 'error' })),
     modelStatus: document.getElementById('model-status').innerText,
+    probe: window.ttballProbe ?? null,  // what a case's init script recorded
   }));
   await page.close();
   return { name: c.name, done, pageErrors: errors, ...out };

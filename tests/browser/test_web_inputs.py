@@ -26,6 +26,16 @@ THRESHOLD_RANGE = "threshold must be a number in (0, 1)"
 FPS_RANGE = "image fps must be a number in [0.001, 10000)"
 
 
+CAMERA_PROBE = """
+navigator.mediaDevices.getUserMedia = async (constraints) => {
+  window.ttballProbe = constraints;
+  throw new DOMException('Permission denied', 'NotAllowedError');
+};
+"""
+# An http:// page that is not localhost (a phone opening http://LAN-IP:8000): no mediaDevices.
+NO_MEDIA_DEVICES = "Object.defineProperty(Navigator.prototype, 'mediaDevices', {get: () => undefined});"
+
+
 def _image(path: Path, size: tuple[int, int] = (64, 36), level: int = 90) -> str:
     cv2.imwrite(str(path), np.full((size[1], size[0], 3), level, np.uint8))
     return str(path)
@@ -64,6 +74,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         {"name": "silent_worker", "query": f"{W}hang-silent", "waitMs": 6000, "files": good,
          "timeouts": {"requestMs": 500}},
     ]
+    # The camera: a stand-in getUserMedia records what the page asks for, then refuses.
+    cases.append({"name": "camera_asked", "query": f"{W}w-cam", "waitMs": 6000,
+                  "click": "#camera", "init": CAMERA_PROBE})
+    cases.append({"name": "camera_insecure", "query": f"{W}w-cam2", "waitMs": 6000,
+                  "click": "#camera", "init": NO_MEDIA_DEVICES})
     for i, value in enumerate(BAD_THRESHOLDS):
         cases.append({"name": f"threshold {value}", "query": f"{W}w-t{i}", "waitMs": 6000,
                       "files": good, "fields": {"#threshold": value}})
@@ -153,3 +168,20 @@ def test_silent_worker_times_out(inputs: dict[str, Any]) -> None:
     error = case["error"] or ""
     assert error.startswith("worker info (GET /v1): the worker at "), case
     assert error.endswith("did not answer within 0.5 s"), case
+
+
+def test_camera_asks_for_the_back_camera(inputs: dict[str, Any]) -> None:
+    """On a phone the back camera films the table (the front one was the browser's default);
+    ``ideal``, so a laptop's only camera still opens."""
+    case = _case(inputs, "camera_asked")
+    video = (case["probe"] or {}).get("video", {})
+    assert video.get("facingMode") == {"ideal": "environment"}, case
+    assert case["done"] and case["error"] == "camera: Permission denied", case
+
+
+def test_camera_on_an_insecure_page_says_why(inputs: dict[str, Any]) -> None:
+    """It was "camera: Cannot read properties of undefined (reading 'getUserMedia')"."""
+    case = _case(inputs, "camera_insecure")
+    assert case["done"], case
+    assert "only to https:// or localhost pages" in (case["error"] or ""), case
+    assert not _requests(inputs, "w-cam2"), inputs["requests"]  # no session opened

@@ -334,9 +334,17 @@ function startFiles(files) {
 
 function startCamera() {
   run(async ({ stallMs }) => {
+    // Browsers offer cameras only to secure pages: https://, or http:// on localhost. A phone
+    // opening the worker at http://LAN-IP:8000 has no navigator.mediaDevices at all.
+    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new Error(`camera: this browser offers a camera only to https:// or localhost pages, not ${location.origin}; serve the page over HTTPS (or open a video file)`);
+    }
     let media;
     try {
-      media = await navigator.mediaDevices.getUserMedia({ video: { width: 1280, height: 720 }, audio: false });
+      // A phone's back camera (the one that films a table); a laptop's only camera otherwise.
+      media = await navigator.mediaDevices.getUserMedia({
+        video: { width: 1280, height: 720, facingMode: { ideal: 'environment' } }, audio: false,
+      });
     } catch (err) {
       throw new Error(`camera: ${err.message || err}`);
     }
