@@ -57,7 +57,7 @@ def operators_path(path: str | os.PathLike[str]) -> Path:
 def convert_to_ort(onnx_path: str | os.PathLike[str], path: str | os.PathLike[str], *,
                    platform: str = "arm", check: np.ndarray | None = None) -> OrtExport:
     """Convert the ONNX file ``onnx_path`` to ``path`` (``.ort``) for ``platform`` and write its
-    operator list beside it (:func:`operators_path`); both appear whole or not at all.
+    operator list beside it (:func:`operators_path`); each appears whole or not at all.
 
     ``check``: the window the two files are compared on (default: a seeded random one of the
     ONNX file's input shape, batch 1).
