@@ -86,6 +86,8 @@ def test_export_cli_writes_ort(tmp_path: Path, small_weights: Path, capsys) -> N
     assert main(["export", "onnx", "--out", str(tmp_path / "m.onnx"), "--platform", "arm"]) == 2
     assert "--platform only applies with --out X.ort" in capsys.readouterr().err
     assert main(["export", "onnx", "--out", str(tmp_path / "m.tflite")]) == 2
+    assert main(["export", "onnx", "--out", str(tmp_path / "h.ort"), "--fp16"]) == 2
+    assert "--fp16 with --out X.ort" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["ort-mobile-fp32", "ort-mobile-int8"])

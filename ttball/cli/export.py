@@ -123,6 +123,10 @@ def _check_onnx_args(args: argparse.Namespace) -> None:
         raise UserError(f"--out must name a .onnx or .ort file, got {args.out}")
     if args.platform and args.out.suffix != ".ort":
         raise UserError("--platform only applies with --out X.ort")
+    if args.fp16 and args.out.suffix == ".ort":  # (the conversion bakes in this CPU's casts)
+        raise UserError("--fp16 with --out X.ort: the conversion runs on this machine's CPU "
+                        "provider, which has no FP16 convolutions and would fix FP32 casts into "
+                        "the file; export FP32 (.ort), or --fp16 to .onnx for a phone's GPU")
     if not args.out.parent.is_dir():
         what = "is not a folder" if args.out.parent.exists() else "does not exist"
         raise UserError(f"--out: folder {args.out.parent} {what}")
