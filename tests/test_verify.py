@@ -382,3 +382,43 @@ def test_cli_unreadable_clip(tmp_path, cli, capsys) -> None:
     assert cli(broken, "--backend", "test-blob") == 2
     assert "not a video OpenCV can decode" in capsys.readouterr().err
     assert cli(tmp_path / "missing.mp4", "--backend", "test-blob") == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--backend", "test-blob", "--calibrate", "CLIP"), "applies to INT8 candidates only"),
+        (("--backend", "onnxrt-int8", "--calibration-method", "entropy"),
+         "--calibration-method only applies with --calibrate"),
+        (("--backend", "onnxrt-int8", "--calibrate", "MISSING"), "does not exist"),
+        (("--backend", "onnxrt-int8", "--calibrate", "GARBAGE"),
+         "--calibrate: GARBAGE: not a video OpenCV can decode"),
+    ],
+)
+def test_cli_bad_calibration(tmp_path, cli, clip, capsys, args, message) -> None:
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video")
+    names = {"CLIP": clip, "MISSING": tmp_path / "missing.mp4", "GARBAGE": garbage}
+    args = tuple(names.get(a, a) for a in args)
+    assert cli(clip, *args) == 2
+    err = capsys.readouterr().err
+    assert message.replace("GARBAGE", str(garbage)) in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_int8_candidates_calibrate_on_the_clips_given(tmp_path, cli, clip, small_weights,
+                                                         monkeypatch, capsys) -> None:
+    """`verify --calibrate` reaches every INT8 candidate (the INT8 file is calibrated on them
+    with the method named), so an INT8 made for your cameras can be checked before it is
+    switched on; the other candidates ignore it."""
+    from ttball.export.onnx import read_metadata
+
+    monkeypatch.setenv("TTBALL_CACHE_DIR", str(tmp_path / "cache"))
+    footage = tmp_path / "footage.mp4"
+    draw_clip(footage, frames=9)  # three windows
+    code = cli(clip, "--backend", "onnxrt-int8,test-blob", "--reference", "eager-fp32",
+               "--weights", small_weights, "--device", "cpu", "--out", tmp_path / "v",
+               "--calibrate", footage, "--calibration-method", "entropy")
+    assert code in (0, 1), capsys.readouterr().err
+    (int8,) = (tmp_path / "cache" / "onnx").glob("blurball-int8-*.onnx")
+    assert read_metadata(int8)["quantization"].endswith("entropy on 3 windows")
+    assert json.loads((tmp_path / "v" / "onnxrt-int8" / "verify.json").read_text())["clips"]

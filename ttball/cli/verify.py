@@ -95,6 +95,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the candidates use TF32 on CUDA (the reference never does)",
     )
+    p.add_argument(
+        "--calibrate",
+        type=Path,
+        nargs="+",
+        metavar="CLIP",
+        help="INT8 candidates (onnxrt-int8, openvino-int8, ort-mobile-int8): calibrate on these "
+        "videos or image folders, your cameras' footage, other than the clips verified "
+        "(default: 16 synthetic rally windows)",
+    )
+    p.add_argument(
+        "--calibration-method",
+        choices=("minmax", "entropy", "percentile"),
+        help="with --calibrate: how activation ranges are chosen (default minmax)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the verdict")
 
 
@@ -103,6 +117,33 @@ def _candidates(text: str) -> list[str]:
     if not names:
         raise UserError("--backend needs at least one backend name")
     return list(dict.fromkeys(names))
+
+
+def _int8_options(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """The INT8 candidates' calibration options from ``--calibrate``, checked."""
+    from ttball.backends.base import spec
+
+    if args.calibration_method and not args.calibrate:
+        raise UserError("--calibration-method only applies with --calibrate")
+    if not args.calibrate:
+        return {}
+    if not any("int8" in spec(n).tags for n in names):
+        raise UserError("--calibrate applies to INT8 candidates only (onnxrt-int8, "
+                        "openvino-int8, ort-mobile-int8); none is among --backend's")
+    from ttball.frames import FrameSource
+
+    for clip in args.calibrate:
+        if not clip.exists():
+            raise UserError(f"--calibrate: {clip} does not exist")
+        try:  # one that cannot be read fails here, before the model loads
+            _ = FrameSource(clip).info
+        except UserError as exc:
+            raise UserError(f"--calibrate: {exc}") from None
+    if set(map(Path.resolve, args.calibrate)) & set(map(Path.resolve, args.clips)):
+        print("warning: --calibrate names clips that are also verified; the check is fairer "
+              "on footage the calibration did not see", file=sys.stderr)
+    options = {"calibrate": [str(c) for c in args.calibrate]}
+    return options | ({"method": args.calibration_method} if args.calibration_method else {})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     names = _candidates(args.backend)
     for name in [args.reference, *names]:
         spec(name)  # an unknown name fails before anything is loaded
+    int8 = _int8_options(args, names)
     tolerances = Tolerances(
         max_flips=args.max_flips, p99_px=args.p99_px, min_compared=args.min_compared
     )
@@ -172,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
     unavailable: dict[str, str] = {}
     for name in names:
         try:
-            candidates[name] = create(name, model, device)
+            candidates[name] = create(name, model, device,
+                                      **(int8 if "int8" in spec(name).tags else {}))
         except BackendUnavailable as exc:
             if len(names) == 1:
                 raise
