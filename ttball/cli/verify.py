@@ -102,7 +102,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="CLIP",
         help="INT8 candidates (onnxrt-int8, openvino-int8, ort-mobile-int8): calibrate on these "
         "videos or image folders, your cameras' footage, other than the clips verified "
-        "(default: 16 synthetic rally windows)",
+        "(default: 16 synthetic rally windows); it takes every path after it, so name the "
+        "clips to verify first",
     )
     p.add_argument(
         "--calibration-method",
