@@ -422,3 +422,16 @@ def test_cli_int8_candidates_calibrate_on_the_clips_given(tmp_path, cli, clip, s
     (int8,) = (tmp_path / "cache" / "onnx").glob("blurball-int8-*.onnx")
     assert read_metadata(int8)["quantization"].endswith("entropy on 3 windows")
     assert json.loads((tmp_path / "v" / "onnxrt-int8" / "verify.json").read_text())["clips"]
+
+
+def test_cli_calibrate_before_the_clips_says_it_took_them(cli, clip, capsys,
+                                                          monkeypatch) -> None:
+    """argparse gives every path after --calibrate to it: the run verifies the bundled clips
+    and says why (the clips given are in --calibrate)."""
+    def stop(clips, gt):
+        raise UserError("stopped before the bundled clips run")
+
+    monkeypatch.setattr("ttball.verify.prepare_clips", stop)
+    assert main(["verify", "--backend", "onnxrt-int8", "--calibrate", str(clip), str(clip)]) == 2
+    err = capsys.readouterr().err
+    assert "no clips given" in err and "name the clips to verify first" in err

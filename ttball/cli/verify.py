@@ -185,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
         _say(
             args,
             f"no clips given: verifying on {len(clips)} bundled synthetic clips in "
-            f"{clips[0].parent}",
+            f"{clips[0].parent}"
+            + (" (--calibrate takes every path after it: name the clips to verify first)"
+               if args.calibrate else ""),
         )
     prepare_clips(clips, args.gt)  # bad clips fail before the model loads
     device = resolve_device(args.device)
