@@ -97,10 +97,11 @@ versus_all() {
     triton-fp16-direct,compile-reduce-overhead-fp16-folded-cl,compile-reduce-overhead-fp16-folded-cl-cudnnbench,compile-reduce-overhead-fp16,compile-reduce-overhead-fp16-autocast,compile-reduce-overhead-fp32,compile-default-fp16-folded-cl,compile-default-fp16,compile-default-fp16-autocast,compile-default-fp32-folded,compile-default-fp32,compile-max-autotune-fp16-folded-cl
 }
 
-# The same at batch 64: the direct kernels beside max-autotune (~2 min of autotuning) in one run.
+# The same at batch 64: the direct kernels beside max-autotune (~2 min of autotuning) and the
+# two other folded FP16 channels_last recipes (~20 s of compile each) in one run.
 versus64() {
-  step versus64 380 --batch 64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
-    triton-fp16-direct,compile-max-autotune-fp16-folded-cl
+  step versus64 450 --batch 64 --warmup 3 --groups 3 --calls 5 --no-warm --variants \
+    triton-fp16-direct,compile-reduce-overhead-fp16-folded-cl,compile-default-fp16-folded-cl,compile-max-autotune-fp16-folded-cl
 }
 
 # max-autotune (CUDA graphs), batch 1: ~2 min of autotuning, then the warm restart.
