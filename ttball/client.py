@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import httpx
 import numpy as np
@@ -47,15 +47,19 @@ class ServeError(Exception):
 
 
 def _raise_for(response: httpx.Response) -> None:
-    if response.is_success:
-        return
+    if not response.is_success:
+        _raise_error(response.status_code, response.content)
+
+
+def _raise_error(status: int, body: bytes) -> NoReturn:
+    """Raise the worker's answer ``status`` with ``body`` as a :class:`ServeError`."""
     try:
-        error = response.json().get("error")
-    except ValueError:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
         error = None
     if isinstance(error, dict):
-        raise ServeError(response.status_code, error.get("code", "error"), error.get("message", ""))
-    raise ServeError(response.status_code, "error", str(error or response.text))
+        raise ServeError(status, error.get("code", "error"), error.get("message", ""))
+    raise ServeError(status, "error", str(error or body.decode(errors="replace")))
 
 
 def encode_frame(image: bytes | np.ndarray) -> tuple[bytes, str, dict[str, int]]:
@@ -244,6 +248,7 @@ class Stream:
     """The session's WebSocket: ``send`` frames freely; ``recv`` messages in order."""
 
     def __init__(self, session: Session) -> None:
+        from websockets.exceptions import InvalidStatus
         from websockets.sync.client import connect
 
         client = session.client
@@ -253,8 +258,11 @@ class Stream:
         # ~7 ms of CPU per 1280x720 frame on each side (it capped `ttball loadtest` at ~130 fps).
         # ping_timeout as the worker's (ttball.serve.app.UVICORN_WS): a worker at its in-flight
         # limit reads the socket late, and our pings wait behind the frames queued there.
-        self.ws = connect(url, additional_headers=headers, max_size=None, compression=None,
-                          ping_timeout=120)
+        try:
+            self.ws = connect(url, additional_headers=headers, max_size=None, compression=None,
+                              ping_timeout=120)
+        except InvalidStatus as exc:  # refused before it opened: the worker's JSON error
+            _raise_error(exc.response.status_code, bytes(exc.response.body or b""))
 
     def __enter__(self) -> Self:
         return self

@@ -511,6 +511,19 @@ def _replica_actor(unique_id: str):
     raise AssertionError(f"no actor for replica {unique_id}")
 
 
+def test_a_websocket_at_a_path_with_none_gets_the_json_404(url) -> None:
+    """A handshake the ingress refuses (no WebSocket served there) is answered as the single
+    worker answers it, through Ray Serve's proxy: 404 with the JSON error (an empty 403 before)."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url.replace("http", "ws", 1) + "/v1/nowhere", compression=None, open_timeout=30)
+    response = refused.value.response
+    assert response.status_code == 404, response
+    assert json.loads(response.body)["error"]["code"] == "not_found"
+
+
 def test_cli_options_are_checked(small_weights: Path) -> None:
     assert parse_autoscale("1:4") == (1, 4) and parse_autoscale(None) is None
     with pytest.raises(UserError, match="MIN:MAX"):

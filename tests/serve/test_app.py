@@ -314,7 +314,7 @@ def test_stream_app_serves_only_the_stream_with_the_same_token(small_weights) ->
         ws_url = url.replace("http", "ws", 1) + "/v1/sessions/nope/stream"
         with pytest.raises(InvalidStatus) as refused:  # no token: refused before the upgrade
             connect(ws_url, compression=None)
-        assert refused.value.response.status_code == 403
+        assert refused.value.response.status_code == 401  # the JSON error (an empty 403 before)
         with connect(ws_url + "?token=s3cret", compression=None) as ws:
             # past the token: the worker's own answer (this one never started)
             assert json.loads(ws.recv(timeout=10))["error"]["code"] == "not_ready"
@@ -484,3 +484,62 @@ def test_a_request_uvicorn_cannot_parse_gets_the_json_error_body(small_weights, 
         assert int(headers["content-length"]) == len(body)
         assert json.loads(body)["error"]["code"] == "bad_request"
         client.wait_ready(timeout=60, poll=0.05)  # and it goes on serving
+
+
+def _raw_reply(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``request`` sent on a fresh connection to ``url``'s server; its status, headers, body."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {name.lower(): value for name, value in (line.split(": ", 1) for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_a_refused_websocket_handshake_gets_the_json_error_body(small_weights, http) -> None:
+    """Refusals before a WebSocket opens were uvicorn's: an empty 403 for a wrong token or a
+    path with no WebSocket, plain text for a malformed upgrade. Now ttball's JSON error, with
+    the status that says why; the client raises it as a ServeError."""
+    if http == "httptools":
+        pytest.importorskip("httptools")
+    from ttball.client import ServeError, Session
+
+    upgrade = ("GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Version: {version}\r\n{key}\r\n")
+    key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    backend = GatedBackend()
+    settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
+                             backend_factory=lambda model, device: backend, token="s3cret")
+    with serve_in_thread(create_app(settings), http=http) as url, \
+            Client(url, token="s3cret") as client:
+        client.wait_ready(timeout=60, poll=0.05)
+        session = client.open_session()
+        cases = [  # path, version, key, token: status, code
+            (f"/v1/sessions/{session.id}/stream", 13, key, "", 401, "unauthorized"),
+            (f"/v1/sessions/{session.id}/stream", 13, key, "?token=nope", 401, "unauthorized"),
+            ("/v1/nowhere?token=s3cret", 13, key, "", 404, "not_found"),
+            (f"/v1/sessions/{session.id}/stream?token=s3cret", 13, "", "", 400, "bad_request"),
+            (f"/v1/sessions/{session.id}/stream?token=s3cret", 12, key, "", 400, "bad_request")]
+        for path, version, with_key, token, status, code in cases:
+            got, headers, body = _raw_reply(url, upgrade.format(
+                path=path + token, version=version, key=with_key).encode())
+            assert (got, headers["content-type"]) == (status, "application/json"), (path, body)
+            assert int(headers["content-length"]) == len(body)
+            error = json.loads(body)["error"]
+            assert error["code"] == code and error["message"], (path, error)
+            if status == 401:
+                assert headers["www-authenticate"] == "Bearer"
+        with Client(url, token="nope") as wrong, pytest.raises(ServeError) as refused:
+            Session(wrong, session.id, session.ws_url).stream()
+        assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+        with session.stream() as ws:  # the right token still opens it
+            ws.send(png())
+        assert 'ttball_errors_total{kind="not_found"}' in client.metrics()

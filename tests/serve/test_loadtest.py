@@ -218,6 +218,25 @@ def test_a_run_every_session_of_which_is_refused_fails_without_a_report(
     assert "no rows came back" in err and "--token" in err and "\n" not in err
 
 
+def test_a_stream_refused_before_it_opens_is_counted_and_the_run_goes_on(
+        loadtest, small_weights, tmp_path, monkeypatch, capsys) -> None:
+    """The session opens over HTTP but its WebSocket is refused (here: named at a path that
+    serves none, as a direct-stream replica with another token would refuse it): websockets'
+    InvalidStatus ended the run with a traceback; now each counts as its session's open."""
+    import ttball.client
+
+    clip = tmp_path / "clip.mp4"
+    draw_clip(clip, frames=9)
+    out = tmp_path / "report.json"
+    monkeypatch.setattr(ttball.client, "stream_url",
+                        lambda base, session: base.replace("http", "ws", 1) + "/v1/nowhere")
+    with ready_worker(small_weights, ZeroBackend, warmup_batches=(1,)) as url:
+        code = loadtest(url, "--clips", clip, "--sessions", 2, "--fps", 20, "--duration", 0.5,
+                        "--max-frames", 9, "--out", out, "--quiet")
+    assert code == 2 and json.loads(out.read_text())["errors"] == {"open_404": 2}
+    assert "no rows came back" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("http://127.0.0.1:abc",), "Port could not be cast"),
     (("127.0.0.1:8000",), "http://"),

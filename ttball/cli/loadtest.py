@@ -157,7 +157,7 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
                    start_at: float) -> SessionLog:
     import httpx
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     from ttball.client import stream_url
 
@@ -185,6 +185,9 @@ async def _session(url: str, token: str | None, clip: list[bytes], args: argpars
                 await asyncio.wait_for(receiver, timeout=args.drain_timeout)
             except TimeoutError:
                 receiver.cancel()
+    except InvalidStatus as exc:  # the stream refused before it opened (a direct-stream
+        # replica with another --token, say): counted as its session's open, the run goes on
+        log.errors[f"open_{exc.response.status_code}"] = 1
     except (ConnectionClosed, OSError) as exc:  # refused or dropped: counted, the run goes on
         _count_closed(log, exc)
     log.unanswered = len(log.sent)

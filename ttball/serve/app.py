@@ -23,9 +23,9 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,11 @@ UVICORN_WS: dict[str, Any] = {"ws_per_message_deflate": False, "ws_ping_interval
                               "ws_ping_timeout": 120.0}
 
 
-def uvicorn_options(http: str = "auto") -> dict[str, Any]:
-    """uvicorn's options for ttball's servers: :data:`UVICORN_WS`, and ``http``'s protocol
-    (uvicorn's name: ``"auto"``, ``"httptools"`` or ``"h11"``) as :func:`json_400_protocol`."""
-    return {**UVICORN_WS, "http": json_400_protocol(http)}
+def uvicorn_options(http: str = "auto", ws: str = "auto") -> dict[str, Any]:
+    """uvicorn's options for ttball's servers: :data:`UVICORN_WS`, ``http``'s protocol
+    (uvicorn's name: ``"auto"``, ``"httptools"`` or ``"h11"``) as :func:`json_400_protocol`
+    and ``ws``'s as :func:`json_ws_protocol`."""
+    return {**UVICORN_WS, "http": json_400_protocol(http), "ws": json_ws_protocol(ws)}
 
 
 @cache
@@ -89,6 +90,51 @@ def json_400_protocol(http: str = "auto") -> type:
 
     return Json400Protocol
 
+
+@cache
+def json_ws_protocol(ws: str = "auto") -> Any:
+    """uvicorn's WebSocket protocol ``ws``; for ``"auto"`` and ``"websockets-sansio"``
+    (websockets' sans-I/O protocol, what ``"auto"`` picks where websockets is installed) one
+    whose refusals of a handshake (a malformed upgrade request, such as no
+    ``Sec-WebSocket-Key`` or a wrong ``Sec-WebSocket-Version``: 400; headers too large: 431; a
+    close before the handshake: 403) carry ttball's JSON error body, the code named by the
+    status, instead of plain text. Other names are uvicorn's own."""
+    from uvicorn.config import WS_PROTOCOLS
+
+    if ws not in ("auto", "websockets-sansio"):
+        return ws
+    try:
+        from uvicorn.protocols.websockets.websockets_sansio_impl import (
+            WebSocketsSansIOProtocol,
+        )
+    except ImportError:  # no websockets: uvicorn's "auto" falls back to wsproto
+        return WS_PROTOCOLS.get(ws, ws)
+
+    class JsonRejectProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.conn.reject = partial(_json_reject, self.conn.reject)  # type: ignore[method-assign]
+
+    return JsonRejectProtocol
+
+
+def _json_reject(reject: Callable[[Any, str], Any], status: Any, text: str) -> Any:
+    """websockets' ``ServerProtocol.reject`` with ttball's JSON error body for its text."""
+    from http import HTTPStatus
+
+    from websockets.http11 import Response
+
+    plain = reject(status, text)
+    phrase = HTTPStatus(plain.status_code).phrase
+    message = text.strip() or f"the WebSocket handshake was refused ({phrase})"
+    body = json.dumps({"error": {"code": phrase.lower().replace(" ", "_").replace("-", "_"),
+                                 "message": message}}).encode()
+    headers = plain.headers.copy()
+    del headers["Content-Type"], headers["Content-Length"]
+    headers["Content-Length"] = str(len(body))
+    headers["Content-Type"] = "application/json"
+    return Response(plain.status_code, plain.reason_phrase, headers, body)
+
 # -- auth and request metrics (one pure ASGI middleware) ------------------------------------------
 class Gate:
     """Bearer-token check for /v1, /v2 (not /v2/health) and /metrics; request metrics."""
@@ -104,7 +150,7 @@ class Gate:
             await self._refuse(scope, receive, send)
             return
         if scope["type"] == "websocket":
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, self._json_denials(scope, send))
             return
         status = {"code": 500}
         start = time.perf_counter()
@@ -135,16 +181,56 @@ class Gate:
             given = parse_qs(scope.get("query_string", b"").decode()).get("token", [""])[0]
         return hmac.compare_digest(given.encode(), (self.token or "").encode())
 
+    def _json_denials(self, scope: Scope, send: Send) -> Send:
+        """``send`` for a WebSocket, with a refusal before the handshake (the framework's when no
+        route matches: a bare close, which uvicorn answers with an empty 403) answered as
+        ttball's JSON error, 404 ``not_found``, where the server offers the WebSocket denial
+        response (uvicorn does; elsewhere the close stands)."""
+        accepted = False
+
+        async def send_wrapped(message: Message) -> None:
+            nonlocal accepted
+            if message["type"] == "websocket.accept":
+                accepted = True
+            elif message["type"] == "websocket.close" and not accepted and "route" not in scope:
+                error = ApiError(404, "not_found",
+                                 f"no WebSocket is served at {scope['path']}; a session's stream "
+                                 "is /v1/sessions/{id}/stream")
+                if await _deny(scope, send, error):
+                    self.metrics.errors.labels(error.code).inc()
+                    return
+            await send(message)
+
+        return send_wrapped
+
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.errors.labels("unauthorized").inc()
         if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+            error = ApiError(401, "unauthorized", "missing or wrong bearer token (from a browser: "
+                             "?token= on the stream's URL)", headers={"WWW-Authenticate": "Bearer"})
+            if not await _deny(scope, send, error):
+                await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
             return
         body = ApiError(401, "unauthorized", "missing or wrong bearer token").body()
         if scope["path"].startswith("/v2"):
             body = {"error": "missing or wrong bearer token"}
         response = JSONResponse(body, 401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
+
+
+async def _deny(scope: Scope, send: Send, error: ApiError) -> bool:
+    """Refuse a WebSocket handshake with ``error`` as an HTTP answer and its JSON body, through
+    the ASGI WebSocket denial response; False (nothing sent) where the server lacks it."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        return False
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send({"type": "websocket.http.response.start", "status": error.status,
+                "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+    return True
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -379,7 +465,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
 
     sock = listen_socket(host, port)
     server = draining_server(uvicorn.Config(app, log_level=log_level, lifespan="on", loop=loop,
-                                            ws=ws, **uvicorn_options(http)),
+                                            **uvicorn_options(http, ws)),
                              getattr(app.state, "worker", None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name="ttball-uvicorn", daemon=True)
