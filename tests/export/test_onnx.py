@@ -154,3 +154,19 @@ def test_export_cli(tmp_path: Path, small_weights: Path) -> None:
     assert main(["export", "onnx", "--out", str(tmp_path / "m.txt")]) == 2
     assert main(["export", "onnx", "--out", str(out), "--opset", "17", "--size", "72x127"]) == 2
     assert main(["export", "triton", "--out", str(tmp_path / "r"), "--onnx", str(out)]) == 2
+
+
+def test_the_command_lines_offer_the_calibration_methods_quantize_knows() -> None:
+    """`export onnx` and `verify` name the methods without importing onnx at parse time."""
+    import argparse
+
+    from ttball.cli import export, verify
+    from ttball.export.quantize import METHODS
+
+    assert export.CALIBRATION_METHODS == METHODS
+    for module, argv in ((export, ["onnx", "--out", "x.onnx"]), (verify, ["--backend", "x"])):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        for method in METHODS:
+            assert parser.parse_args([*argv, "--calibration-method", method]).calibration_method \
+                == method

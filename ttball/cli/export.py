@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from ttball.errors import UserError
 
+# ttball.export.quantize.METHODS (a test keeps them equal), named here so that parsing the
+# command line does not import onnx
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
 if TYPE_CHECKING:
     from ttball.model import BlurBall
 
@@ -45,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     onnx.add_argument("--calibrate", type=Path, nargs="+", metavar="CLIP",
                       help="videos (or image folders) to calibrate INT8 on (default: 16 "
                       "synthetic rally windows; real footage from your cameras is better)")
-    onnx.add_argument("--calibration-method", choices=("minmax", "entropy", "percentile"),
+    onnx.add_argument("--calibration-method", choices=CALIBRATION_METHODS,
                       help="how activation ranges are chosen (default minmax)")
     onnx.add_argument("--calibration-windows", type=int, default=None,
                       help="with --calibrate: 3-frame windows used, spread over the clips "
@@ -143,7 +147,7 @@ def _run_onnx(args: argparse.Namespace) -> int:
     options = {"fold_bn": args.fold_bn, "dynamic_batch": args.dynamic_batch,
                "opset": args.opset, "height": height, "width": width, "exporter": args.exporter}
     if args.out.suffix == ".onnx":
-        return _write_onnx(args, model, options, args.out)
+        return _write_onnx(args, model, options, args.out, f"wrote {args.out}")
     from ttball.export.ort import convert_to_ort
 
     with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
@@ -157,14 +161,14 @@ def _run_onnx(args: argparse.Namespace) -> int:
 
 
 def _write_onnx(args: argparse.Namespace, model: BlurBall, options: dict[str, Any],
-                out: Path, shown: str | None = None) -> int:
-    """Export to ``out`` and print what was written (``shown``: how to name ``out`` there,
-    when it is a temporary file)."""
+                out: Path, shown: str) -> int:
+    """Export to ``out`` and print what was written, ``shown`` first (what became of ``out``:
+    "wrote PATH", or a name for a temporary file)."""
     from ttball.export import export_onnx
 
     if not args.int8:
         result = export_onnx(model, out, fp16=args.fp16, **options)
-        print(f"{'wrote ' + str(result.path) if shown is None else shown} ({result.precision}, "
+        print(f"{shown} ({result.precision}, "
               f"{result.exporter} exporter, opset {result.opset}); ONNX Runtime vs eager FP32: "
               f"max abs diff {result.max_abs_diff:.3g}, relative {result.max_rel_diff:.3g}")
         return 0
@@ -172,7 +176,7 @@ def _write_onnx(args: argparse.Namespace, model: BlurBall, options: dict[str, An
 
 
 def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any],
-              out: Path, shown: str | None = None) -> int:
+              out: Path, shown: str) -> int:
     from ttball.export import export_onnx
     from ttball.export.quantize import (
         DEFAULT_METHOD,
@@ -192,7 +196,7 @@ def _run_int8(args: argparse.Namespace, model: BlurBall, options: dict[str, Any]
         fp32 = export_onnx(model, Path(tmp) / "fp32.onnx", **options)
         result = quantize_int8(fp32.path, out, windows,
                                method=args.calibration_method or DEFAULT_METHOD)
-    print(f"{'wrote ' + str(result.path) if shown is None else shown} (int8 QDQ, "
+    print(f"{shown} (int8 QDQ, "
           f"{result.method} on {result.windows} windows); "
           f"vs FP32 on those windows: max abs diff {result.max_abs_diff:.3g}, mean "
           f"{result.mean_abs_diff:.3g}, same argmax in {result.argmax_same:.0%} of heatmaps")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ttball.cli.export import CALIBRATION_METHODS
 from ttball.errors import BackendUnavailable, UserError
 
 IMAGES = 12  # worst frames drawn with --images: every one a flip or among the largest moves
@@ -107,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--calibration-method",
-        choices=("minmax", "entropy", "percentile"),
+        choices=CALIBRATION_METHODS,
         help="with --calibrate: how activation ranges are chosen (default minmax)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the verdict")
