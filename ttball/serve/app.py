@@ -99,16 +99,14 @@ def json_ws_protocol(ws: str = "auto") -> Any:
     ``Sec-WebSocket-Key`` or a wrong ``Sec-WebSocket-Version``: 400; headers too large: 431; a
     close before the handshake: 403) carry ttball's JSON error body, the code named by the
     status, instead of plain text. Other names are uvicorn's own."""
-    from uvicorn.config import WS_PROTOCOLS
-
     if ws not in ("auto", "websockets-sansio"):
         return ws
     try:
         from uvicorn.protocols.websockets.websockets_sansio_impl import (
             WebSocketsSansIOProtocol,
         )
-    except ImportError:  # no websockets: uvicorn's "auto" falls back to wsproto
-        return WS_PROTOCOLS.get(ws, ws)
+    except ImportError:  # no websockets (uvicorn's "auto" takes wsproto), or an older uvicorn
+        return ws
 
     class JsonRejectProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
