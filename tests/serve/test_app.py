@@ -129,6 +129,27 @@ def test_overload_gets_429_with_retry_after_and_others_finish(start) -> None:
     assert [r["frame"] for r in c.send(png(1))] == []  # and c goes on normally
 
 
+def test_a_request_of_more_frames_than_the_queue_holds_gets_413_not_a_lasting_429(start) -> None:
+    """Admission reserved one window a frame, so at --max-queue 4 a request of 5 frames got 429
+    however idle the worker was (a client obeying Retry-After looped), and at step 3 so did 12
+    frames, only 4 windows. Now the windows they can complete are reserved: 12 frames at step 3
+    pass, and more than an empty queue holds is a 413 that says how many to send."""
+    from ttball.client import pack_records
+
+    client = start(max_queue=4, max_batch=2, warmup_batches=(1, 2))
+    headers = {"Content-Type": "application/x-ttball-frames"}
+    three, one = client.open_session(step=3), client.open_session(step=1)
+    assert len(three.send_many([png(i) for i in range(12)])) == 12  # 4 windows: they fit
+    for session, frames in ((three, 13), (one, 5)):
+        reply = client.http.post(f"/v1/sessions/{session.id}/frames", headers=headers,
+                                 content=pack_records([png(i) for i in range(frames)]))
+        assert reply.status_code == 413, reply.text
+        error = reply.json()["error"]
+        assert error["code"] == "too_many_frames" and "at most 4 at step 1" in error["message"]
+    assert len(one.send_many([png(i) for i in range(4)])) == 2  # nothing of the refused taken
+    assert [r["frame"] for r in three.finish()] == []
+
+
 def test_session_limit_and_expiry(start) -> None:
     client = start(max_sessions=2, session_ttl_s=0.3)
     first = client.open_session()

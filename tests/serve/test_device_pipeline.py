@@ -732,6 +732,11 @@ def test_windows_of_sessions_share_batches_and_overload_gets_429(gated, jpegs) -
         assert [[r["frame"] for r in q.result(30)] for q in queued] == [[0, 1, 2], [0, 1, 2]]
     assert backend.sizes[warm_calls:] == [1, 2]  # b's and c's windows in one network call
     assert [r["frame"] for r in d.send_many(jpegs[:4])] == [0, 1, 2]  # d goes on normally
+    # 7 frames at step 3 are more than an empty queue of 2 windows holds: 413, not a 429 that
+    # no retry would get past
+    reply = _post(client, d.id, pack_records([jpegs[0]] * 7), "application/x-ttball-frames")
+    assert reply.status_code == 413, reply.text
+    assert reply.json()["error"]["code"] == "too_many_frames"
 
 
 def test_ready_only_after_warmup_of_backend_and_pipeline(gated, jpegs) -> None:

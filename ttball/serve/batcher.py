@@ -189,9 +189,16 @@ class Batcher:
 
     def reserve(self, n: int, cost: int = WINDOW) -> None:
         """Hold room for ``n`` jobs of ``cost`` units, or raise :class:`Overloaded` (or 503
-        when stopping)."""
+        when stopping; 413 ``too_many_frames`` for more than the whole queue holds, which no
+        retry would admit)."""
         if self._stopping:
             raise ApiError(503, "shutting_down", "the worker is shutting down")
+        if n * cost > self.capacity * WINDOW:
+            raise ApiError(
+                413, "too_many_frames",
+                f"this request's frames make up to {_windows(n * cost)} windows, more than the "
+                f"worker's whole queue holds ({self.capacity}, --max-queue); send fewer frames "
+                f"a request (at most {self.capacity} at step 1, {self.capacity * 3} at step 3)")
         if self._reserved + self._queued + n * cost > self.capacity * WINDOW:
             raise Overloaded(
                 f"{_windows(self._queued)} windows queued and {_windows(self._reserved)} "

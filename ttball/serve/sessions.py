@@ -271,7 +271,8 @@ class Feeder:
         """Decode and push ``parts``; returns the step that completes their windows.
 
         Nothing is pushed unless every part decodes and fits (a bad frame never half-enters a
-        stream). Room for one window per frame is reserved first (429 when the queue is full).
+        stream). Room for the windows the frames can complete is reserved first (429 when the
+        queue is full, 413 when they would not fit an empty one).
         """
         if session.on_device:
             assert self.device is not None
@@ -287,12 +288,15 @@ class Feeder:
                     *args: Any) -> asyncio.Task[None]:
         session.check_usable()
         session.touch()
-        self.batcher.reserve(n)
+        # the most windows n frames complete: each at step 1, every third at step 3 (whatever
+        # the stream holds already; duplicates complete none)
+        most = n if session.options.step == 1 else -(-n // 3)
+        self.batcher.reserve(most)
         windows: list[Window] = []
         try:
             windows = await self._in_pool(fn, *args)
         finally:
-            self.batcher.release(n - len(windows))
+            self.batcher.release(most - len(windows))
         self.metrics.frame_accepted(n)
         return self._step(session, windows)
 
