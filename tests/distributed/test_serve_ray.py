@@ -245,6 +245,11 @@ def test_metrics_infer_and_track_keep_the_single_worker_api(url, small_weights,
             session.send(b"GIF89a not really")
         assert (garbage.value.status, garbage.value.code) == (400, "not_an_image")
         session.delete()
+        short = tmp_path / "short.mp4"  # refused on the replica before a row: a 400 here too
+        draw_clip(short, frames=2, size=(SMALL[1], SMALL[0]))
+        with pytest.raises(ServeError) as too_short:
+            list(client.track(short))
+        assert (too_short.value.status, too_short.value.code) == (400, "video_too_short")
         metrics = client.metrics()  # the ingress times its calls to the replicas
         for method in ("infer", "push"):
             assert f'ttball_ingress_call_seconds_count{{method="{method}"}}' in metrics

@@ -8,6 +8,7 @@ import json
 import struct
 import time
 import zlib
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -43,7 +44,8 @@ def server(small_weights):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # also for the reference runs here; 2 threads crawl on a busy host
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
-                             torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000)
+                             torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000,
+                             max_frame_pixels=1_000_000)
     try:
         with serve_in_thread(create_app(settings)) as url, Client(url) as client:
             client.wait_ready(timeout=90, poll=0.1)
@@ -354,11 +356,40 @@ def test_websocket_deeply_nested_text_is_a_bad_message_and_the_stream_goes_on(se
     assert session_gone.status_code in (200, 404)
 
 
-def test_track_endpoint_refuses_a_too_short_video_without_rows(server, pngs, tmp_path) -> None:
-    reply = server.http.post("/v1/track", content=pngs[0], headers={"Content-Type": "image/png"})
-    lines = [json.loads(line) for line in reply.text.splitlines()]
-    assert [list(line) for line in lines] == [["error"]], lines
-    assert lines[0]["error"]["code"] == "video_too_short"
+def test_track_endpoint_refuses_a_video_it_cannot_track_before_its_response(
+        server, pngs, tmp_path) -> None:
+    """A video of fewer than 3 readable frames was a 200 whose one NDJSON line was the error;
+    frames over the worker's pixel limit were tracked (``/frames`` refuses them: 413); a
+    declared body over the size limit was read to its end before the 413. All are 4xx now,
+    before any row, and no spooled file is left."""
+    import socket
+    import tempfile
+    from urllib.parse import urlsplit
+
+    spooled = lambda: sorted(Path(tempfile.gettempdir()).glob("ttball-track-*"))  # noqa: E731
+    before = spooled()
+    two = tmp_path / "two.mp4"
+    draw_clip(two, frames=2)
+    for body, kind in ((pngs[0], "image/png"), (two.read_bytes(), "video/mp4")):
+        reply = server.http.post("/v1/track", content=body, headers={"Content-Type": kind})
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "video_too_short"
+    big = tmp_path / "big.avi"  # 4 frames of 1,200 x 1,000: the test worker allows 1 MP
+    writer = cv2.VideoWriter(str(big), cv2.VideoWriter_fourcc(*"MJPG"), 30, (1200, 1000))
+    for _ in range(4):
+        writer.write(np.zeros((1000, 1200, 3), np.uint8))
+    writer.release()
+    reply = server.http.post("/v1/track", content=big.read_bytes(),
+                             headers={"Content-Type": "video/x-msvideo"})
+    assert reply.status_code == 413, reply.text
+    assert reply.json()["error"]["code"] == "frame_too_large" and "1200x1000" in reply.text
+    where = urlsplit(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Type: video/mp4\r\n"
+                     b"Content-Length: 3000000000\r\n\r\n")  # and no body: 413 at once
+        head = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert head == b"HTTP/1.1 413 Request Entity Too Large", head
+    assert spooled() == before
 
 
 def test_a_png_without_its_ihdr_chunk_is_not_an_image() -> None:

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from ttball.distributed.serve_uploads import VideoUploads
-from ttball.errors import UserError
 from ttball.serve.metrics import Metrics
 from ttball.serve.sessions import Feeder, Session, SessionOptions, SessionStore
 from ttball.serve.settings import ApiError, ServeSettings
@@ -249,23 +248,19 @@ class ReplicaWorker:
 
     async def track(self, key: str, options: SessionOptions) -> AsyncIterator[bytes]:
         """Upload ``key``, a whole video → NDJSON lines, as ``POST /v1/track`` streams them."""
-        from ttball.frames import FrameSource
-        from ttball.serve.track import track_lines
+        from ttball.serve.track import open_video, track_lines
 
         path = self.uploads.take(key)
         try:
             self.worker.require_ready()
-            try:
-                source = await asyncio.to_thread(FrameSource, path)
-            except UserError as exc:
-                raise ApiError(400, "bad_video",
-                               str(exc).replace(str(path), "the body")) from None
         except BaseException:
             path.unlink(missing_ok=True)
             raise
+        # (a refusal here reaches the ingress before its response starts: a 4xx there too)
+        source, frames = await open_video(path, self.worker.settings.max_frame_pixels)
         sid = f"track-{path.stem}"
         session = Session(sid, options, self.store.new_stream(options, sid), source.info.fps)
-        async for line in track_lines(source, session, self.feeder,
+        async for line in track_lines(source, frames, session, self.feeder,
                                        self.worker.settings.max_ws_inflight, path):
             yield line
 

@@ -5,12 +5,13 @@ to a replica) and tracked as one session (:func:`track_lines`, shared with the R
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +33,44 @@ def add_track(app: FastAPI, worker: Worker) -> None:
     @app.post("/v1/track")
     async def track(request: Request, step: int = 3, threshold: float | None = None,
                     dedup_ssim: float | None = None) -> StreamingResponse:
-        from ttball.frames import FrameSource
-
         store, feeder = worker.live()
         options = SessionOptions.from_json(
             {"step": step, "threshold": threshold, "dedup_ssim": dedup_ssim})
         path = await spool(request, worker.settings.max_video_bytes)
+        source, frames = await open_video(path, worker.settings.max_frame_pixels)
+        session = Session(f"track-{id(path)}", options,
+                          store.new_stream(options, f"track-{id(path)}"), source.info.fps)
+        lines = track_lines(source, frames, session, feeder, worker.settings.max_ws_inflight,
+                            path)
+        return StreamingResponse(lines, media_type="application/x-ndjson")
+
+
+async def open_video(path: Path, max_pixels: int) -> tuple[Any, Iterator[Any]]:
+    """The spooled video at ``path`` as a ``FrameSource`` and its frames, refused before any
+    row is sent (a 4xx, not an error line after a 200): 400 ``bad_video`` (no video),
+    413 ``frame_too_large`` (frames over ``max_pixels``, as ``/frames`` refuses them), 400
+    ``video_too_short`` (fewer than 3 readable frames: its first 3 are read here). On a refusal
+    the file is deleted."""
+    from ttball.frames import FrameSource
+
+    try:
         try:
             source = await asyncio.to_thread(FrameSource, path)
         except UserError as exc:
-            path.unlink(missing_ok=True)
             raise ApiError(400, "bad_video", str(exc).replace(str(path), "the body")) from None
-        session = Session(f"track-{id(path)}", options,
-                          store.new_stream(options, f"track-{id(path)}"), source.info.fps)
-        lines = track_lines(source, session, feeder, worker.settings.max_ws_inflight, path)
-        return StreamingResponse(lines, media_type="application/x-ndjson")
+        width, height = source.info.width, source.info.height
+        if width * height > max_pixels:
+            raise ApiError(413, "frame_too_large", f"the video's frames are {width}x{height}, "
+                           f"over the limit of {max_pixels} pixels")
+        frames = iter(source)
+        first = await asyncio.to_thread(lambda: list(itertools.islice(frames, MIN_FRAMES)))
+        if len(first) < MIN_FRAMES:
+            raise ApiError(400, "video_too_short", f"{len(first)} readable frame(s); at least "
+                           f"{MIN_FRAMES} are needed")
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return source, itertools.chain(first, frames)
 
 
 def video_suffix(request: Request) -> str:
@@ -55,7 +79,12 @@ def video_suffix(request: Request) -> str:
 
 
 async def body_pieces(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The request body as it arrives; 413 past ``limit`` bytes, 400 for an empty one."""
+    """The request body as it arrives; 413 past ``limit`` bytes (at once for a declared
+    ``Content-Length`` over it), 400 for an empty one."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"video of {declared} bytes over the limit of "
+                       f"{limit} bytes")
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -80,11 +109,11 @@ async def spool(request: Request, limit: int) -> Path:
     return path
 
 
-async def track_lines(source: Any, session: Session, feeder: Feeder, inflight: int,
-                       path: Path) -> AsyncIterator[bytes]:
-    """NDJSON: one row per frame as it finishes, then ``{"summary": ...}`` (or ``{"error"}``)."""
+async def track_lines(source: Any, frames: Iterator[Any], session: Session, feeder: Feeder,
+                      inflight: int, path: Path) -> AsyncIterator[bytes]:
+    """NDJSON of ``frames`` (from :func:`open_video`): one row per frame as it finishes, then
+    ``{"summary": ...}`` (or ``{"error"}``); ``path`` deleted at the end."""
     started = time.perf_counter()
-    frames = iter(source)
     steps: deque[asyncio.Task[None]] = deque()
     count = 0
     try:
@@ -95,9 +124,6 @@ async def track_lines(source: Any, session: Session, feeder: Feeder, inflight: i
                 for row in session.take_rows():
                     count += 1
                     yield _line(row)
-        if session.stream.frames_in < MIN_FRAMES:  # before finish() pads a window of them
-            raise ApiError(400, "video_too_short", f"{session.stream.frames_in} readable "
-                           f"frame(s); at least {MIN_FRAMES} are needed")
         steps.append(await feeder.finish(session))
         for step in steps:
             await step
