@@ -329,6 +329,15 @@ def test_frame_numbers_and_times_must_be_finite_and_in_range(server, pngs) -> No
     rows = session.send(pngs[0]) + session.send(pngs[1]) + session.send(pngs[2])
     assert [r["frame"] for r in rows] == [0, 1, 2]  # refused pushes took no frame number
     session.delete()
+    last = 2**53 - 1  # the last exact frame number: taken, and none numbered after it
+    session = server.open_session(step=1)
+    session.send(pngs[0], frame=last)
+    for body, kind in ((pngs[1], "image/png"),
+                       (pack_records(pngs[1:3]), "application/x-ttball-frames")):
+        reply = _post(server, session.id, body, kind)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "bad_frame_number"
+    session.delete()
 
 
 def test_unknown_routes_and_long_ids_get_the_error_shape(server) -> None:

@@ -169,6 +169,10 @@ class Session:
         if first <= self.last_index:
             raise ApiError(409, "frame_order",
                            f"frame {first} is not after frame {self.last_index}, the last received")
+        if first + len(sizes) - 1 > MAX_FRAME:  # numbered on past the last exact number
+            raise ApiError(400, "bad_frame_number",
+                           f"these frames would be numbered past {MAX_FRAME}, the last frame "
+                           "number; open a new session")
         expected = self._expected_size()
         stamps = []
         for k, (w, h) in enumerate(sizes):
