@@ -254,6 +254,23 @@ def test_web_page_is_served_last(start, tmp_path) -> None:
     client = start(web_dir=str(tmp_path))
     assert client.http.get("/").text == "<h1>ttball</h1>"
     assert client.http.get("/healthz").json()["status"] == "alive"
+    # with the page at /, a wrong method on a path that names nothing was the page's 405
+    for method, path in (("POST", "/nope"), ("POST", "/v1/sesions"), ("DELETE", "/v1/x")):
+        reply = client.http.request(method, path)
+        assert reply.status_code == 404, (method, path, reply.text)
+        assert reply.json()["error"] == {"code": "not_found",
+                                         "message": f"no route for {method} {path}"}
+    reply = client.http.post("/")  # the page itself: the method is what is wrong
+    assert reply.status_code == 405 and reply.json()["error"]["code"] == "method_not_allowed"
+    assert "GET, HEAD" in reply.json()["error"]["message"]
+    reply = client.http.put("/v1/sessions")  # a route's path: 405 with the route's methods
+    assert (reply.status_code, reply.headers["Allow"]) == (405, "GET, POST"), reply.text
+    assert reply.json()["error"]["message"] == "PUT /v1/sessions is not allowed; allowed: GET, POST"
+    reply = client.http.get(f"/v1/sessions/{client.open_session().id}/stream")
+    assert reply.status_code == 404 and "WebSocket" in reply.json()["error"]["message"]
+    for path in ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"):
+        reply = client.http.head(path)  # probes that send HEAD (404 before)
+        assert (reply.status_code, reply.content) == (200, b""), path
 
 
 def test_websocket_client_gone_while_its_windows_wait_is_cleaned_up(start) -> None:

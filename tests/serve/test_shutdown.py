@@ -65,7 +65,7 @@ def test_a_video_stream_cut_by_shutdown_ends_with_an_error_line(tmp_path) -> Non
 
     async def consume() -> list[bytes]:
         lines = []
-        stream = track_lines(iter(range(10)), None, NeverDone(), 1, upload)
+        stream = track_lines(None, iter(range(10)), None, NeverDone(), 1, upload)
         task = asyncio.get_running_loop().create_task(_collect(stream, lines))
         await asyncio.sleep(0.05)  # blocked on its first steps
         task.cancel()

@@ -46,11 +46,11 @@ def build_app(ingress: Ingress) -> FastAPI:
 
 
 def _add_health(app: FastAPI, ingress: Ingress) -> None:
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # HEAD: probes that ask it
     async def healthz() -> dict[str, Any]:
         return {"status": "alive", "phase": ingress.phase}
 
-    @app.get("/readyz")
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
     async def readyz() -> JSONResponse:
         await ingress.each_replica()
         return JSONResponse(ingress.readiness(), 200 if ingress.ready else 503)

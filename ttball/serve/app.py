@@ -254,7 +254,16 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = HTTP_CODES.get(exc.status_code, "http_error")
-        return _error_response(request, ApiError(exc.status_code, code, str(exc.detail),
+        message, where = str(exc.detail), f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            message = f"no route for {where}"
+            if request.url.path.startswith("/v1/sessions/") and \
+                    request.url.path.endswith("/stream"):
+                message += ": a session's stream is its WebSocket (ws:// or wss://)"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow")
+            message = f"{where} is not allowed" + (f"; allowed: {allowed}" if allowed else "")
+        return _error_response(request, ApiError(exc.status_code, code, message,
                                                  dict(exc.headers or {})), metrics)
 
     async def gone(request: Request, exc: Exception) -> Response:
@@ -303,11 +312,11 @@ def stream_app(worker: Worker) -> FastAPI:
 
 
 def _add_health(app: FastAPI, worker: Worker) -> None:
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # HEAD: probes that ask it
     async def healthz() -> dict[str, Any]:
         return {"status": "alive", "phase": worker.phase}
 
-    @app.get("/readyz")
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
     async def readyz() -> JSONResponse:
         return JSONResponse(worker.readiness(), 200 if worker.ready else 503)
 
@@ -395,10 +404,34 @@ def _add_sessions(app: FastAPI, worker: Worker) -> None:
 def mount_web(app: FastAPI, settings: ServeSettings) -> None:
     """Serve the web page (``ttball/web/index.html`` and assets) at ``/``."""
     from fastapi.staticfiles import StaticFiles
+    from starlette.routing import Match
+
+    class WebFiles(StaticFiles):
+        """The page's files, mounted at ``/``, so every request no route takes whole comes
+        here. A method other than GET/HEAD: 405 with the ``Allow`` of the API route at that
+        path (``PUT /v1/sessions``), else 405 for a file of the page, else 404: StaticFiles'
+        own 405 for all of them made a mistyped ``POST /v1/sesions`` look like a route."""
+
+        async def get_response(self, path: str, scope: Scope) -> Response:
+            if scope["method"] in ("GET", "HEAD"):
+                return await super().get_response(path, scope)
+            allowed = sorted({method for route in app.router.routes if route is not web_mount
+                              and route.matches(scope)[0] == Match.PARTIAL
+                              for method in getattr(route, "methods", None) or ()})
+            if allowed:
+                raise HTTPException(405, headers={"Allow": ", ".join(allowed)})
+            try:
+                _, found = await asyncio.to_thread(self.lookup_path, path)
+            except (OSError, ValueError):
+                found = None
+            if found is None:
+                raise HTTPException(404)
+            return await super().get_response(path, scope)
 
     web = Path(settings.web_dir) if settings.web_dir else Path(__file__).parent.parent / "web"
     if (web / "index.html").is_file():
-        app.mount("/", StaticFiles(directory=web, html=True), name="web")
+        app.mount("/", WebFiles(directory=web, html=True), name="web")
+        web_mount = app.router.routes[-1]
 
 
 # How long shutdown waits for WebSocket sessions that sent ``finish`` when uvicorn has no

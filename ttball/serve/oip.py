@@ -81,11 +81,11 @@ def router(worker: Worker) -> APIRouter:
     async def server_metadata() -> dict[str, Any]:
         return {"name": "ttball", "version": __version__, "extensions": EXTENSIONS}
 
-    @r.get("/health/live")
+    @r.api_route("/health/live", methods=["GET", "HEAD"])
     async def live() -> Response:
         return Response(status_code=200)
 
-    @r.get("/health/ready")
+    @r.api_route("/health/ready", methods=["GET", "HEAD"])
     async def ready() -> JSONResponse:
         return JSONResponse(worker.readiness(), 200 if worker.ready else 503)
 
