@@ -310,6 +310,22 @@ def test_bad_session_options_get_4xx_and_open_no_session(server, body, status, c
     assert len(server.http.get("/v1/sessions").json()["sessions"]) == before
 
 
+def test_a_bad_option_value_is_named_in_its_message() -> None:
+    """Messages said "expected a number, got '0.5'" (which option?) or, for a list, Python's
+    "float() argument must be a string or a real number"."""
+    from ttball.serve.sessions import SessionOptions
+
+    for data, named in (({"threshold": "0.5"}, "threshold must be a number"),
+                        ({"dedup": []}, "dedup must be a number"),
+                        ({"dedup_ssim": "yes"}, "dedup must be a number"),
+                        ({"fps": {}}, "fps must be a number"),
+                        ({"width": "64", "height": 32}, "width must be a number"),
+                        ({"threshold": float("nan")}, "threshold must be a finite number")):
+        with pytest.raises(ApiError) as refused:
+            SessionOptions.from_json(data)
+        assert refused.value.code == "bad_options" and named in refused.value.message, data
+
+
 def test_whole_float_sizes_and_dedup_off_are_still_options(server) -> None:
     reply = server.http.post("/v1/sessions", json={"step": 1.0, "width": 64.0, "height": 32,
                                                    "dedup": False})

@@ -70,13 +70,13 @@ class SessionOptions:
         try:
             options = cls(
                 step=_integer("step", data.get("step", 3)),
-                threshold=_opt(float, data.get("threshold")),
+                threshold=_opt("threshold", float, data.get("threshold")),
                 # false or 0: off; anything else goes through _opt ([] and {} are refused)
-                dedup_ssim=0.99 if dedup is True else _opt(float, None if dedup in (False, 0)
-                                                           else dedup),
-                width=_opt(partial(_integer, "width"), data.get("width")),
-                height=_opt(partial(_integer, "height"), data.get("height")),
-                fps=_opt(float, data.get("fps")),
+                dedup_ssim=0.99 if dedup is True else _opt(
+                    "dedup", float, None if dedup in (False, 0) else dedup),
+                width=_opt("width", partial(_integer, "width"), data.get("width")),
+                height=_opt("height", partial(_integer, "height"), data.get("height")),
+                fps=_opt("fps", float, data.get("fps")),
             )
             options.stream_options()
         except (TypeError, ValueError, OverflowError) as exc:
@@ -97,14 +97,16 @@ class SessionOptions:
         return StreamOptions(step=self.step, threshold=self.threshold, dedup_ssim=self.dedup_ssim)
 
 
-def _opt(kind: Callable[[Any], T], value: Any) -> T | None:
-    if isinstance(value, (bool, str)):
-        raise TypeError(f"expected a number, got {clip(repr(value))}")
+def _opt(name: str, kind: Callable[[Any], T], value: Any) -> T | None:
+    """Option ``name``'s JSON number ``value`` as ``kind`` (None stays None), else
+    TypeError/ValueError naming the option."""
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {clip(repr(value))}")
     result = kind(value)
     if isinstance(result, float) and not math.isfinite(result):
-        raise ValueError(f"expected a finite number, got {value}")
+        raise ValueError(f"{name} must be a finite number, got {value}")
     return result
 
 
