@@ -115,6 +115,21 @@ def test_infer_binary_equals_network(server, batch, expected) -> None:
      "shape"),
     ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
                   "parameters": {"binary_data_size": True}}]}, "binary_data_size"),
+    # numpy took strings and booleans as numbers (200); a string size was shown as a number;
+    # "false" as a string was true; missing data was "has 1 values"
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                  "data": ["0.1"] * (9 * H * W)}]}, "not strings or booleans"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                  "data": [0.5] * (9 * H * W - 1) + [True]}]}, "not strings or booleans"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                  "parameters": {"binary_data_size": "4"}}]},
+     "binary_data_size must be a whole number of bytes, got '4'"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32",
+                  "data": [0.0] * (9 * H * W)}],
+      "outputs": [{"name": "heatmaps", "parameters": {"binary_data": "false"}}]},
+     "binary_data must be true or false"),
+    ({"inputs": [{"name": "frames", "shape": [1, 9, H, W], "datatype": "FP32"}]},
+     "needs 'data'"),
 ])
 def test_infer_errors_use_the_protocol_error_object(server, request_, message) -> None:
     reply = server.http.post(INFER, json=request_)
@@ -139,6 +154,13 @@ def test_infer_bodies_that_are_not_json_get_400(server, body, message) -> None:
     reply = server.http.post(INFER, content=body)
     assert reply.status_code == 400
     assert message in reply.json()["error"]
+
+
+def test_the_header_length_hint_comes_only_for_a_body_that_looks_binary(server) -> None:
+    """Every JSON error said "(binary data needs the Inference-Header-Content-Length header)",
+    for a plain JSON request too."""
+    reply = server.http.post(INFER, content=b'{"inputs": [}')
+    assert reply.status_code == 400 and "Inference-Header" not in reply.json()["error"]
 
 
 @pytest.mark.parametrize("length", [b"\xb2", b"1" + b"0" * 5000],
