@@ -391,7 +391,9 @@ def test_track_endpoint_refuses_a_video_it_cannot_track_before_its_response(
     import tempfile
     from urllib.parse import urlsplit
 
-    spooled = lambda: sorted(Path(tempfile.gettempdir()).glob("ttball-track-*"))  # noqa: E731
+    def spooled():
+        return sorted(Path(tempfile.gettempdir()).glob("ttball-track-*"))
+
     before = spooled()
     two = tmp_path / "two.mp4"
     draw_clip(two, frames=2)
