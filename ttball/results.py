@@ -61,23 +61,50 @@ class FrameResult:
 
 @contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds."""
-    path = Path(path)
+    """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds.
+
+    A symlink is written through (its target replaced, the link kept), a file written again
+    keeps its permissions, and a path that is no regular file (``/dev/null``, a named pipe) is
+    written into: renaming a file over it would replace the device node itself."""
+    given = Path(path)
+    path = Path(os.path.realpath(given))
     if path.is_dir():
-        raise UserError(f"{path} is a folder; cannot write a file in its place")
+        raise UserError(f"{given} is a folder; cannot write a file in its place")
+    if path.exists() and not path.is_file():
+        yield from _write_into(path, mode)
+        return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise UserError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write to {given.parent}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, mode, newline="" if "b" not in mode else None) as f:
             yield f
-        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            keep = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            keep = 0o666 & ~_umask()
+        os.chmod(tmp, keep)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _write_into(path: Path, mode: str) -> Iterator[IO[Any]]:
+    """``atomic_write`` for a device or pipe: straight into it (nothing to rename)."""
+    try:
+        f = open(path, mode, newline="" if "b" not in mode else None)  # noqa: SIM115
+    except OSError as exc:
+        raise UserError(f"cannot write to {path}: {exc.strerror or exc}") from None
+    try:
+        yield f
+    finally:
+        try:
+            f.close()
+        except OSError as exc:
+            raise UserError(f"cannot write to {path}: {exc.strerror or exc}") from None
 
 
 def _umask() -> int:
