@@ -140,6 +140,21 @@ def test_triton_repo_names_the_real_tensors(exported: ExportResult, tmp_path: Pa
     assert tensor_specs(repo.model)[0].dims == (9, H, W)
 
 
+def test_a_triton_repo_is_checked_before_its_model_is_written(exported: ExportResult,
+                                                            tmp_path: Path) -> None:
+    """config.pbtxt in a folder's place failed after model.onnx was written; a max batch size
+    past int32 was written into the config."""
+    from ttball.errors import UserError
+
+    (tmp_path / "repo" / "blurball" / "config.pbtxt").mkdir(parents=True)
+    with pytest.raises(UserError, match="config.pbtxt is a folder"):
+        write_triton_repo(None, tmp_path / "repo", source=exported.path)
+    assert not (tmp_path / "repo" / "blurball" / "1" / "model.onnx").exists()
+    with pytest.raises(UserError, match=r"max batch size must be in \[3, 2147483647\]"):
+        write_triton_repo(None, tmp_path / "other", source=exported.path,
+                          max_batch_size=2**31)
+
+
 def test_export_cli(tmp_path: Path, small_weights: Path) -> None:
     from ttball.cli import COMMANDS, main
 

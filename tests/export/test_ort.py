@@ -70,6 +70,21 @@ def test_a_failed_conversion_leaves_nothing_behind(tmp_path: Path) -> None:
     assert operators_path(tmp_path / "out.ort").name == "out.required_operators.config"
 
 
+def test_an_operator_list_that_cannot_be_written_leaves_the_old_pair(
+        exported: ExportResult, tmp_path: Path) -> None:
+    """The .ort was moved into place before its operator list, so a folder in the list's place
+    left a new .ort beside the old list (and a traceback)."""
+    from ttball.errors import UserError
+
+    out = tmp_path / "out.ort"
+    out.write_bytes(b"an older export")
+    operators_path(out).mkdir()
+    with pytest.raises(UserError, match="out.required_operators.config is a folder"):
+        convert_to_ort(exported.path, out)
+    assert out.read_bytes() == b"an older export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ort", "out.required_operators.config"]
+
+
 def test_export_cli_writes_ort(tmp_path: Path, small_weights: Path, capsys) -> None:
     from ttball.cli import COMMANDS, main
 

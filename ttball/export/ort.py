@@ -68,6 +68,9 @@ def convert_to_ort(onnx_path: str | os.PathLike[str], path: str | os.PathLike[st
     if platform not in PLATFORMS:
         raise UserError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)}")
     path, operators = Path(path), operators_path(path)
+    for target in (path, operators):  # both checked first: the pair is replaced together
+        if target.is_dir():
+            raise UserError(f"{target} is a folder; cannot write the export in its place")
     with tempfile.TemporaryDirectory(prefix=".ttball-ort-", dir=path.parent) as tmp:
         staged = Path(tmp) / "model.ort"
         so = ort.SessionOptions()

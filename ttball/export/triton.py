@@ -27,6 +27,7 @@ from ttball.results import atomic_write
 
 MODEL_NAME = "blurball"
 WARMUP_BATCHES = (1, 2, 3)
+MAX_BATCH_SIZE = 2**31 - 1  # config.pbtxt's max_batch_size is an int32
 MAX_QUEUE_DELAY_US = 2000
 """How long Triton may hold a request to batch it with others: a tenth of a 25 fps frame
 interval, so batching never costs a live stream a frame (not measured on a server yet)."""
@@ -73,8 +74,9 @@ def render_config(
     inp: TensorSpec, out: TensorSpec, *, max_batch_size: int = 8, name: str = MODEL_NAME,
 ) -> str:
     """The text of ``config.pbtxt`` for an ONNX model with this input and output."""
-    if max_batch_size < max(WARMUP_BATCHES):
-        raise UserError(f"max batch size must be at least {max(WARMUP_BATCHES)}")
+    if not max(WARMUP_BATCHES) <= max_batch_size <= MAX_BATCH_SIZE:
+        raise UserError(f"max batch size must be in [{max(WARMUP_BATCHES)}, {MAX_BATCH_SIZE}] "
+                        f"(Triton's int32), got {max_batch_size}")
     lines = [
         f'name: "{name}"',
         'platform: "onnxruntime_onnx"',
@@ -130,8 +132,9 @@ def write_triton_repo(
     batch; FP16 folds BatchNorm in FP32 first), or the ONNX file ``source`` copied as it is."""
     if (model is None) == (source is None):
         raise UserError("give either a model to export or an ONNX file to copy, not both")
-    if max_batch_size < max(WARMUP_BATCHES):
-        raise UserError(f"max batch size must be at least {max(WARMUP_BATCHES)}")
+    if not max(WARMUP_BATCHES) <= max_batch_size <= MAX_BATCH_SIZE:
+        raise UserError(f"max batch size must be in [{max(WARMUP_BATCHES)}, {MAX_BATCH_SIZE}] "
+                        f"(Triton's int32), got {max_batch_size}")
     if source is not None:
         tensor_specs(source)  # refuse a file Triton could not batch before writing anything
     model_dir = Path(repo) / MODEL_NAME
@@ -140,7 +143,10 @@ def write_triton_repo(
         version_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create {version_dir}: {exc.strerror or exc}") from None
-    target = version_dir / "model.onnx"
+    target, config = version_dir / "model.onnx", model_dir / "config.pbtxt"
+    for path in (target, config):  # both checked before either is written
+        if path.is_dir():
+            raise UserError(f"{path} is a folder; cannot write a file in its place")
     result = None
     if source is not None:
         _copy(Path(source), target)
@@ -149,7 +155,6 @@ def write_triton_repo(
         result = export_onnx(model, target, fp16=fp16, fold_bn=fp16, dynamic_batch=True,
                              height=height, width=width)
     inp, out = tensor_specs(target)
-    config = model_dir / "config.pbtxt"
     with atomic_write(config) as f:
         f.write(render_config(inp, out, max_batch_size=max_batch_size))
     return TritonRepo(config, target, result)
