@@ -95,3 +95,31 @@ def test_cli_data_only_reports_the_pipeline(capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["steps"] == 2 and report["windows_per_s"] > 0 and report["limit"] == "data"
     assert report["kb_per_window"] < 100  # 32x64 crops: 18 KB of pixels, a few hundred bytes else
+
+
+def test_data_workers_start_after_opencv_used_its_threads() -> None:
+    """A worker forked after this process had resized with OpenCV's thread pool hung in its
+    own ``cv2.setNumThreads(1)`` (the pool's locks without its threads): ``train`` hung after
+    its clip checks, and this file's tests after any test that tracked. Its own process, so the
+    pool's state is this test's."""
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, cv2\n"
+        "from ttball.train import TrainConfig\n"
+        "from ttball.train_data import loader\n"
+        "cv2.setNumThreads(2)\n"
+        "img = np.zeros((1080, 1920, 3), np.uint8)\n"
+        "for _ in range(20):\n"
+        "    cv2.resize(img, (640, 360))\n"
+        "batch = next(loader(TrainConfig(synth_frames=4, windows_per_clip=1), (64, 64), 1, 1))\n"
+        "print('ok', tuple(batch.x.shape), cv2.getNumThreads())\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                              text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the data worker hung")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", "(1,", "9,", "64,", "64)", "2"]

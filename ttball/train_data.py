@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -41,6 +42,8 @@ SYNTH_SIZES = ((1280, 720), (960, 540), (640, 360), (1920, 1080))
 # workers' rate at 14 workers and 67 % at 29 with 4, 87 % and 82 % with 8.
 PREFETCH = 8
 IDENTITY_LUT = np.arange(256, dtype=np.uint8)
+# A window's bytes beside its pixels: the jitter table and its numbers (``Window``).
+WINDOW_EXTRA_BYTES = 256 + 3 * 10 * 4 + 3 * 4 + 3 * 8
 
 
 class Window(NamedTuple):
@@ -128,6 +131,30 @@ def check_crop(crop: tuple[int, int], height: int, width: int) -> None:
     if h % 8 or w % 8 or h < 16 or w < 16 or h > height or w > width:
         raise UserError(f"--crop {h}x{w}: sides must be multiples of 8 from 16 up to the "
                         f"{height}x{width} frames that training crops are cut from")
+
+
+def check_memory(cfg: TrainConfig) -> None:
+    """A one-line error when the batches can't fit in memory. A lower bound: each worker (or
+    this process, without workers) holds a batch's windows and their collated copy at once, and
+    this process the batch it trains on; the same for the whole-frame batches."""
+    from ttball.synth.dataset import _available_memory, _size
+
+    check_crop(cfg.crop, cfg.height, cfg.width)
+    at_once = max(cfg.workers, 1) + 1
+    window = 9 * cfg.crop[0] * cfg.crop[1] + WINDOW_EXTRA_BYTES
+    memory = at_once * cfg.batch * window
+    if cfg.full_frame_every:
+        frame_workers = (cfg.workers + 3) // 4
+        memory += ((max(frame_workers, 1) + 1) * max(cfg.batch // 4, 1)
+                   * (9 * cfg.height * cfg.width + WINDOW_EXTRA_BYTES))
+    available = _available_memory()
+    if available is not None and memory > available:
+        raise UserError(
+            f"--batch {cfg.batch} needs at least {_size(memory)} of memory for its windows "
+            f"({at_once} batches at once of {cfg.crop[0]}x{cfg.crop[1]} crops, {_size(window)} "
+            f"each{', and whole frames' if cfg.full_frame_every else ''}); {_size(available)} "
+            "is available: ask for a smaller --batch or --crop, or fewer --workers"
+        )
 
 
 def _to_net(frame_bgr: np.ndarray, net_size: tuple[int, int]) -> np.ndarray:
@@ -228,7 +255,8 @@ class WindowStream(IterableDataset):
         wid, nw = (info.id, info.num_workers) if info else (0, 1)
         rng = np.random.default_rng([self.cfg.seed, wid, 0 if self.crop else 1])
         counter = wid
-        cv2.setNumThreads(1)
+        if cv2.getNumThreads() != 1:  # (forked by ``loader``: already 1, and left alone)
+            cv2.setNumThreads(1)
         buffer = np.empty((0,), np.uint8)
         waited = 0.0
         while True:
@@ -317,11 +345,28 @@ class WindowStream(IterableDataset):
 def loader(cfg: TrainConfig, crop: tuple[int, int] | None, batch: int, workers: int) -> Iterator[Window]:
     """Batches of windows; pinned when CUDA is there (pinned memory is what copies without
     blocking)."""
-    return _one_line_errors(iter(DataLoader(
+    batches = DataLoader(
         WindowStream(cfg, crop), batch_size=batch, num_workers=workers,
         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
         prefetch_factor=PREFETCH if workers else None,
-    )))
+    )
+    with _no_cv2_pool():  # the workers are forked here
+        started = iter(batches)
+    return _one_line_errors(started)
+
+
+@contextmanager
+def _no_cv2_pool() -> Iterator[None]:
+    """OpenCV at one thread around a fork: a child inherits the pool's locks but not its threads,
+    so its own ``cv2.setNumThreads(1)`` (``WindowStream``) waited forever on them whenever this
+    process had resized or decoded with the pool before (a hung ``train``). Set here, in the
+    parent, the children inherit 1 and need not touch the pool."""
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)  # what the children inherit; they leave it as it is
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
 
 
 def _one_line_errors(batches: Iterator[Window]) -> Iterator[Window]:
