@@ -3,6 +3,7 @@ hang (found by a user audit: these hung, printed tracebacks or wrote NaN weights
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 from collections.abc import Iterator
@@ -238,3 +239,74 @@ def test_a_diverging_run_keeps_the_earlier_weights(tmp_path: Path, steps: int) -
     with pytest.raises(UserError, match=r"^training diverged at step \d"):
         train(cfg, device="cpu", progress=False)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == saved
+
+
+# 5. Seeds: numpy's generators take none below 0, torch's none from 2**64; refused up front.
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--seed", "-1", "--seed must be 0 or more, got -1"),
+    ("--synth-seed", "-1", "--synth-seed must be 0 or more, got -1"),
+    ("--seed", str(2**64), f"--seed must be below 2**64, got {2**64}"),
+])
+def test_seeds_out_of_range_are_one_line_before_any_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str,
+        message: str) -> None:
+    """``--seed -1`` raised numpy's ValueError in a data worker (a traceback) and left an empty
+    --out folder; ``--seed 2**64`` raised torch's."""
+    out = tmp_path / "run"
+    with _no_hang():
+        err = _fails_in_one_line(capsys, "--out", out, *QUICK, "--workers", "1", option, value)
+    assert err == f"ttball train: error: {message}"
+    assert not out.exists()
+
+
+def test_the_largest_seeds_train(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *QUICK, "--seed", str(2**64 - 1),
+                 "--synth-seed", str(2**70)]) == 0
+    assert (out / "weights.safetensors").is_file()
+
+
+# 6. Resuming: last.pt in --out continues that run; --init would start another.
+
+def test_init_into_a_folder_with_a_run_to_resume_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run resumed from last.pt, ignored --init, and train.json recorded the --init."""
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *QUICK]) == 0
+    saved = {p.name: p.read_bytes() for p in out.iterdir()}
+    init = tmp_path / "init.safetensors"
+    init.write_bytes(saved["weights.safetensors"])
+    err = _fails_in_one_line(capsys, "--out", out, *QUICK, "--steps", "2", "--init", init)
+    assert err == (f"ttball train: error: --out {out} holds a run to resume (last.pt); --init "
+                   "starts a new one: choose a new --out or leave out --init")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == saved
+
+
+def test_train_json_says_from_which_step_a_resumed_run_used_its_settings(
+        tmp_path: Path) -> None:
+    """Settings given to a resumed run (--lr, --batch, ...) apply from the step it resumed at:
+    train.json's config showed them as though the whole run had used them."""
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *QUICK]) == 0
+    assert json.loads((out / "train.json").read_text())["resumed_from_step"] == 0
+    assert main(["train", "--out", str(out), *QUICK, "--steps", "2", "--lr", "1e-3"]) == 0
+    run = json.loads((out / "train.json").read_text())
+    assert run["resumed_from_step"] == 1 and run["steps"] == 2 and run["config"]["lr"] == 1e-3
+
+
+# 7. A batch that can't fit in memory: refused with the estimate, not drawn for minutes.
+
+@pytest.mark.parametrize("data_only", [True, False])
+def test_a_batch_too_large_for_memory_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], data_only: bool) -> None:
+    from ttball.synth.dataset import _available_memory
+
+    if _available_memory() is None:
+        pytest.skip("this system does not say how much memory is available")
+    out = tmp_path / "run"
+    with _no_hang(30):
+        err = _fails_in_one_line(capsys, "--out", out, *QUICK, "--batch", "100000000",
+                                 *(["--data-only"] if data_only else []))
+    assert "--batch 100000000" in err and "of memory" in err and "available" in err
+    assert not out.exists()

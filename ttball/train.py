@@ -144,14 +144,21 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     """Train (or resume from ``cfg.out/last.pt``); returns a summary with the loss curve and
     the time breakdown (``profile``; printed every ``profile_every`` steps when not 0).
 
+    A resumed run goes on with ``cfg``'s settings (steps, lr, data...) from the step it resumed
+    at (``resumed_from_step``; ``seconds`` and ``windows`` count from there); ``cfg.init``
+    with a ``last.pt`` to resume is a ``UserError``: the saved state would replace the weights.
+
     A run whose loss or weights stop being finite raises ``UserError`` and saves nothing more.
     """
     from tqdm import tqdm
 
     from ttball.backends import resolve_device
 
-    dev = resolve_device(device)
     out = Path(cfg.out)
+    if cfg.init and _state_path(out).is_file():  # resuming would load last.pt over the --init
+        raise UserError(f"--out {out} holds a run to resume ({_state_path(out).name}); --init "
+                        "starts a new one: choose a new --out or leave out --init")
+    dev = resolve_device(device)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     model = load_model(cfg.init) if cfg.init else BlurBall()
@@ -164,6 +171,7 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
                             fused=dev.type == "cuda")
     forward = torch.compile(model, dynamic=False) if cfg.compile else model
     step, history = _resume(_state_path(out), model, opt) if _state_path(out).exists() else (0, [])
+    resumed_from = step  # the settings in cfg apply from this step on
     config = WeightsConfig(name=cfg.name, input_height=cfg.height, input_width=cfg.width)
     crops, fulls = make_loaders(cfg)
     amp = cfg.amp and dev.type == "cuda"
@@ -206,7 +214,8 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
         ema = _read_losses(pending, ema, history, cfg)
     _checkpoint(out, model, opt, step, history, config, cfg)
     elapsed = time.perf_counter() - started
-    return {"steps": step, "planned_steps": cfg.steps, "seconds": elapsed, "windows": seen,
+    return {"steps": step, "planned_steps": cfg.steps, "resumed_from_step": resumed_from,
+            "seconds": elapsed, "windows": seen,
             "windows_per_s": seen / max(elapsed, 1e-9), "loss": ema, "history": history,
             "profile": total.summary(), "weights": str(out / "weights.safetensors")}
 

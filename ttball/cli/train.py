@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
     p.add_argument("--checkpoint-every", type=int, default=500,
                    help="write last.pt (to resume from) every this many steps (default 500)")
-    p.add_argument("--init", help="fine-tune from these weights")
+    p.add_argument("--init", help="fine-tune from these weights (a new run: an --out holding "
+                   "last.pt resumes that run instead, without --init)")
     p.add_argument("--name", default="ttball-synth",
                    help="the weights' name, as reports and the worker show it (default "
                    "ttball-synth)")
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ttball.results import write_json
     from ttball.train import TrainConfig, train
+    from ttball.train_data import check_memory
 
     for name in ("steps", "batch", "windows_per_clip", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -79,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--profile must be 0 (off) or a number of steps")
     if not args.name.strip() or not args.name.isprintable():
         raise UserError(f"--name must be printable text, got {args.name!r}")
-    if not args.data_only:
-        from ttball.cli import prepare_out_dir
-
-        prepare_out_dir(args.out)
+    # numpy's generators take no seed below 0 (a data worker's traceback); torch's none from 2**64
+    for name, value in (("--seed", args.seed), ("--synth-seed", args.synth_seed)):
+        if value < 0:
+            raise UserError(f"{name} must be 0 or more, got {value}")
+    if args.seed >= 2**64:
+        raise UserError(f"--seed must be below 2**64, got {args.seed}")
     cfg = TrainConfig(
         out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, crop=args.crop,
         full_frame_every=args.full_frame_every, windows_per_clip=args.windows_per_clip,
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, init=args.init, compile=args.compile,
         name=args.name,
     )
+    check_memory(cfg)  # before the output folder: an impossible batch leaves nothing behind
     if args.data_only:
         from ttball.train_profile import data_only
 
@@ -99,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         warmup = min(args.steps // 4, 2 * max(args.workers, 1))
         print(json.dumps({"workers": args.workers, **data_only(cfg, args.steps, warmup)}))
         return 0
+    from ttball.cli import prepare_out_dir
+
+    prepare_out_dir(args.out)
     summary = train(cfg, device=args.device, progress=not args.quiet, profile_every=args.profile)
     write_json(f"{args.out}/train.json", {"config": cfg.__dict__, **summary})
     if not args.quiet:
