@@ -367,13 +367,52 @@ def test_cli_several_candidates_write_a_summary(tmp_path, cli, clip, small_weigh
     [
         (("--backend", "no-such-backend"), "unknown backend 'no-such-backend'"),
         (("--backend", "cudagraph-fp16", "--device", "cpu"), "unavailable on cpu"),
-        (("--backend", "test-blob", "--batch", "0"), "batch must be at least 1"),
+        (("--backend", "test-blob", "--batch", "0"), "--batch must be at least 1, got 0"),
     ],
 )
 def test_cli_bad_options(cli, clip, capsys, args, message) -> None:
     assert cli(clip, *args) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--batch", "0"), "--batch must be at least 1, got 0"),
+        (("--max-frames", "2"), "--max-frames must be at least 3 (a window), got 2"),
+        (("--threshold", "2"), "--threshold must be between 0 and 1, got 2.0"),
+        (("--threshold", "0"), "--threshold must be between 0 and 1, got 0.0"),
+        (("--threshold", "nan"), "--threshold must be between 0 and 1, got nan"),
+        (("--worst", "-1"), "--worst must be 0 or more, got -1"),
+        (("--max-flips", "-1"), "--max-flips must be 0 or more, got -1"),
+        (("--p99-px", "-1"), "--p99-px must be 0 or more, got -1.0"),
+        (("--p99-px", "nan"), "--p99-px must be 0 or more, got nan"),
+        (("--min-compared", "-1"), "--min-compared must be 0 or more, got -1"),
+    ],
+)
+def test_cli_errors_name_the_flags(tmp_path, cli, clip, capsys, args, message) -> None:
+    """They named the Python API's fields (``max_frames must be at least 3``, ``worst and
+    images must be 0 or more``) instead of the options the user typed."""
+    out = tmp_path / "v"
+    assert cli(clip, "--backend", "test-blob", "--out", out, *args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"ttball verify: error: {message}"
+    assert not out.exists()
+
+
+def test_cli_gt_must_be_a_folder(tmp_path, cli, clip, capsys) -> None:
+    """A --gt that is missing or a file is one line: not a run without the ground truth."""
+    a_file = tmp_path / "afile.txt"
+    a_file.write_text("not a folder")
+    out = tmp_path / "v"
+    for gt in (tmp_path / "nonexist", a_file):
+        assert cli(clip, "--backend", "test-blob", "--gt", gt, "--out", out) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"ttball verify: error: --gt {gt}: not a folder"
+        assert cli("--backend", "test-blob", "--out", out, "--gt", gt, clip) == 2
+        assert capsys.readouterr().err.strip() == err
+    assert not out.exists()
 
 
 def test_cli_unreadable_clip(tmp_path, cli, capsys) -> None:

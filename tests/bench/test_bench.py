@@ -261,6 +261,25 @@ def test_unknown_variant_is_a_user_error(
     assert "no backend matches 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("variants", [",", ",,", "", " , "])
+def test_variants_without_a_name_is_a_user_error(
+    tmp_path: Path, bench_command: None, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, variants: str
+) -> None:
+    """``--variants ,,`` (or "") ran every variant, as if the option were left out."""
+    def every_variant(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ran the variants")
+
+    monkeypatch.setattr("ttball.bench.run_bench", every_variant)
+    out = tmp_path / "b"
+    assert main(["bench", "--quick", "--device", "cpu", "--variants", variants,
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ttball bench: error: --variants needs at least one backend name or pattern "
+        "(leave it out for all)")
+    assert not out.exists()
+
+
 def test_bad_batch_is_a_user_error(bench_command: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--device", "cpu", "--batch", "1,two"]) == 2
     assert "--batch" in capsys.readouterr().err

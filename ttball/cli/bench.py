@@ -28,7 +28,7 @@ from ttball.errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants",
-        default="",
+        default=None,
         help="comma-separated backend names or glob patterns (default: all; "
         "those that can't run here are reported as unavailable)",
     )
@@ -118,6 +118,17 @@ def parse_batches(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(batches))
 
 
+def parse_variants(text: str | None) -> list[str] | None:
+    """The names and patterns of ``--variants``; None (all) when it was left out."""
+    if text is None:
+        return None
+    patterns = [p.strip() for p in text.split(",") if p.strip()]
+    if not patterns:  # "" or ",,": not the same as leaving the option out
+        raise UserError("--variants needs at least one backend name or pattern "
+                        "(leave it out for all)")
+    return patterns
+
+
 def parse_size(text: str) -> tuple[int, int]:
     match = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
     if not match:
@@ -188,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
     batches = parse_batches(args.batch)
     if args.time_budget is not None and not args.time_budget > 0:
         raise UserError(f"--time-budget wants a positive number of seconds, got {args.time_budget}")
+    patterns = parse_variants(args.variants)
     if args.out:  # before the first variant runs: its rows are written as they come
         from ttball.cli import prepare_out_dir
 
@@ -197,7 +209,6 @@ def run(args: argparse.Namespace) -> int:
             if (Path(args.out) / name).is_dir():
                 raise UserError(f"--out {args.out}: {name} there is a folder")
         prepare_out_dir(args.out)
-    patterns = [p.strip() for p in args.variants.split(",") if p.strip()]
     variants = select_variants(patterns, device)
     model, weights = _load(args.weights)
     height, width = parse_size(args.size) if args.size else model.config.input_size

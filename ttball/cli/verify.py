@@ -121,6 +121,21 @@ def _candidates(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options, named as typed: VerifyOptions and Tolerances check the same values
+    but name their own fields (``max_frames``)."""
+    if args.batch < 1:
+        raise UserError(f"--batch must be at least 1, got {args.batch}")
+    if args.max_frames is not None and args.max_frames < 3:
+        raise UserError(f"--max-frames must be at least 3 (a window), got {args.max_frames}")
+    if args.threshold is not None and not 0.0 < args.threshold < 1.0:  # also refuses NaN
+        raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    for flag, value in (("--worst", args.worst), ("--max-flips", args.max_flips),
+                        ("--p99-px", args.p99_px), ("--min-compared", args.min_compared)):
+        if not value >= 0:  # also refuses NaN
+            raise UserError(f"{flag} must be 0 or more, got {value}")
+
+
 def _int8_options(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """The INT8 candidates' calibration options from ``--calibrate``, checked."""
     from ttball.backends.base import spec
@@ -168,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     for name in [args.reference, *names]:
         spec(name)  # an unknown name fails before anything is loaded
     int8 = _int8_options(args, names)
+    _check_numbers(args)
     tolerances = Tolerances(
         max_flips=args.max_flips, p99_px=args.p99_px, min_compared=args.min_compared
     )

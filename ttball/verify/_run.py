@@ -43,7 +43,7 @@ class VerifyOptions:
         if self.max_frames is not None and self.max_frames < 3:
             raise UserError(f"max_frames must be at least 3, got {self.max_frames}")
         if self.worst < 0 or self.images < 0:
-            raise UserError("worst and images must be 0 or more")
+            raise UserError(f"worst and images must be 0 or more, got {self.worst}, {self.images}")
         self.stream()  # validates step and threshold
 
     def stream(self) -> StreamOptions:
