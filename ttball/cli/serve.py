@@ -145,14 +145,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ray.add_argument("--ray", action="store_true",
                      help="run as a Ray Serve application: replicas of the worker behind one "
                           "ingress with the same API")
-    ray.add_argument("--replicas", type=int, default=1, help="with --ray: worker replicas")
+    ray.add_argument("--replicas", type=int, default=None,
+                     help="with --ray: worker replicas (default 1)")
     ray.add_argument("--autoscale", default=None, metavar="MIN:MAX",
                      help="with --ray: let Ray Serve scale between MIN and MAX replicas")
     ray.add_argument("--gpus-per-replica", type=float, default=None,
                      help="with --ray: GPUs each replica holds (default: 1 if --device cuda, or "
                           "auto and this machine has one; else 0)")
-    ray.add_argument("--cpus-per-replica", type=float, default=1.0,
-                     help="with --ray: CPU slots each replica holds")
+    ray.add_argument("--cpus-per-replica", type=float, default=None,
+                     help="with --ray: CPU slots each replica holds (default 1)")
     ray.add_argument("--mps-sm-percent", type=int, default=None, metavar="P",
                      help="with --ray, replicas sharing a GPU through CUDA MPS (a daemon started "
                           "before Ray): each on at most P%% of the GPU's multiprocessors "
@@ -236,9 +237,31 @@ def _check_before_listening(settings) -> None:  # type: ignore[no-untyped-def]
         use_compile_cache(settings.compile_cache)
 
 
+# The options only Ray Serve reads (their defaults None or off): without --ray they did nothing.
+RAY_ONLY = ("--replicas", "--autoscale", "--gpus-per-replica", "--cpus-per-replica",
+            "--mps-sm-percent", "--direct-streams", "--address")
+
+
+def check_ray_options(args: argparse.Namespace) -> None:
+    """Ray-only options without --ray, and --replicas with --autoscale: one line each, where
+    they were ignored (a single server started; the autoscaler overrode --replicas)."""
+    def given(option: str) -> bool:
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        return value is not None and value is not False  # (0 is given: --gpus-per-replica 0)
+
+    if not getattr(args, "ray", False):
+        for option in RAY_ONLY:
+            if given(option):
+                why = ("a single worker serves its streams itself" if option == "--direct-streams"
+                       else "without it ttball serve runs one worker in this process")
+                raise UserError(f"{option} needs --ray: {why}")
+    elif given("--replicas") and given("--autoscale"):
+        raise UserError("--replicas and --autoscale are exclusive (--autoscale MIN:MAX sets "
+                        "the replicas)")
+
+
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "direct_streams", False) and not getattr(args, "ray", False):
-        raise UserError("--direct-streams needs --ray: a single worker serves its streams itself")
+    check_ray_options(args)
     if getattr(args, "ray", False):
         from ttball.distributed.serve import run_serve
 

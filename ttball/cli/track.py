@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ttball.cli import check_targets, prepare_out_dir
 from ttball.errors import UserError
+
+if TYPE_CHECKING:
+    from ttball.frames import FrameSource
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,21 +62,27 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
     if args.dedup_ssim is not None and not 0 < args.dedup_ssim <= 1:
         raise UserError(f"--dedup-ssim must be in (0, 1], got {args.dedup_ssim}")
-    if args.ray:  # (after the checks above: each video's task would fail on them, one by one)
-        from ttball.distributed import run_archive
-
-        return run_archive(args)
+    if args.address is not None and not args.ray:
+        raise UserError("--address needs --ray: without it track runs in this process")
     if args.backend != "auto":
         from ttball.backends.base import spec
 
         spec(args.backend)  # an unknown name fails before anything is loaded or created
         if args.auto_clips:
             raise UserError("--auto-clips only applies with --backend auto")
+        if args.reselect:
+            raise UserError("--reselect only applies with --backend auto")
     for clip in args.auto_clips or ():
         if not Path(clip).exists():
             raise UserError(f"--auto-clips {clip}: no such file or folder")
         check_auto_clip(clip)
-    info = FrameSource(args.video).info  # fails fast on a missing or unreadable input
+    if args.ray:  # (after the checks above: each video's task would fail on them, one by one)
+        from ttball.distributed import run_archive
+
+        return run_archive(args)
+    source = FrameSource(args.video)  # fails fast on a missing or unreadable input
+    info = source.info
+    check_enough_frames(source, args.video)
     out = prepare_out_dir(Path(args.out) if args.out else Path("out") / Path(args.video).stem)
     targets = [out / "track.csv", out / "track.json"] + ([out / "overlay.mp4"] if args.overlay
                                                          else [])
@@ -133,6 +144,17 @@ def _print_summary(result, out: Path, overlay: bool) -> None:  # type: ignore[no
         + (f", {out / 'overlay.mp4'}" if overlay else ""),
     ]
     print("\n".join(lines))
+
+
+def check_enough_frames(source: FrameSource, video: str) -> None:
+    """Fewer readable frames than a window needs fail as tracking would, but before --backend
+    auto's trials (minutes): only the first frames are read, not the whole video."""
+    from ttball.errors import VideoError
+    from ttball.pipeline import MIN_FRAMES
+
+    read = len(list(itertools.islice(source, MIN_FRAMES)))
+    if read < MIN_FRAMES:
+        raise VideoError(f"{video}: {read} readable frame(s); at least {MIN_FRAMES} are needed")
 
 
 def check_auto_clip(clip: str) -> None:

@@ -266,6 +266,8 @@ def track_archive(
     archive, out = Path(archive_dir), Path(out_dir)
     _validate(backend, device, step, batch, csv_format, num_gpus_per_task, retries)
     videos = find_videos(archive, exclude=out)
+    if not videos:  # (an empty report would say "0 failed" of nothing)
+        raise UserError(f"archive {archive} holds no videos ({_suffixes()})")
     _check_collisions(archive, videos)
     state, config = _load_weights(weights)
     settings = ArchiveSettings(config.sha256, backend, device, step, batch, threshold,
@@ -374,7 +376,8 @@ def run_archive(args: Any) -> int:
     Reads ``video`` (the archive folder), ``out``, ``address``, ``weights``, ``backend``,
     ``device``, ``step``, ``batch``, ``threshold``, ``dedup_ssim``, ``csv_format``, ``quiet``
     and, when present, ``num_cpus``, ``num_cpus_per_task``, ``num_gpus_per_task``,
-    ``retries``, ``reselect``.
+    ``retries``, ``reselect``, ``auto_clips``, ``compile_cache`` (refused: the tasks build
+    their backends without it).
     Returns the exit code: 0 when every video has a result, 1 when some failed.
     """
     import sys
@@ -385,6 +388,9 @@ def run_archive(args: Any) -> int:
         raise UserError("--ray needs --out: the folder that receives one result folder per video")
     if not Path(args.video).is_dir():  # before --backend auto's trials (minutes)
         raise UserError(f"archive {args.video} is not a folder")
+    if getattr(args, "compile_cache", None):
+        raise UserError("--compile-cache is not supported with --ray")
+    _check_holds_videos(Path(args.video), Path(args.out))
     device = getattr(args, "device", "auto")
     gpus = getattr(args, "num_gpus_per_task", None)
     if gpus is None:
@@ -413,6 +419,22 @@ def run_archive(args: Any) -> int:
     return 1 if report.failed else 0
 
 
+def _check_holds_videos(archive: Path, out: Path) -> None:
+    """A folder without videos (empty, or of images) ran nothing and exited 0: one line instead,
+    before --backend auto's trials and Ray."""
+    if find_videos(archive, exclude=out):
+        return
+    from ttball.frames import IMAGE_SUFFIXES
+
+    images = any(p.suffix.lower() in IMAGE_SUFFIXES for p in archive.iterdir())
+    raise UserError(f"--ray tracks videos ({_suffixes()}): {archive} holds none"
+                    + ("; a folder of images is tracked without --ray" if images else ""))
+
+
+def _suffixes() -> str:
+    return ", ".join(sorted(VIDEO_SUFFIXES))
+
+
 def _resolve_auto(args: Any, device: str) -> str:
     """``--backend auto``: chosen once on the driver (the workers are assumed alike)."""
     import sys
@@ -424,4 +446,5 @@ def _resolve_auto(args: Any, device: str) -> str:
 
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     model = load_model(args.weights)
-    return choose_backend(model, device, reselect=getattr(args, "reselect", False), log=log).backend
+    return choose_backend(model, device, reselect=getattr(args, "reselect", False), log=log,
+                          clips=getattr(args, "auto_clips", None)).backend

@@ -176,11 +176,16 @@ def settings_from(args: Any) -> RayServeSettings:
     gpus = args.gpus_per_replica
     if gpus is None:
         gpus = 1.0 if worker.device == "cuda" or (worker.device == "auto" and _has_cuda()) else 0.0
-    return RayServeSettings(worker=worker, replicas=args.replicas,
+    return RayServeSettings(worker=worker, replicas=_or(args.replicas, 1),
                             autoscale=parse_autoscale(args.autoscale),
-                            gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
+                            gpus_per_replica=gpus, cpus_per_replica=_or(args.cpus_per_replica, 1.0),
                             address=args.address, mps_sm_percent=args.mps_sm_percent,
                             graceful_timeout_s=args.graceful_timeout)
+
+
+def _or(value: Any, default: Any) -> Any:
+    """An option left out (None: ``ttball serve`` tells given from not) → its default."""
+    return default if value is None else value
 
 
 def app_builder(args: dict[str, Any]) -> Any:
