@@ -234,3 +234,33 @@ def test_cli_bad_input(eval_cli, tmp_path, capsys):
         == 2
     )
     assert "--radius" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("columns, row, message", [
+    ("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score", "0,0,1,nan,5,0,0,1",
+     "a visible ball needs a number for x"),
+    ("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score", "0,0,1,4,,0,0,1",
+     "a visible ball needs a number for y"),
+    ("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score", "0,0,7,4,5,0,0,1",
+     "visibility must be 0 or 1, got '7'"),
+    ("Frame,X,Y,Visibility,L,Theta", "0,nan,5,1,0,0", "a visible ball needs a number for X"),
+    ("Frame,X,Y,Visibility,L,Theta", "0,4,5,2,0,0", "visibility must be 0 or 1, got '2'"),
+])
+def test_a_visible_ball_without_a_position_or_an_odd_visibility_is_refused(
+        tmp_path, columns, row, message):
+    """A visible row with NaN x/y became a ball at (0, 0); visibility 7 an invisible frame."""
+    from ttball.results import read_track_csv as read_results
+
+    path = tmp_path / "gt.csv"
+    path.write_text(f"{columns}\n{row}\n")
+    with pytest.raises(UserError, match=message):
+        read_results(path)
+
+
+def test_an_invisible_frame_may_leave_its_cells_empty(tmp_path):
+    from ttball.results import read_track_csv as read_results
+
+    path = tmp_path / "gt.csv"
+    path.write_text("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score\n"
+                    "0,0,0,nan,,,,\n1,0,false,0,0,0,0,0\n")
+    assert [r.visible for r in read_results(path)] == [False, False]

@@ -180,8 +180,8 @@ def _parse_track_row(r: dict[str, str], path: Path) -> FrameResult:
             frame=int(r["frame"]),
             time_s=float(r["time_s"] or 0.0),
             visible=_truthy(r["visible"]),
-            x=_num(r["x"]),
-            y=_num(r["y"]),
+            x=_num(r["x"], _truthy(r["visible"]), "x"),
+            y=_num(r["y"], _truthy(r["visible"]), "y"),
             blur_angle_deg=_num(r["blur_angle_deg"]),
             blur_length_px=_num(r["blur_length_px"]),
             score=_num(r["score"]),
@@ -197,8 +197,8 @@ def _parse_blurball_row(r: dict[str, str], path: Path) -> FrameResult:
             frame=int(r["Frame"]),
             time_s=0.0,
             visible=visible,
-            x=_num(r["X"]),
-            y=_num(r["Y"]),
+            x=_num(r["X"], visible, "X"),
+            y=_num(r["Y"], visible, "Y"),
             blur_angle_deg=_num(r["Theta"]),
             blur_length_px=_num(r["L"]),
             score=1.0 if visible else 0.0,
@@ -207,17 +207,27 @@ def _parse_blurball_row(r: dict[str, str], path: Path) -> FrameResult:
         raise UserError(f"{path}: bad row {r}: {exc}") from None
 
 
-def _num(text: str | None) -> float:
-    if text is None or text.strip() == "":
+def _num(text: str | None, needed: bool = False, name: str = "") -> float:
+    """A cell's number; empty or NaN is 0 (how an invisible frame's cells were written), except
+    where ``needed`` (a visible ball's position: it became (0, 0), a detection in a corner)."""
+    if text is None or text.strip() == "" or math.isnan(value := float(text)):
+        if needed:
+            raise ValueError(f"a visible ball needs a number for {name}, got {text!r}")
         return 0.0
-    value = float(text)
-    if math.isinf(value):  # (NaN is how an empty cell was written: 0 as before)
+    if math.isinf(value):
         raise ValueError(f"{text.strip()} is not a finite number")
-    return 0.0 if math.isnan(value) else value
+    return value
+
+
+TRUE, FALSE = {"1", "true", "yes", "1.0"}, {"0", "false", "no", "0.0", ""}
 
 
 def _truthy(text: str | None) -> bool:
-    return (text or "").strip().lower() in {"1", "true", "yes", "1.0"}
+    """A visibility cell: 1 or 0 (a 7 was read as invisible)."""
+    cell = (text or "").strip().lower()
+    if cell not in TRUE | FALSE:
+        raise ValueError(f"visibility must be 0 or 1, got {text!r}")
+    return cell in TRUE
 
 
 def write_json(path: str | os.PathLike[str], payload: Any) -> None:
