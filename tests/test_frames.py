@@ -31,6 +31,16 @@ def test_image_folder_skips_and_counts_unreadable_images(tmp_path: Path) -> None
     assert src.info.corrupt_frames == [2]
 
 
+def test_an_image_of_another_size_is_skipped_as_such_not_as_corrupt(tmp_path: Path) -> None:
+    """A frame of another size decoded fine; ``track`` called it corrupt."""
+    for i in range(4):
+        size = (40, 60, 3) if i != 2 else (80, 120, 3)
+        cv2.imwrite(str(tmp_path / f"f{i:03d}.png"), np.full(size, i * 10, np.uint8))
+    src = FrameSource(tmp_path)
+    assert [f.index for f in src] == [0, 1, 3]
+    assert src.info.corrupt_frames == [] and src.info.other_size_frames == [2]
+
+
 def test_image_folder_reads_a_jpeg_as_stored_whatever_its_exif_orientation(tmp_path: Path) -> None:
     """Frames are used as stored, as the server's decoders use them: a JPEG turned by its EXIF
     orientation would be 40 x 60 among frames of 60 x 40 and counted corrupt."""

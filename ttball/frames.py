@@ -47,6 +47,8 @@ class SourceInfo:
     fps: float
     frame_count: int  # as the container declares it (a video) or the images found
     corrupt_frames: list[int] = field(default_factory=list)
+    # frames that decoded at another size than the first (skipped; they were called corrupt)
+    other_size_frames: list[int] = field(default_factory=list)
     ended_at: int | None = None  # a video that stopped before frame_count: where (truncated?)
 
 
@@ -94,7 +96,7 @@ class FrameSource:
         return SourceInfo(str(self.path), "video", first.shape[1], first.shape[0], float(rate), count)
 
     def __iter__(self) -> Iterator[Frame]:
-        self.info.corrupt_frames = []
+        self.info.corrupt_frames, self.info.other_size_frames = [], []
         if self._images:
             yield from self._iter_images()
         else:
@@ -105,7 +107,7 @@ class FrameSource:
         for i, p in enumerate(self._images):
             img = cv2.imread(str(p), IMREAD_FLAGS)
             if img is None or img.shape[:2] != size:
-                self.info.corrupt_frames.append(i)
+                (self.info.corrupt_frames if img is None else self.info.other_size_frames).append(i)
                 continue
             yield Frame(i, i / self.info.fps, cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
 

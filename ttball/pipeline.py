@@ -57,6 +57,7 @@ class TrackResult:
             "visible_pct": round(100 * self.visible_fraction, 1),
             "frames_per_s": round(self.timing.get("frames_per_s", 0.0), 1),
             "corrupt_frames": len(self.source.corrupt_frames),
+            "other_size_frames": len(self.source.other_size_frames),
             "device": self.settings.get("device"),
             "backend": self.settings.get("backend"),
         }

@@ -135,7 +135,9 @@ def _print_summary(result, out: Path, overlay: bool) -> None:  # type: ignore[no
     t = result.timing
     lines = [
         (f"frames        {s['frames']} ({s['corrupt_frames']} corrupt skipped, "
-         f"{t['duplicates']} duplicates)"),
+         + (f"{s['other_size_frames']} of another size skipped, " if s["other_size_frames"]
+            else "")
+         + f"{t['duplicates']} duplicates)"),
         f"ball visible  {s['visible_pct']} %",
         (f"speed         {s['frames_per_s']} frames/s ({t['windows']} windows; network "
          f"{t['network_s']:.2f} s, decode {t['decode_s']:.2f} s, post {t['post_s']:.2f} s)"),

@@ -400,6 +400,7 @@ class ClipRun:
             "kept": len(self.kept),
             "duplicates": self.ref.stream.duplicates,
             "corrupt": len(info.corrupt_frames),
+            "other_size": len(info.other_size_frames),
             "windows": self.windows,
             "ground_truth": str(self.clip.gt_path) if self.clip.gt_path else None,
         }
