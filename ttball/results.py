@@ -80,11 +80,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[A
     try:
         with os.fdopen(fd, mode, newline="" if "b" not in mode else None) as f:
             yield f
-        try:
-            keep = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            keep = 0o666 & ~_umask()
-        os.chmod(tmp, keep)
+        os.chmod(tmp, file_mode(path))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -105,6 +101,15 @@ def _write_into(path: Path, mode: str) -> Iterator[IO[Any]]:
             f.close()
         except OSError as exc:
             raise UserError(f"cannot write to {path}: {exc.strerror or exc}") from None
+
+
+def file_mode(path: str | os.PathLike[str]) -> int:
+    """The permissions a file written (again) at ``path`` should have: the existing file's, or
+    what the umask gives a new one (a temporary file renamed into place has its own, 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
 
 
 def _umask() -> int:

@@ -119,3 +119,18 @@ def test_not_a_state_dict(tmp_path) -> None:
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_model(tmp_path / "nope.safetensors")
+
+
+def test_saved_weights_get_the_umask_mode_or_keep_their_own(small_model, tmp_path) -> None:
+    """safetensors wrote its file 0600: ``train``'s weights were private beside a 0644 last.pt."""
+    import os
+    import stat
+
+    from ttball.results import file_mode
+
+    path = tmp_path / "w.safetensors"
+    save_checkpoint(path, small_model)
+    assert stat.S_IMODE(path.stat().st_mode) == file_mode(tmp_path / "new") != 0o600
+    os.chmod(path, 0o640)
+    save_checkpoint(path, small_model)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640

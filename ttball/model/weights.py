@@ -20,6 +20,7 @@ from torch import Tensor
 from ttball.errors import CheckpointError
 from ttball.model.blurball import BlurBall
 from ttball.model.config import RANDOM_INIT, WeightsConfig
+from ttball.results import file_mode
 
 CONFIG_KEY = "ttball.config"
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "blurball_ttball.safetensors"
@@ -170,6 +171,7 @@ def save_checkpoint(
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         save_file(state, str(tmp), metadata={CONFIG_KEY: config.to_json()})
+        os.chmod(tmp, file_mode(path))  # (safetensors makes its file 0600)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
