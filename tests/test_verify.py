@@ -415,6 +415,19 @@ def test_cli_gt_must_be_a_folder(tmp_path, cli, clip, capsys) -> None:
     assert not out.exists()
 
 
+def test_cli_gt_with_no_clips_csv_is_one_line(tmp_path, cli, clip, capsys) -> None:
+    """A --gt folder without any clip's CSV passed with the accuracy section silently left out."""
+    gt = tmp_path / "gt"
+    gt.mkdir()
+    (gt / "other.csv").write_text("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score\n")
+    out = tmp_path / "v"
+    assert cli(clip, "--backend", "test-blob", "--gt", gt, "--out", out) == 2
+    name = Path(clip).stem if Path(clip).is_file() else Path(clip).name
+    assert capsys.readouterr().err.strip() == (
+        f"ttball verify: error: --gt {gt}: holds none of the clips' ground truth ({name}.csv)")
+    assert not out.exists()
+
+
 def test_cli_unreadable_clip(tmp_path, cli, capsys) -> None:
     broken = tmp_path / "x.mp4"
     broken.write_bytes(b"garbage")

@@ -53,6 +53,10 @@ def prepare_clips(
         gt_path = ground_truth_path(path, gt_dir)
         gt = read_track_csv(gt_path) if gt_path else None
         out.append(Clip(path, name, info, gt, gt_path))
+    if gt_dir is not None and not any(c.gt_path for c in out):  # (the report left it out)
+        wanted = ", ".join(sorted({f"{c.path.stem if c.path.is_file() else c.path.name}.csv"
+                                   for c in out}))
+        raise UserError(f"--gt {gt_dir}: holds none of the clips' ground truth ({wanted})")
     return out
 
 
