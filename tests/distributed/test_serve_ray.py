@@ -560,6 +560,8 @@ def test_cli_options_are_checked(small_weights: Path) -> None:
     assert isinstance(app, Application)
     with pytest.raises(UserError, match="unknown ttball serve option"):
         app_builder({"replica": 2})
+    with pytest.raises(UserError, match="replicas and autoscale are exclusive"):
+        app_builder({"weights": str(small_weights), "replicas": 2, "autoscale": "1:3"})
 
 
 def test_concurrent_websockets_keep_frame_order(url, expected) -> None:

@@ -205,6 +205,9 @@ def app_builder(args: dict[str, Any]) -> Any:
         if not hasattr(namespace, name):
             raise UserError(f"unknown ttball serve option {key!r} in the application's args")
         setattr(namespace, name, value)
+    if namespace.replicas is not None and namespace.autoscale is not None:
+        raise UserError("replicas and autoscale are exclusive in the application's args "
+                        "(autoscale MIN:MAX sets the replicas)")
     return build_app(settings_from(namespace))
 
 
