@@ -196,3 +196,14 @@ def test_two_workers_cut_short_are_stopped_and_the_earlier_data_set_kept(tmp_pat
         write_dataset(tmp_path, clips=6, seed=7, config=NEW, workers=2, progress=ctrl_c)
     assert time.perf_counter() - start < 30
     assert _files(tmp_path) == before
+
+
+def test_a_kernel_file_system_is_named_as_such(synth_cli, capsys: pytest.CaptureFixture[str]) -> None:
+    """``synth /proc/nope`` said "0.0 B is free": true of /proc, not why it cannot be written."""
+    import os
+
+    if not os.path.isdir("/proc") or os.statvfs("/proc").f_blocks != 0:
+        pytest.skip("no /proc here")
+    assert synth_cli(["synth", "/proc/ttball-nope", "--clips", "1", "--size", "64x64"]) == 2
+    err = capsys.readouterr().err
+    assert "/proc holds no files of its own" in err and err.count("\n") == 1, err

@@ -137,7 +137,11 @@ def check_resources(out: Path, clips: int, config: ClipConfig, workers: int) -> 
         )
     pixels = smallest[0] * smallest[1]
     disk = clips * config.frames * (DISK_BYTES_PER_FRAME + DISK_BYTES_PER_PIXEL * pixels)
-    free = shutil.disk_usage(next(d for d in (out, *out.parents) if d.exists())).free
+    where = next(d for d in (out, *out.parents) if d.exists())
+    if os.statvfs(where).f_blocks == 0:  # /proc, /sys: "0.0 B is free" said the wrong thing
+        raise UserError(f"{where} holds no files of its own (a kernel file system): write the "
+                        "data set somewhere else")
+    free = shutil.disk_usage(where).free
     if disk > free:
         raise UserError(
             f"{clips} clips of {config.frames} frames need at least {_size(disk)} of disk; "
