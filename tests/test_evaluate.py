@@ -264,3 +264,14 @@ def test_an_invisible_frame_may_leave_its_cells_empty(tmp_path):
     path.write_text("frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score\n"
                     "0,0,0,nan,,,,\n1,0,false,0,0,0,0,0\n")
     assert [r.visible for r in read_results(path)] == [False, False]
+
+
+def test_a_ground_truth_with_no_frames_is_refused(tmp_path):
+    """A header alone evaluated to a report of "total 0" and every metric None."""
+    from ttball.evaluate import evaluate_paths
+
+    header = "frame,time_s,visible,x,y,blur_angle_deg,blur_length_px,score\n"
+    (tmp_path / "gt.csv").write_text(header)
+    (tmp_path / "pred.csv").write_text(header + "0,0,1,4,5,0,0,1\n")
+    with pytest.raises(UserError, match="gt.csv: a ground truth with no frames"):
+        evaluate_paths(tmp_path / "pred.csv", tmp_path / "gt.csv")

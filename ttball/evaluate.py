@@ -213,7 +213,10 @@ def evaluate_paths(
     total = Tally()
     clips = []
     for name, p, g in pair_paths(Path(pred), Path(gt)):
-        t = tally_frames(read_track_csv(p) if p is not None else [], read_track_csv(g), config)
+        truth = read_track_csv(g)
+        if not truth:  # (every metric would be None: "total 0")
+            raise UserError(f"{g}: a ground truth with no frames")
+        t = tally_frames(read_track_csv(p) if p is not None else [], truth, config)
         total += t
         clips.append({"name": name, "pred": str(p) if p else None, "gt": str(g), **summarise(t)})
     return {
