@@ -133,3 +133,19 @@ def ray_cluster() -> Iterator[None]:
     yield
     ray.shutdown()
 
+
+
+def refuse(*args: object, **kwargs: object) -> None:
+    """A stand-in for what a check must stop before: reaching it fails the test."""
+    raise AssertionError("got past the checks")
+
+
+@pytest.fixture
+def no_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve's checks must fail before the application is built or the port taken."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import ttball.serve.app
+
+    monkeypatch.setattr(ttball.serve.app, "create_app", refuse)
+    monkeypatch.setattr(ttball.serve.app, "listen_socket", refuse)

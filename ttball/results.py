@@ -181,12 +181,13 @@ def read_track_csv(path: str | os.PathLike[str]) -> list[FrameResult]:
 
 def _parse_track_row(r: dict[str, str], path: Path) -> FrameResult:
     try:
+        visible = _truthy(r["visible"])
         return FrameResult(
             frame=int(r["frame"]),
             time_s=float(r["time_s"] or 0.0),
-            visible=_truthy(r["visible"]),
-            x=_num(r["x"], _truthy(r["visible"]), "x"),
-            y=_num(r["y"], _truthy(r["visible"]), "y"),
+            visible=visible,
+            x=_num(r["x"], visible, "x"),
+            y=_num(r["y"], visible, "y"),
             blur_angle_deg=_num(r["blur_angle_deg"]),
             blur_length_px=_num(r["blur_length_px"]),
             score=_num(r["score"]),

@@ -28,20 +28,6 @@ def test_argparse_errors_are_one_line_and_name_the_help(capsys, argv) -> None:
     assert "\n" not in err and err.startswith("ttball ") and "--help)" in err, err
 
 
-@pytest.fixture
-def no_app(monkeypatch):
-    """serve's checks must fail before the application is built or the port taken."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
-    import ttball.serve.app
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("got past the checks")
-
-    monkeypatch.setattr(ttball.serve.app, "create_app", refuse)
-    monkeypatch.setattr(ttball.serve.app, "listen_socket", refuse)
-
-
 @pytest.mark.parametrize(("options", "message"), [
     (("--decode-threads", 0), "--decode-threads must be >= 1"),
     (("--torch-threads", 0), "--torch-threads must be >= 1"),

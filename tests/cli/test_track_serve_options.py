@@ -166,18 +166,12 @@ def test_track_ray_backend_auto_verifies_on_the_auto_clips(monkeypatch, tmp_path
 
 
 @pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_server(no_app: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """serve's checks must fail before the application is built, the port taken or Ray run."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
+    from conftest import refuse
+
     import ttball.distributed.serve
-    import ttball.serve.app
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("got past the checks")
-
-    monkeypatch.setattr(ttball.serve.app, "create_app", refuse)
-    monkeypatch.setattr(ttball.serve.app, "listen_socket", refuse)
     monkeypatch.setattr(ttball.distributed.serve, "run_serve", refuse)
 
 

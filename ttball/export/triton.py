@@ -70,13 +70,17 @@ def _spec(value: onnx.ValueInfoProto, path: str | os.PathLike[str]) -> TensorSpe
     return TensorSpec(value.name, _TRITON_TYPES[t.elem_type], tuple(d.dim_value for d in dims[1:]))
 
 
+def _check_max_batch_size(max_batch_size: int) -> None:
+    if not max(WARMUP_BATCHES) <= max_batch_size <= MAX_BATCH_SIZE:
+        raise UserError(f"max batch size must be in [{max(WARMUP_BATCHES)}, {MAX_BATCH_SIZE}] "
+                        f"(Triton's int32), got {max_batch_size}")
+
+
 def render_config(
     inp: TensorSpec, out: TensorSpec, *, max_batch_size: int = 8, name: str = MODEL_NAME,
 ) -> str:
     """The text of ``config.pbtxt`` for an ONNX model with this input and output."""
-    if not max(WARMUP_BATCHES) <= max_batch_size <= MAX_BATCH_SIZE:
-        raise UserError(f"max batch size must be in [{max(WARMUP_BATCHES)}, {MAX_BATCH_SIZE}] "
-                        f"(Triton's int32), got {max_batch_size}")
+    _check_max_batch_size(max_batch_size)
     lines = [
         f'name: "{name}"',
         'platform: "onnxruntime_onnx"',
@@ -132,9 +136,7 @@ def write_triton_repo(
     batch; FP16 folds BatchNorm in FP32 first), or the ONNX file ``source`` copied as it is."""
     if (model is None) == (source is None):
         raise UserError("give either a model to export or an ONNX file to copy, not both")
-    if not max(WARMUP_BATCHES) <= max_batch_size <= MAX_BATCH_SIZE:
-        raise UserError(f"max batch size must be in [{max(WARMUP_BATCHES)}, {MAX_BATCH_SIZE}] "
-                        f"(Triton's int32), got {max_batch_size}")
+    _check_max_batch_size(max_batch_size)
     if source is not None:
         tensor_specs(source)  # refuse a file Triton could not batch before writing anything
     model_dir = Path(repo) / MODEL_NAME
