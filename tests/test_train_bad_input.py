@@ -300,9 +300,9 @@ def test_train_json_says_from_which_step_a_resumed_run_used_its_settings(
 @pytest.mark.parametrize("data_only", [True, False])
 def test_a_batch_too_large_for_memory_is_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data_only: bool) -> None:
-    from ttball.synth.dataset import _available_memory
+    from ttball.hostmem import available_memory
 
-    if _available_memory() is None:
+    if available_memory() is None:
         pytest.skip("this system does not say how much memory is available")
     out = tmp_path / "run"
     with _no_hang(30):

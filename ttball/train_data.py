@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ttball.errors import UserError, VideoError
+from ttball.hostmem import available_memory, format_bytes
 from ttball.model.config import WeightsConfig
 from ttball.results import read_track_csv
 from ttball.train_targets import build_targets, capsule, peak_pixels, target_params
@@ -137,8 +138,6 @@ def check_memory(cfg: TrainConfig) -> None:
     """A one-line error when the batches can't fit in memory. A lower bound: each worker (or
     this process, without workers) holds a batch's windows and their collated copy at once, and
     this process the batch it trains on; the same for the whole-frame batches."""
-    from ttball.synth.dataset import _available_memory, _size
-
     check_crop(cfg.crop, cfg.height, cfg.width)
     at_once = max(cfg.workers, 1) + 1
     window = 9 * cfg.crop[0] * cfg.crop[1] + WINDOW_EXTRA_BYTES
@@ -147,12 +146,12 @@ def check_memory(cfg: TrainConfig) -> None:
         frame_workers = (cfg.workers + 3) // 4
         memory += ((max(frame_workers, 1) + 1) * max(cfg.batch // 4, 1)
                    * (9 * cfg.height * cfg.width + WINDOW_EXTRA_BYTES))
-    available = _available_memory()
+    available = available_memory()
     if available is not None and memory > available:
         raise UserError(
-            f"--batch {cfg.batch} needs at least {_size(memory)} of memory for its windows "
-            f"({at_once} batches at once of {cfg.crop[0]}x{cfg.crop[1]} crops, {_size(window)} "
-            f"each{', and whole frames' if cfg.full_frame_every else ''}); {_size(available)} "
+            f"--batch {cfg.batch} needs at least {format_bytes(memory)} of memory for its "
+            f"windows ({at_once} batches at once of {cfg.crop[0]}x{cfg.crop[1]} crops, "
+            f"{format_bytes(window)} each{', and whole frames' if cfg.full_frame_every else ''}); {format_bytes(available)} "
             "is available: ask for a smaller --batch or --crop, or fewer --workers"
         )
 

@@ -152,11 +152,11 @@ def test_absurd_counts_fail_at_once_in_one_line_and_make_no_folder(
 def test_memory_and_disk_estimates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = ClipConfig(size=(1280, 720), frames=150)
     per_clip = 45 * 1280 * 720 + 5_000 * 150  # 42 MB: tracemalloc measured 41
-    monkeypatch.setattr(ds, "_available_memory", lambda: 4 * per_clip + 10 * 2_000)
+    monkeypatch.setattr(ds, "available_memory", lambda: 4 * per_clip + 10 * 2_000)
     ds.check_resources(tmp_path, 10, config, workers=4)
     with pytest.raises(UserError, match=r"of memory \(5 rendered at once × 40.\d MiB, and 19"):
         ds.check_resources(tmp_path, 10, config, workers=5)
-    monkeypatch.setattr(ds, "_available_memory", lambda: None)  # not known: not checked
+    monkeypatch.setattr(ds, "available_memory", lambda: None)  # not known: not checked
     free = ds.shutil.disk_usage(tmp_path).free
     frames = 2 * int(free / (50 + 0.001 * 1280 * 720))  # one clip that can't fit, at the least
     with pytest.raises(UserError, match="need at least .* of disk"):

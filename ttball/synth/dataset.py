@@ -26,6 +26,7 @@ from typing import Any
 import cv2
 
 from ttball.errors import UserError
+from ttball.hostmem import available_memory, format_bytes
 from ttball.results import write_json
 from ttball.synth.clip import FOURCC, ClipConfig, clip_seed, plan_clip, write_clip
 from ttball.synth.scene import SIZES
@@ -127,13 +128,14 @@ def check_resources(out: Path, clips: int, config: ClipConfig, workers: int) -> 
     per_clip = per_pixel * largest[0] * largest[1] + RENDER_BYTES_PER_FRAME * config.frames
     at_once, listed = min(workers, clips), MANIFEST_BYTES_PER_CLIP * clips
     memory = at_once * per_clip + listed
-    available = _available_memory()
+    available = available_memory()
     if available is not None and memory > available:
         raise UserError(
             f"{clips} clips of {largest[0]}x{largest[1]} and {config.frames} frames need about "
-            f"{_size(memory)} of memory ({at_once} rendered at once × {_size(per_clip)}, and "
-            f"{_size(listed)} for the manifest); {_size(available)} is available: ask for a "
-            "smaller --size, fewer --frames, --workers or --clips"
+            f"{format_bytes(memory)} of memory ({at_once} rendered at once × "
+            f"{format_bytes(per_clip)}, and {format_bytes(listed)} for the manifest); "
+            f"{format_bytes(available)} is available: ask for a smaller --size, fewer --frames, "
+            "--workers or --clips"
         )
     pixels = smallest[0] * smallest[1]
     disk = clips * config.frames * (DISK_BYTES_PER_FRAME + DISK_BYTES_PER_PIXEL * pixels)
@@ -144,29 +146,9 @@ def check_resources(out: Path, clips: int, config: ClipConfig, workers: int) -> 
     free = shutil.disk_usage(where).free
     if disk > free:
         raise UserError(
-            f"{clips} clips of {config.frames} frames need at least {_size(disk)} of disk; "
-            f"{_size(free)} is free where {out} is: ask for fewer --clips or --frames"
+            f"{clips} clips of {config.frames} frames need at least {format_bytes(disk)} of disk; "
+            f"{format_bytes(free)} is free where {out} is: ask for fewer --clips or --frames"
         )
-
-
-def _available_memory() -> int | None:
-    """Bytes the kernel says can be allocated without swapping; None where it doesn't say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _parse_manifest(path: Path) -> dict[str, Any]:
