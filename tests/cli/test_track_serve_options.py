@@ -53,7 +53,7 @@ def test_track_ray_refuses_a_folder_without_videos(capsys, no_ray, tmp_path, con
             (folder / "notes.txt").write_text("not a video")
     out = tmp_path / "out"
     err = _one_line(capsys, "track", folder, "--ray", "--device", "cpu", "--out", out)
-    assert f"--ray tracks videos (.avi, .mkv, .mov, .mp4, .webm): {folder} holds none" in err
+    assert f"archive {folder} holds no videos (.avi, .mkv, .mov, .mp4, .webm)" in err
     assert ("without --ray" in err) == (content == "images")  # the way to track the images
     assert not out.exists()
 

@@ -265,9 +265,7 @@ def track_archive(
     """
     archive, out = Path(archive_dir), Path(out_dir)
     _validate(backend, device, step, batch, csv_format, num_gpus_per_task, retries)
-    videos = find_videos(archive, exclude=out)
-    if not videos:  # (an empty report would say "0 failed" of nothing)
-        raise UserError(f"archive {archive} holds no videos ({_suffixes()})")
+    videos = archive_videos(archive, out)
     _check_collisions(archive, videos)
     state, config = _load_weights(weights)
     settings = ArchiveSettings(config.sha256, backend, device, step, batch, threshold,
@@ -390,7 +388,7 @@ def run_archive(args: Any) -> int:
         raise UserError(f"archive {args.video} is not a folder")
     if getattr(args, "compile_cache", None):
         raise UserError("--compile-cache is not supported with --ray")
-    _check_holds_videos(Path(args.video), Path(args.out))
+    archive_videos(Path(args.video), Path(args.out))
     device = getattr(args, "device", "auto")
     gpus = getattr(args, "num_gpus_per_task", None)
     if gpus is None:
@@ -419,15 +417,17 @@ def run_archive(args: Any) -> int:
     return 1 if report.failed else 0
 
 
-def _check_holds_videos(archive: Path, out: Path) -> None:
-    """A folder without videos (empty, or of images) ran nothing and exited 0: one line instead,
-    before --backend auto's trials and Ray."""
-    if find_videos(archive, exclude=out):
-        return
+def archive_videos(archive: Path, out: Path) -> list[Path]:
+    """The videos :func:`track_archive` would track, or a one-line ``UserError`` for a folder
+    without any: an empty report would say "0 failed" of nothing. The CLI asks before
+    ``--backend auto``'s trials and Ray start."""
+    videos = find_videos(archive, exclude=out)
+    if videos:
+        return videos
     from ttball.frames import IMAGE_SUFFIXES
 
     images = any(p.suffix.lower() in IMAGE_SUFFIXES for p in archive.iterdir())
-    raise UserError(f"--ray tracks videos ({_suffixes()}): {archive} holds none"
+    raise UserError(f"archive {archive} holds no videos ({_suffixes()})"
                     + ("; a folder of images is tracked without --ray" if images else ""))
 
 
