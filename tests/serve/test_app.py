@@ -11,6 +11,7 @@ import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -499,33 +500,29 @@ def test_a_request_uvicorn_cannot_parse_gets_the_json_error_body(small_weights, 
                                                                  request_bytes) -> None:
     """uvicorn answers such a request itself, before the application: it was a plain-text
     "Invalid HTTP request received."; the worker goes on serving."""
-    import socket
-    from urllib.parse import urlsplit
-
     if http == "httptools":
         pytest.importorskip("httptools")
     backend = GatedBackend()
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
                              backend_factory=lambda model, device: backend)
     with serve_in_thread(create_app(settings), http=http) as url, Client(url) as client:
-        where = urlsplit(url)
-        with socket.create_connection((where.hostname, where.port), timeout=5) as sock:
-            sock.sendall(request_bytes)
-            reply = b""
-            while chunk := sock.recv(4096):
-                reply += chunk
-        head, _, body = reply.partition(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
-        assert lines[0] == "HTTP/1.1 400 Bad Request", reply
-        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
-        assert headers["content-type"] == "application/json"
-        assert int(headers["content-length"]) == len(body)
-        assert json.loads(body)["error"]["code"] == "bad_request"
+        reply = _raw_reply(url, request_bytes)
+        assert (reply.status, reply.reason) == (400, "Bad Request"), reply
+        assert reply.headers["content-type"] == "application/json"
+        assert int(reply.headers["content-length"]) == len(reply.body)
+        assert json.loads(reply.body)["error"]["code"] == "bad_request"
         client.wait_ready(timeout=60, poll=0.05)  # and it goes on serving
 
 
-def _raw_reply(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """``request`` sent on a fresh connection to ``url``'s server; its status, headers, body."""
+class RawReply(NamedTuple):
+    status: int
+    reason: str
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+def _raw_reply(url: str, request: bytes) -> RawReply:
+    """``request`` sent on a fresh connection to ``url``'s server, and the whole reply."""
     import socket
     from urllib.parse import urlsplit
 
@@ -537,8 +534,9 @@ def _raw_reply(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
             reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
+    _, status, reason = lines[0].split(" ", 2)
     headers = {name.lower(): value for name, value in (line.split(": ", 1) for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, body
+    return RawReply(int(status), reason, headers, body)
 
 
 @pytest.mark.parametrize("http", ["h11", "httptools"])
@@ -567,7 +565,7 @@ def test_a_refused_websocket_handshake_gets_the_json_error_body(small_weights, h
             (f"/v1/sessions/{session.id}/stream?token=s3cret", 13, "", "", 400, "bad_request"),
             (f"/v1/sessions/{session.id}/stream?token=s3cret", 12, key, "", 400, "bad_request")]
         for path, version, with_key, token, status, code in cases:
-            got, headers, body = _raw_reply(url, upgrade.format(
+            got, _, headers, body = _raw_reply(url, upgrade.format(
                 path=path + token, version=version, key=with_key).encode())
             assert (got, headers["content-type"]) == (status, "application/json"), (path, body)
             assert int(headers["content-length"]) == len(body)
