@@ -295,6 +295,24 @@ def test_train_json_says_from_which_step_a_resumed_run_used_its_settings(
     assert run["resumed_from_step"] == 1 and run["steps"] == 2 and run["config"]["lr"] == 1e-3
 
 
+def test_a_resumed_run_keeps_the_init_it_was_started_from(tmp_path: Path) -> None:
+    """train.json and the weights' metadata of a resumed run said init null: the first part's
+    --init is not given again (it is refused then), so it was lost."""
+    from ttball.model.weights import load_checkpoint
+
+    first = tmp_path / "first"
+    assert main(["train", "--out", str(first), *QUICK]) == 0
+    init = first / "weights.safetensors"
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *QUICK, "--init", str(init)]) == 0
+    assert json.loads((out / "train.json").read_text())["config"]["init"] == str(init)
+    assert main(["train", "--out", str(out), *QUICK, "--steps", "2"]) == 0
+    run = json.loads((out / "train.json").read_text())
+    assert run["resumed_from_step"] == 1 and run["config"]["init"] == str(init)
+    assert "init" not in run  # once, in the config
+    assert load_checkpoint(out / "weights.safetensors")[1].metrics["train"]["init"] == str(init)
+
+
 # 7. A batch that can't fit in memory: refused with the estimate, not drawn for minutes.
 
 @pytest.mark.parametrize("data_only", [True, False])

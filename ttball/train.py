@@ -111,9 +111,11 @@ def _state_path(out: Path) -> Path:
 
 
 def _resume(path: Path, model: torch.nn.Module,
-            opt: torch.optim.Optimizer) -> tuple[int, list[dict[str, Any]]]:
-    """Load ``path`` (``last.pt``) into ``model`` and ``opt``; its (step, history). A file that
-    is not a training state of this network is a one-line error naming it, and stays as it is."""
+            opt: torch.optim.Optimizer) -> tuple[int, list[dict[str, Any]], str | None]:
+    """Load ``path`` (``last.pt``) into ``model`` and ``opt``; its (step, history, the weights
+    the run was first started from: its ``--init``, None for a state saved before it was kept).
+    A file that is not a training state of this network is a one-line error naming it, and
+    stays as it is."""
     def fail(why: str) -> CheckpointError:
         return CheckpointError(f"cannot resume from {path}: {why}; move it away or delete it "
                                "to start over")
@@ -132,7 +134,8 @@ def _resume(path: Path, model: torch.nn.Module,
         check_state_dict(state["model"], model.state_dict(), "its model")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        return int(state["step"]), list(state["history"])
+        init = state.get("init")
+        return int(state["step"]), list(state["history"]), init if isinstance(init, str) else None
     except CheckpointError as exc:
         raise fail(str(exc)) from None
     except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as exc:
@@ -145,8 +148,9 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     the time breakdown (``profile``; printed every ``profile_every`` steps when not 0).
 
     A resumed run goes on with ``cfg``'s settings (steps, lr, data...) from the step it resumed
-    at (``resumed_from_step``; ``seconds`` and ``windows`` count from there); ``cfg.init``
-    with a ``last.pt`` to resume is a ``UserError``: the saved state would replace the weights.
+    at (``resumed_from_step``; ``seconds`` and ``windows`` count from there), and from the
+    weights the run was first started from (``init``, kept in ``last.pt``); ``cfg.init`` with a
+    ``last.pt`` to resume is a ``UserError``: the saved state would replace the weights.
 
     A run whose loss or weights stop being finite raises ``UserError`` and saves nothing more.
     """
@@ -170,7 +174,11 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             fused=dev.type == "cuda")
     forward = torch.compile(model, dynamic=False) if cfg.compile else model
-    step, history = _resume(_state_path(out), model, opt) if _state_path(out).exists() else (0, [])
+    history: list[dict[str, Any]] = []
+    step = 0
+    if _state_path(out).exists():
+        step, history, init = _resume(_state_path(out), model, opt)
+        cfg = replace(cfg, init=init)  # the run's --init, which a resumed run is not given again
     resumed_from = step  # the settings in cfg apply from this step on
     config = WeightsConfig(name=cfg.name, input_height=cfg.height, input_width=cfg.width)
     crops, fulls = make_loaders(cfg)
@@ -215,6 +223,7 @@ def train(cfg: TrainConfig, device: str = "auto", progress: bool = True,
     _checkpoint(out, model, opt, step, history, config, cfg)
     elapsed = time.perf_counter() - started
     return {"steps": step, "planned_steps": cfg.steps, "resumed_from_step": resumed_from,
+            "init": cfg.init,
             "seconds": elapsed, "windows": seen,
             "windows_per_s": seen / max(elapsed, 1e-9), "loss": ema, "history": history,
             "profile": total.summary(), "weights": str(out / "weights.safetensors")}
@@ -289,5 +298,5 @@ def _checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, s
     model.train()
     tmp = _state_path(out).with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                "history": history}, tmp)
+                "history": history, "init": cfg.init}, tmp)
     os.replace(tmp, _state_path(out))

@@ -108,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
 
     prepare_out_dir(args.out)
     summary = train(cfg, device=args.device, progress=not args.quiet, profile_every=args.profile)
-    write_json(f"{args.out}/train.json", {"config": cfg.__dict__, **summary})
+    # a resumed run's --init is the one its first part was given (kept in last.pt)
+    config = cfg.__dict__ | {"init": summary.pop("init")}
+    write_json(f"{args.out}/train.json", {"config": config, **summary})
     if not args.quiet:
         print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=1))
     return 0
