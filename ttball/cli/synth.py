@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--size",
         default="1280x720",
-        help="frame size WxH, or 'random': one of 1280x720, 1920x1080, 960x540, 640x360 per clip",
+        help="frame size WxH (default 1280x720), or 'random': one of 1280x720, 1920x1080, "
+        "960x540, 640x360 per clip",
     )
     p.add_argument("--fps", type=float, help="frame rate (default: random per clip, 25 to 120)")
     p.add_argument("--frames", type=int, default=150, help="frames per clip (default 150)")

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="3: non-overlapping windows (fast); 1: sliding window")
     p.add_argument("--threshold", type=float, help="score threshold (default: the weights' own, 0.5)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--batch", type=int, default=1, help="windows per network call")
+    p.add_argument("--batch", type=int, default=1, help="windows per network call (default 1)")
     p.add_argument("--out", default=None, help="output folder (default: out/<video name>)")
     p.add_argument("--overlay", action="store_true", help="also write overlay.mp4 with the ball drawn")
     p.add_argument("--csv-format", choices=("ttball", "blurball"), default="ttball",
