@@ -91,3 +91,32 @@ def test_logits_go_through_sigmoid() -> None:
     logits[50:53, 60:63] = 3.0
     [d] = detect_logits(logits, SAME)
     assert d.x == pytest.approx(61.0) and d.y == pytest.approx(51.0)
+
+
+def test_detect_refuses_a_map_its_geometry_does_not_describe() -> None:
+    """A map of another size than the geometry's gave positions scaled wrongly, and no error
+    (a 72x128 map read as 288x512: x 154.5 for 619.5); a stack of maps or a 1-D array failed
+    inside OpenCV or numpy."""
+    geom = FrameGeometry(1280, 720, 128, 72)
+    for shape in [(288, 512), (3, 72, 128), (1, 72, 128), (72 * 128,)]:
+        with pytest.raises(ValueError, match=r"\(H, W\) = \(72, 128\).*got shape"):
+            detect(np.zeros(shape, np.float32), geom)
+
+
+def test_detect_takes_a_cpu_tensor_and_refuses_thresholds_outside_0_1() -> None:
+    import torch
+
+    geom = FrameGeometry(1280, 720, 128, 72)
+    prob = np.zeros((72, 128), np.float32)
+    prob[10, 20] = 0.9
+    assert detect(torch.from_numpy(prob), geom) == detect(prob, geom) != []
+    assert detect_logits(torch.zeros(72, 128), geom) == []
+    for threshold in (0.0, 1.0, 5.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="threshold must be between 0 and 1"):
+            detect(prob, geom, threshold)
+
+
+@pytest.mark.parametrize("sizes", [(0, 720, 128, 72), (1280, -720, 128, 72), (1280.5, 720, 128, 72)])
+def test_frame_geometry_refuses_sizes_that_are_not_positive_integers(sizes) -> None:
+    with pytest.raises(ValueError, match="positive integers"):
+        FrameGeometry(*sizes)

@@ -38,6 +38,11 @@ class FrameGeometry:
     heatmap_width: int
     heatmap_height: int
 
+    def __post_init__(self) -> None:
+        sizes = (self.source_width, self.source_height, self.heatmap_width, self.heatmap_height)
+        if not all(isinstance(n, (int, np.integer)) and n > 0 for n in sizes):
+            raise ValueError(f"FrameGeometry sizes must be positive integers, got {self}")
+
     @property
     def scale(self) -> tuple[float, float]:
         return (
@@ -84,8 +89,13 @@ def _blob_geometry(
 def detect(
     prob: np.ndarray, geom: FrameGeometry, threshold: float = DEFAULT_THRESHOLD
 ) -> list[Detection]:
-    """Candidates in one probability map ``prob (H, W)`` float in [0, 1], best score first."""
-    if prob.size == 0 or float(prob.max()) <= threshold:
+    """Candidates in one probability map ``prob (H, W)`` float in [0, 1], best score first.
+
+    ``(H, W)`` must be ``geom``'s heatmap size (positions are scaled by it) and ``threshold``
+    strictly between 0 and 1; a ``ValueError`` says which is not."""
+    prob = np.asarray(prob)
+    check_heatmap(prob, geom, threshold)
+    if float(prob.max()) <= threshold:
         return []
     mask = (prob > threshold).astype(np.uint8)
     count, labels, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
@@ -106,8 +116,19 @@ def detect(
     return found
 
 
+def check_heatmap(prob: np.ndarray, geom: FrameGeometry, threshold: float) -> None:
+    """``ValueError`` unless ``prob`` is one ``geom``-sized map and ``threshold`` in (0, 1): a
+    map of another size gave positions scaled wrongly, and no error."""
+    expected = (geom.heatmap_height, geom.heatmap_width)
+    if prob.shape != expected:
+        raise ValueError(f"a heatmap must be one (H, W) = {expected} map, as its FrameGeometry "
+                         f"says; got shape {prob.shape}")
+    if not 0.0 < threshold < 1.0:  # also NaN
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+
+
 def detect_logits(
     logits: np.ndarray, geom: FrameGeometry, threshold: float = DEFAULT_THRESHOLD
 ) -> list[Detection]:
     """Like :func:`detect`, from logits (before sigmoid)."""
-    return detect(sigmoid(logits.astype(np.float32)), geom, threshold)
+    return detect(sigmoid(np.asarray(logits, dtype=np.float32)), geom, threshold)
