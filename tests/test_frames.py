@@ -119,3 +119,27 @@ def test_ssim_identity_and_difference() -> None:
     a = np.random.default_rng(1).integers(0, 255, (64, 64), dtype=np.uint8)
     assert ssim(a, a) == pytest.approx(1.0)
     assert ssim(a, 255 - a) < 0.1
+
+
+def test_preprocess_refuses_frames_it_would_misread() -> None:
+    """Float frames in 0..1 were normalised as 0..255 (mean -1.98 for 0.21), with no error;
+    two frames, gray or channels-first ones failed inside torch or OpenCV."""
+    config = WeightsConfig(input_height=72, input_width=128)
+    rgb = np.zeros((90, 160, 3), np.uint8)
+    assert preprocess([rgb] * 3, config).shape == (1, 9, 72, 128)
+    assert preprocess((rgb, rgb, rgb), config).shape == (1, 9, 72, 128)
+    unit = (rgb / 255.0).astype(np.float32)
+    bad = [
+        ([rgb] * 2, "a list of 3 frames"),
+        (np.stack([rgb] * 3), "got an array of shape"),
+        ([rgb, unit, rgb], r"frame 1 must be an \(H, W, 3\) uint8 RGB array, got float32"),
+        ([rgb.astype(np.uint16)] * 3, "got uint16"),
+        ([rgb[..., 0]] * 3, r"got uint8 array of shape \(90, 160\)"),
+        ([rgb.transpose(2, 0, 1)] * 3, r"of shape \(3, 90, 160\)"),
+        ([rgb.tolist()] * 3, "got list"),
+    ]
+    for frames, message in bad:
+        with pytest.raises(ValueError, match=message):
+            preprocess(frames, config)
+    with pytest.raises(TypeError, match="config must be a WeightsConfig"):
+        preprocess([rgb] * 3, object())  # e.g. the model instead of model.config

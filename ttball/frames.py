@@ -8,7 +8,7 @@ the backend's device, where :func:`normalize` turns them into floats (4× fewer 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,8 +173,24 @@ def host_to_device(tensor: Tensor, device: torch.device) -> Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def preprocess(frames: list[np.ndarray], config: WeightsConfig) -> Tensor:
-    """Three RGB frames ``(H, W, 3) uint8``, oldest first → one input ``(1, 9, h, w)`` float32."""
+def preprocess(frames: Sequence[np.ndarray], config: WeightsConfig) -> Tensor:
+    """Three RGB frames ``(H, W, 3) uint8``, oldest first → one input ``(1, 9, h, w)`` float32.
+
+    Anything else is a ``TypeError`` or ``ValueError`` naming it: float frames in 0..1 were
+    normalised as though they were 0..255, and other shapes failed inside OpenCV or torch."""
+    if not isinstance(config, WeightsConfig):
+        raise TypeError(f"config must be a WeightsConfig (a model's .config), got "
+                        f"{type(config).__name__}")
+    if isinstance(frames, np.ndarray) or len(frames) != config.frames_in:
+        got = f"an array of shape {frames.shape}" if isinstance(frames, np.ndarray) else len(frames)
+        raise ValueError(f"preprocess takes a list of {config.frames_in} frames, oldest first; "
+                         f"got {got}")
+    for k, frame in enumerate(frames):
+        if not (isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3
+                and frame.shape[2] == 3 and frame.shape[0] > 0 and frame.shape[1] > 0):
+            what = (f"{frame.dtype} array of shape {frame.shape}" if isinstance(frame, np.ndarray)
+                    else type(frame).__name__)
+            raise ValueError(f"frame {k} must be an (H, W, 3) uint8 RGB array, got {what}")
     stacked = np.concatenate([resize(f, config) for f in frames], axis=0)
     return normalize(torch.from_numpy(stacked)[None], config)
 
