@@ -18,13 +18,18 @@
 
         heatmaps = c.infer(windows)              # /v2: (B, 9, H, W) float32 → logits (B, 3, H, W)
 
-Rows are :class:`ttball.results.FrameResult` as dicts. Errors raise :class:`ServeError` with the
-server's ``code`` and message.
+A frame is JPEG/PNG bytes or, for :meth:`Session.send` only, an RGB ``(H, W, 3) uint8`` array
+(the WebSocket and ``send_many`` carry encoded images only); read a file's bytes first
+(``Path(p).read_bytes()``). Rows are :class:`ttball.results.FrameResult` as dicts. Errors raise
+:class:`ServeError` with the server's ``code`` and message; bad arguments raise ``TypeError`` or
+``ValueError`` before anything is sent.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -62,6 +67,22 @@ def _raise_error(status: int, body: bytes) -> NoReturn:
     raise ServeError(status, "error", str(error or body.decode(errors="replace")))
 
 
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _image_bytes(image: object, what: str = "image", arrays: bool = False) -> bytes:
+    """``image`` as the bytes of an encoded frame; TypeError naming what it takes otherwise."""
+    if isinstance(image, _BYTES):
+        return bytes(image)
+    takes = "JPEG/PNG bytes" + (" or an RGB (H, W, 3) uint8 numpy array" if arrays else "")
+    hint = ""
+    if isinstance(image, (str, os.PathLike)):
+        hint = "; to send a file, read it first: Path(p).read_bytes()"
+    elif isinstance(image, np.ndarray):
+        hint = " (arrays go through Session.send, which sends them raw)"
+    raise TypeError(f"{what}: expected {takes}, got {type(image).__name__}{hint}")
+
+
 def encode_frame(image: bytes | np.ndarray) -> tuple[bytes, str, dict[str, int]]:
     """Body, Content-Type and query for one frame: JPEG/PNG bytes as they are, an RGB array
     ``(H, W, 3) uint8`` raw."""
@@ -70,13 +91,19 @@ def encode_frame(image: bytes | np.ndarray) -> tuple[bytes, str, dict[str, int]]
             raise ValueError(f"expected an RGB (H, W, 3) uint8 array, got {image.dtype} {image.shape}")
         h, w = image.shape[:2]
         return np.ascontiguousarray(image).tobytes(), "application/octet-stream", {"width": w, "height": h}
-    kind = "image/png" if image[:4] == b"\x89PNG" else "image/jpeg"
-    return bytes(image), kind, {}
+    data = _image_bytes(image, arrays=True)
+    kind = "image/png" if data[:4] == b"\x89PNG" else "image/jpeg"
+    return data, kind, {}
 
 
 def pack_records(images: Iterable[bytes]) -> bytes:
     """``application/x-ttball-frames``: ``[u32 big-endian length][bytes]`` per frame."""
-    return b"".join(struct.pack(">I", len(b)) + b for b in images)
+    if isinstance(images, (*_BYTES, str, os.PathLike, np.ndarray)) or not isinstance(
+            images, Iterable):
+        raise TypeError(f"images: expected a list of JPEG/PNG bytes, got one "
+                        f"{type(images).__name__} (Session.send sends one frame)")
+    records = [_image_bytes(b, f"images[{i}]") for i, b in enumerate(images)]
+    return b"".join(struct.pack(">I", len(b)) + b for b in records)
 
 
 class Client:
@@ -145,6 +172,9 @@ class Client:
                      dedup_ssim: float | None = None, fps: float | None = None) -> Session:
         options = {"step": step, "threshold": threshold, "width": width, "height": height,
                    "dedup_ssim": dedup_ssim, "fps": fps}
+        for name, value in options.items():  # JSON has no NaN or infinity
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"open_session: {name} must be a finite number, got {value}")
         body = self._json("POST", "/v1/sessions",
                           json={k: v for k, v in options.items() if v is not None})
         return Session(self, body["id"], stream_url(self.url, body))
@@ -170,7 +200,11 @@ class Client:
     # -- the raw network (Open Inference Protocol) ------------------------------------------
     def infer(self, frames: np.ndarray, binary: bool = True) -> np.ndarray:
         """``frames (B, 9, H, W) float32`` (normalised) → logits ``(B, 3, H, W)`` float32."""
-        x = np.ascontiguousarray(frames, dtype="<f4")
+        given = np.asarray(frames)
+        if given.dtype.kind != "f":
+            raise TypeError(f"infer: frames are preprocessed float32 windows (B, 9, H, W), "
+                            f"normalised as ttball.frames.preprocess does; got {given.dtype}")
+        x = np.ascontiguousarray(given, dtype="<f4")
         spec: Row = {"name": "frames", "shape": list(x.shape), "datatype": "FP32"}
         request: Row = {"inputs": [spec],
                         "outputs": [{"name": "heatmaps", "parameters": {"binary_data": binary}}]}
@@ -217,7 +251,8 @@ class Session:
         return reply["results"]  # type: ignore[no-any-return]
 
     def send_many(self, images: Iterable[bytes]) -> list[Row]:
-        """Several JPEG/PNG frames in one request (``application/x-ttball-frames``)."""
+        """Several JPEG/PNG frames (a list of bytes) in one request
+        (``application/x-ttball-frames``)."""
         reply = self.client._json("POST", f"/v1/sessions/{self.id}/frames",
                                   content=pack_records(images),
                                   headers={"Content-Type": "application/x-ttball-frames"})
@@ -272,7 +307,9 @@ class Stream:
         self.ws.close()
 
     def send(self, image: bytes) -> None:
-        self.ws.send(bytes(image))
+        """One JPEG/PNG frame. Arrays are refused: the WebSocket carries encoded images only
+        (encode it, e.g. with ``cv2.imencode``, or send it with :meth:`Session.send`)."""
+        self.ws.send(_image_bytes(image))
 
     def recv(self, timeout: float | None = 60.0) -> Row:
         return json.loads(self.ws.recv(timeout))  # type: ignore[no-any-return]

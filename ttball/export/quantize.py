@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ttball.errors import UserError, VideoError
-from ttball.export.onnx import INPUT_NAME, OUTPUT_NAME, read_metadata, save_model
+from ttball.export.onnx import INPUT_NAME, OUTPUT_NAME, check_size, save_model
 from ttball.model.config import WeightsConfig
 
 METHODS = ("minmax", "entropy", "percentile")
@@ -41,6 +41,7 @@ def clip_windows(
     one every ``step`` frames, preprocessed by :func:`ttball.frames.preprocess`."""
     from ttball.frames import FrameSource, preprocess
 
+    check_size(height, width)
     sized = config.evolve(input_height=height, input_width=width)
     recent: list[np.ndarray] = []
     for count, frame in enumerate(FrameSource(path), start=1):
@@ -53,9 +54,23 @@ def calibration_windows(
     clips: Sequence[str | os.PathLike[str]], config: WeightsConfig, height: int, width: int,
     limit: int = 32,
 ) -> list[np.ndarray]:
-    """Up to ``limit`` non-overlapping windows, spread evenly over all windows of ``clips``."""
+    """Up to ``limit`` non-overlapping windows, spread evenly over all windows of ``clips``
+    (a list of videos or image folders; one path alone is taken as a list of one)."""
+    if isinstance(clips, (str, os.PathLike)):
+        clips = [clips]
+    elif isinstance(clips, bytes) or not isinstance(clips, Iterable):
+        raise TypeError(f"clips must be a list of paths (videos or image folders), "
+                        f"got {type(clips).__name__}")
+    clips = list(clips)
     if not clips:
         raise UserError("INT8 calibration needs at least one clip")
+    odd = [c for c in clips if not isinstance(c, (str, os.PathLike))]
+    if odd:
+        raise TypeError(f"clips must be a list of paths (videos or image folders), "
+                        f"got {type(odd[0]).__name__} {odd[0]!r:.60}")
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+        raise UserError(f"calibration limit must be a whole number of windows >= 1, got {limit!r}")
+    check_size(height, width)
     windows = [w for clip in clips for w in clip_windows(clip, config, height, width)]
     if not windows:
         raise VideoError(f"no {config.frames_in}-frame window in {', '.join(map(str, clips))}")
@@ -148,31 +163,137 @@ def quantize_int8(
     """Quantise the FP32 ONNX file at ``fp32_path`` to INT8 QDQ at ``out_path``.
 
     ``windows`` are preprocessed ``(1, 9, H, W)`` float32 arrays at the file's input size.
-    ``op_types`` limits which op types get quantised (default: every one ORT can). The head
+    ``op_types`` limits which op types get quantised (default: every one ORT can); each must be
+    in the graph. ``out_path`` can't be the FP32 file: it is read again to measure the error.
+    Bad input raises :class:`UserError` before anything is written. The head
     (the conv that writes ``heatmaps``) stays FP32: the logits' peak is the one value that
     matters and the rarest, so an 8-bit output grid or a clipped range would cost most there.
     """
     import onnx
 
-    windows = [np.asarray(w, np.float32) for w in windows]
-    if not windows:
-        raise UserError("INT8 calibration needs at least one window")
     calibrate_method = _calibration_method(method)
-    out = Path(out_path)
+    source = _read_fp32(fp32_path)
+    windows = _check_windows(windows, source.input_shape, fp32_path)
+    ops = _check_op_types(op_types, source.op_types, fp32_path)
+    out = _check_out(fp32_path, out_path)
     tmp, prepared = (out.with_name(f".{out.name}.{part}.tmp") for part in ("qdq", "pre"))
     try:
-        _quantize(fp32_path, prepared, tmp, windows, calibrate_method, per_channel, op_types)
+        _quantize(fp32_path, prepared, tmp, windows, calibrate_method, per_channel, ops)
         proto = onnx.load(str(tmp))
     finally:
         tmp.unlink(missing_ok=True)
         prepared.unlink(missing_ok=True)
-    meta = read_metadata(fp32_path) | {
+    if not any(n.op_type == "QuantizeLinear" for n in proto.graph.node):  # not int8 at all
+        asked = f" of types {', '.join(ops)}" if ops else ""
+        raise UserError(f"no op{asked} of {fp32_path} was quantised; its graph has "
+                        f"{', '.join(source.op_types)}")
+    meta = source.metadata | {
         "precision": "int8", "quantization": f"QDQ static, u8 activations, s8 weights "
         f"{'per-channel' if per_channel else 'per-tensor'}, {method} on {len(windows)} windows",
     }
     onnx.helper.set_model_props(proto, meta)
     save_model(proto, out_path)
     return _compare(fp32_path, out_path, windows, method)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What quantising needs to know of the FP32 file before it starts."""
+
+    input_shape: tuple[int | None, ...]
+    """The ``frames`` input's dimensions; None where the file leaves one free (a batch axis)."""
+    op_types: list[str]
+    metadata: dict[str, str]
+
+
+def _read_fp32(path: str | os.PathLike[str]) -> _Source:
+    """The FP32 file's input shape, op types and metadata; one line if it can't be read."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if Path(path).is_dir():
+        raise UserError(f"FP32 model {path} is a folder, not an ONNX file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise UserError(f"FP32 model {path} does not exist") from None
+    except OSError as exc:
+        raise UserError(f"cannot read FP32 model {path}: {exc.strerror or exc}") from None
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise UserError(f"FP32 model {path} is not an ONNX file ({exc})") from None
+    inputs = {i.name: i for i in proto.graph.input}
+    if INPUT_NAME not in inputs or OUTPUT_NAME not in {o.name for o in proto.graph.output}:
+        raise UserError(f"FP32 model {path} is not a ttball ONNX export: it has no "
+                        f"{INPUT_NAME!r} input and {OUTPUT_NAME!r} output")
+    dims = inputs[INPUT_NAME].type.tensor_type.shape.dim
+    return _Source(
+        tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims),
+        sorted({n.op_type for n in proto.graph.node}),
+        {p.key: p.value for p in proto.metadata_props},
+    )
+
+
+def _check_windows(
+    windows: Iterable[np.ndarray], shape: tuple[int | None, ...], path: str | os.PathLike[str],
+) -> list[np.ndarray]:
+    """``windows`` as float32 arrays, each of the file's input shape with finite values; one
+    line naming the first that is not."""
+    want = "(" + ", ".join(str(d) if d else "N" for d in shape) + ")"
+    if isinstance(windows, (np.ndarray, str, bytes)) or not isinstance(windows, Iterable):
+        raise UserError(f"windows must be a list of {want} float32 arrays, "
+                        f"got one {type(windows).__name__}")
+    checked = []
+    for i, window in enumerate(windows):
+        try:
+            array = np.asarray(window)
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"window {i} is not an array: {exc}") from None
+        if array.dtype.kind != "f":
+            raise UserError(f"window {i} is {array.dtype}: windows are preprocessed float32 "
+                            f"(ttball.frames.preprocess), not raw pixels")
+        if array.ndim != len(shape) or any(
+                d != s if s else d < 1 for d, s in zip(array.shape, shape, strict=True)):
+            raise UserError(f"window {i} has shape {tuple(array.shape)}; {path} takes {want}")
+        if not np.isfinite(array).all():
+            raise UserError(f"window {i} holds NaN or infinite values")
+        checked.append(np.asarray(array, np.float32))
+    if not checked:
+        raise UserError("INT8 calibration needs at least one window")
+    return checked
+
+
+def _check_op_types(
+    op_types: Sequence[str] | None, present: list[str], path: str | os.PathLike[str],
+) -> list[str] | None:
+    """``op_types`` as a list (a single name is a list of one); one line if one is not in the
+    graph or none can be quantised."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    if not op_types:
+        return None
+    names = [op_types] if isinstance(op_types, str) else list(op_types)
+    quantisable = [op for op in present if op in QDQRegistry or op in QLinearOpsRegistry]
+    missing = [op for op in names if op not in present]
+    if missing:
+        raise UserError(f"op_types: {path} has no {', '.join(map(str, missing))} op; its graph "
+                        f"has {', '.join(present)} (quantisable: {', '.join(quantisable)})")
+    if not set(names) & set(quantisable):
+        raise UserError(f"op_types: {', '.join(names)} can't be quantised; of the ops of {path}, "
+                        f"these can: {', '.join(quantisable)}")
+    return names
+
+
+def _check_out(fp32_path: str | os.PathLike[str], out_path: str | os.PathLike[str]) -> Path:
+    """``out_path`` as a Path, if the INT8 file can be written there without harm."""
+    out = Path(out_path)
+    if out.is_dir():
+        raise UserError(f"{out_path} is a folder; cannot write the INT8 file in its place")
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out_path}: folder {out.parent} does not exist")
+    if out.exists() and os.path.samefile(fp32_path, out):
+        raise UserError(f"{out_path} is the FP32 model {fp32_path} itself; write the INT8 "
+                        f"file to another path (quantising reads the FP32 file to check the result)")
+    return out
 
 
 def _quantize(
