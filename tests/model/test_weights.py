@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ttball.errors import CheckpointError
+from ttball.errors import CheckpointError, UserError
 from ttball.model import BlurBall, load_checkpoint, load_model, save_checkpoint
 
 
@@ -134,3 +134,27 @@ def test_saved_weights_get_the_umask_mode_or_keep_their_own(small_model, tmp_pat
     os.chmod(path, 0o640)
     save_checkpoint(path, small_model)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("device, message", [
+    ("tpu", "unknown device 'tpu'"), (None, "unknown device None"),
+    pytest.param("cuda", "no CUDA GPU", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="this machine has a GPU"))])
+def test_load_model_names_a_device_it_cannot_use(device, message) -> None:
+    """load_model skipped the device check that create and track make: "cuda" without a GPU
+    was torch's AssertionError after the weights had loaded, "auto" and "tpu" RuntimeErrors."""
+    with pytest.raises(UserError, match=message):
+        load_model(device=device)
+
+
+def test_load_model_takes_auto() -> None:
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert next(load_model(device="auto").parameters()).device.type == want
+
+
+@pytest.mark.parametrize("call", ["describe", "unavailable_reason"])
+def test_backend_listing_names_an_unknown_device(call) -> None:
+    from ttball.backends import base
+
+    with pytest.raises(UserError, match="unknown device 'tpu'"):
+        base.describe("tpu") if call == "describe" else base.unavailable_reason("eager-fp32", "tpu")

@@ -182,21 +182,27 @@ def spec(name: str) -> BackendSpec:
         ) from None
 
 
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``auto`` → CUDA when present, else CPU. An explicit ``cuda`` without a GPU is an error."""
+def parse_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device`` (``auto`` → CUDA when present, else CPU), whether or not
+    this machine has it; a ``UserError`` for a name torch does not know."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(device)
-    except RuntimeError:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
         raise UserError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``auto`` → CUDA when present, else CPU. An explicit ``cuda`` without a GPU is an error."""
+    dev = parse_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError("device cuda requested but no CUDA GPU is available on this machine")
     return dev
 
 
 def unavailable_reason(name: str, device: str | torch.device) -> str | None:
-    return spec(name).requires(torch.device(device))
+    return spec(name).requires(parse_device(device))
 
 
 def create(
@@ -224,7 +230,7 @@ def cache_options(name: str, cache_dir: str | os.PathLike[str] | None) -> dict[s
 
 def describe(device: str | torch.device) -> list[dict[str, Any]]:
     """Every registered backend with whether it can run on ``device`` and, if not, why."""
-    dev = torch.device(device)
+    dev = parse_device(device)
     rows = []
     for name in names():
         entry = _REGISTRY[name]

@@ -186,8 +186,12 @@ def load_model(
     """The network in eval mode with weights from ``path`` (or the default weights).
 
     Without a path and without default weights the network keeps its random initialisation and
-    ``model.config.name`` is ``"random-init"``: callers must say so to the user.
+    ``model.config.name`` is ``"random-init"``: callers must say so to the user. ``device`` as
+    ``create``'s (``auto``, ``cpu``, ``cuda``...; a ``UserError`` if this machine lacks it).
     """
+    from ttball.backends.base import resolve_device
+
+    dev = resolve_device(device)  # before minutes of loading: "cuda" without a GPU failed last
     model = BlurBall()
     if path is None:
         path = default_weights_path()
@@ -197,4 +201,4 @@ def load_model(
         state, config = load_checkpoint(path)
         model.load_state_dict(state, strict=True)
         model.config = config
-    return model.eval().to(device)
+    return model.eval().to(dev)
