@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ttball.backends import Backend, create, resolve_device
+from ttball.backends import Backend, config_of, create, resolve_device
 from ttball.backends.base import cache_options
 from ttball.errors import UserError, VideoError
 from ttball.frames import FrameSource, SourceInfo, normalize
@@ -76,9 +76,18 @@ def _resolve_backend(
     backend: str | Backend, weights: str | os.PathLike[str] | None, device: str,
     model: BlurBall | None, cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Backend, WeightsConfig]:
+    if model is not None and not isinstance(model, BlurBall):
+        raise TypeError(f"model must be a loaded BlurBall (ttball.load_model), got "
+                        f"{type(model).__name__}; a checkpoint's path goes in weights=")
+    if weights is not None and (model is not None or not isinstance(backend, str)):
+        raise UserError("weights= builds the network, so it goes without model= and without a "
+                        "ready backend (which bring their own)")
     if not isinstance(backend, str):
-        config = getattr(model, "config", None) or WeightsConfig()
-        return backend, config
+        if not callable(backend):
+            raise TypeError(f"backend must be a registry name or a ready Backend, got "
+                            f"{type(backend).__name__}")
+        # the backend's own model's settings (size, threshold, name) unless model= says them
+        return backend, model.config if model is not None else config_of(backend)
     dev = resolve_device(device)
     net = model if model is not None else load_model(weights, device="cpu")
     return create(backend, net, dev, **cache_options(backend, cache_dir)), net.config

@@ -18,6 +18,7 @@ from ttball.backends import null  # noqa: F401  (diagnostic: see its docstring)
 from ttball.backends.base import (
     Backend,
     BackendBase,
+    config_of,
     create,
     describe,
     names,
@@ -29,6 +30,7 @@ from ttball.backends.base import (
 __all__ = [
     "Backend",
     "BackendBase",
+    "config_of",
     "create",
     "describe",
     "names",

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ttball.errors import BackendUnavailable, UserError
+from ttball.model.config import WeightsConfig
 
 
 @runtime_checkable
@@ -180,6 +181,12 @@ def spec(name: str) -> BackendSpec:
         raise UserError(
             f"unknown backend {name!r}; known: {', '.join(_REGISTRY)}"
         ) from None
+
+
+def config_of(backend: Backend) -> WeightsConfig:
+    """The weights' configuration a backend's model carries (default geometry otherwise)."""
+    model = getattr(backend, "model", None)
+    return getattr(model, "config", None) or WeightsConfig()
 
 
 def parse_device(device: str | torch.device) -> torch.device:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ttball.backends import Backend
+from ttball.backends import Backend, config_of
 from ttball.errors import UserError
 from ttball.model.config import WeightsConfig
 from ttball.results import atomic_write, write_json
@@ -53,12 +53,6 @@ class VerifyOptions:
             )
         except ValueError as exc:
             raise UserError(str(exc)) from None
-
-
-def config_of(backend: Backend) -> WeightsConfig:
-    """The weights' configuration a backend's model carries (default geometry otherwise)."""
-    model = getattr(backend, "model", None)
-    return getattr(model, "config", None) or WeightsConfig()
 
 
 def verify_many(
