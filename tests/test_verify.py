@@ -487,3 +487,15 @@ def test_cli_calibrate_before_the_clips_says_it_took_them(cli, clip, capsys,
     assert main(["verify", "--backend", "onnxrt-int8", "--calibrate", str(clip), str(clip)]) == 2
     err = capsys.readouterr().err
     assert "no clips given" in err and "name the clips to verify first" in err
+
+
+@pytest.mark.parametrize("as_type", [str, Path])
+def test_one_clip_path_alone_is_one_clip(clip: Path, small_model, as_type) -> None:
+    """A str was split into one-letter clips ("/: folder holds no images"), a Path was
+    "'PosixPath' object is not iterable"."""
+    import copy
+
+    reference = create("eager-fp32", copy.deepcopy(small_model), "cpu")
+    candidate = create("eager-fp32", copy.deepcopy(small_model), "cpu")
+    report = verify_backend(candidate, reference, as_type(clip), config=small_model.config)
+    assert [r.clip.name for r in report.results] == ["clip"]

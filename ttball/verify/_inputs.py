@@ -37,7 +37,10 @@ def prepare_clips(
     clips: Sequence[str | os.PathLike[str]], gt_dir: str | os.PathLike[str] | None = None
 ) -> list[Clip]:
     """Open every clip (fails with a one-line :class:`UserError` on the first bad one) and read
-    its ground truth: ``GT_DIR/<name>.csv``, else a CSV of the same name beside the clip."""
+    its ground truth: ``GT_DIR/<name>.csv``, else a CSV of the same name beside the clip. One
+    path alone is one clip (a string was taken for a list of one-letter clips)."""
+    if isinstance(clips, (str, os.PathLike)):
+        clips = [clips]
     if not clips:
         raise UserError("no clips to verify on")
     if gt_dir is not None and not Path(gt_dir).is_dir():
