@@ -277,3 +277,10 @@ def test_a_familys_description_says_each_thing_once() -> None:
     for name in ("folded-fp32", "folded-fp16-cl"):
         assert _REGISTRY[name].description.count("BN folded") == 1, _REGISTRY[name].description
     assert "BN folded" in _REGISTRY["compile-default-fp32-folded"].description
+
+
+def test_a_batch_of_pixels_not_preprocessed_is_named(small_model) -> None:
+    """uint8 pixels, not preprocessed, ran and gave nonsense."""
+    backend = create("eager-fp32", small_model, "cpu")
+    with pytest.raises(UserError, match="expected a preprocessed float batch.*torch.uint8"):
+        backend(torch.zeros(1, 9, 72, 128, dtype=torch.uint8))

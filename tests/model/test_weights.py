@@ -158,3 +158,42 @@ def test_backend_listing_names_an_unknown_device(call) -> None:
 
     with pytest.raises(UserError, match="unknown device 'tpu'"):
         base.describe("tpu") if call == "describe" else base.unavailable_reason("eager-fp32", "tpu")
+
+
+def test_weights_saved_under_another_suffix_load_back(tmp_path: Path, small_model) -> None:
+    """save_checkpoint writes safetensors whatever the name; a ``.pth`` name then failed to
+    load ("not a .safetensors file or a PyTorch state dict")."""
+    path = tmp_path / "weights.pth"
+    saved = save_checkpoint(path, small_model)
+    state, config = load_checkpoint(path)
+    assert config == saved and state.keys() == small_model.state_dict().keys()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"score_threshold": 5.0}, "score_threshold must be between 0 and 1"),
+    ({"score_threshold": float("nan")}, "score_threshold"),
+    ({"input_height": 0}, "positive integers"),
+    ({"input_width": 128.5}, "positive integers"),
+    ({"frames_in": 2}, "frames_in must be 3"),
+    ({"mean": (0.5,)}, "mean must be 3 finite numbers"),
+    ({"std": (0.2, 0.0, 0.2)}, "std must be positive"),
+])
+def test_a_weights_configuration_the_network_cannot_use_is_refused(changes, message) -> None:
+    """A threshold of 5 was saved, loaded back and made every frame "no ball"."""
+    from ttball.model.config import WeightsConfig
+
+    with pytest.raises(ValueError, match=message):
+        WeightsConfig().evolve(**changes)
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"score_threshold": 5}',
+                                  '{"mean": 3}'])
+def test_bad_configuration_metadata_is_a_checkpoint_error(tmp_path: Path, small_model,
+                                                          text) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in small_model.state_dict().items()}, str(path),
+              metadata={"ttball.config": text})
+    with pytest.raises(CheckpointError, match="not a ttball weights configuration"):
+        load_checkpoint(path)

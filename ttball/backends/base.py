@@ -89,6 +89,9 @@ class BackendBase:
     def __call__(self, batch: Tensor) -> Tensor:
         if batch.dim() != 4 or batch.shape[1] != 9:
             raise UserError(f"{self.name}: expected a (B, 9, H, W) batch, got {tuple(batch.shape)}")
+        if not batch.is_floating_point():  # un-normalised uint8 pixels ran and gave nonsense
+            raise UserError(f"{self.name}: expected a preprocessed float batch (ttball.frames."
+                            f"preprocess), got {batch.dtype}")
         out = self.run(batch.to(self.device, non_blocking=True))
         self.warmed.add(batch.shape[0])
         return out.float()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -26,6 +27,26 @@ class WeightsConfig:
     sha256: str = ""
     source: str = ""
     metrics: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """A ``ValueError`` naming the first setting the network or the post-processing can't
+        use: a threshold of 5, saved and loaded back, made every frame "no ball"."""
+        sizes = (self.input_height, self.input_width)
+        if not all(isinstance(n, int) and n > 0 for n in sizes):  # (the network's 8: its call's)
+            raise ValueError(f"input size {self.input_height}x{self.input_width}: height and "
+                             "width must be positive integers")
+        if self.frames_in != 3:
+            raise ValueError(f"frames_in must be 3 (the network reads 9 channels), got "
+                             f"{self.frames_in}")
+        for key in ("mean", "std"):
+            values = getattr(self, key)
+            if len(values) != 3 or not all(math.isfinite(v) for v in values):
+                raise ValueError(f"{key} must be 3 finite numbers (R, G, B), got {values}")
+        if not all(v > 0 for v in self.std):
+            raise ValueError(f"std must be positive, got {self.std}")
+        if not 0.0 < self.score_threshold < 1.0:  # also NaN
+            raise ValueError(f"score_threshold must be between 0 and 1, got "
+                             f"{self.score_threshold}")
 
     @property
     def input_size(self) -> tuple[int, int]:

@@ -51,7 +51,7 @@ def _read(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]:
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.is_dir():
         raise CheckpointError(f"checkpoint is a directory, not a file: {path}")
-    if path.suffix == ".safetensors":
+    if path.suffix == ".safetensors" or _looks_like_safetensors(path):
         return _read_safetensors(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -61,6 +61,19 @@ def _read(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]:
             f"cannot read checkpoint {path}: not a .safetensors file or a PyTorch state dict "
             f"({error_summary(exc)})") from None
     return _unwrap(obj, path), None
+
+
+def _looks_like_safetensors(path: Path) -> bool:
+    """Whether ``path`` starts as a safetensors file does (an 8-byte little-endian header size,
+    then the JSON header): ``save_checkpoint`` writes that format under any name, ``.pth``
+    included, which ``torch.load`` then could not read."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(9)
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return len(head) == 9 and head[8:] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size
 
 
 def error_summary(exc: BaseException) -> str:
@@ -81,7 +94,11 @@ def _read_safetensors(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]
             state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read safetensors file {path}: {exc}") from None
-    config = WeightsConfig.from_json(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
+    try:
+        config = WeightsConfig.from_json(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
+    except (AttributeError, TypeError, ValueError) as exc:  # ValueError: JSON's too
+        raise CheckpointError(f"{path}: its {CONFIG_KEY!r} metadata is not a ttball weights "
+                              f"configuration ({error_summary(exc)})") from None
     return state, config
 
 
