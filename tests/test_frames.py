@@ -143,3 +143,11 @@ def test_preprocess_refuses_frames_it_would_misread() -> None:
             preprocess(frames, config)
     with pytest.raises(TypeError, match="config must be a WeightsConfig"):
         preprocess([rgb] * 3, object())  # e.g. the model instead of model.config
+
+
+@pytest.mark.parametrize("fps", [-5, 0, float("nan"), float("inf"), "30"])
+def test_frame_source_refuses_a_frame_rate_that_is_not_positive(tmp_path: Path, fps) -> None:
+    """On an image folder -5 gave negative times and nan NaN times; on a video -5 was replaced
+    by 30 without a word; "30" failed later with a TypeError."""
+    with pytest.raises(ValueError, match="fps must be a positive number"):
+        FrameSource(tmp_path, fps=fps)

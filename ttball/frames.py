@@ -7,6 +7,7 @@ the backend's device, where :func:`normalize` turns them into floats (4× fewer 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class FrameSource:
 
     def __init__(self, path: str | os.PathLike[str], fps: float | None = None) -> None:
         self.path = Path(path)
+        if fps is not None and not (isinstance(fps, (int, float)) and 0 < fps < math.inf):
+            raise ValueError(f"fps must be a positive number of frames a second, got {fps!r}")
         if not self.path.exists():
             raise VideoError(f"no such file or folder: {self.path}")
         if self.path.is_dir():

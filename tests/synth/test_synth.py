@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ttball.cli import COMMANDS, main
+from ttball.errors import UserError
 from ttball.results import TRACK_COLUMNS, read_track_csv
 from ttball.synth import ClipConfig, clip_seed, generate_clip, plan_clip, write_dataset
 from ttball.synth.physics import FLOOR_Z, TABLE_HALF_LENGTH, TABLE_HALF_WIDTH, simulate_rally
@@ -245,3 +246,16 @@ def test_cli_rejects_bad_options(synth_cli, tmp_path, capsys, args, message):
     assert synth_cli(["synth", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("config, message", [
+    (ClipConfig(fps=0, frames=2), "fps must be between 1 and 1000"),   # was a random fps
+    (ClipConfig(fps=-30, frames=2), "fps must be between 1 and 1000"),  # negative times
+    (ClipConfig(fps=float("nan"), frames=2), "fps"),                   # a ValueError inside
+    (ClipConfig(fps=float("inf"), frames=2), "fps"),                   # every time 0
+    (ClipConfig(size=(0, 0), frames=2), "even integers of at least 64"),  # ZeroDivisionError
+    (ClipConfig(size=(-128, 72), frames=2), "even integers of at least 64"),
+])
+def test_a_clip_configuration_that_cannot_render_is_refused(config, message) -> None:
+    with pytest.raises(UserError, match=message):
+        plan_clip(0, config)

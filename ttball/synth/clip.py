@@ -163,6 +163,14 @@ def plan_clip(seed: int, config: ClipConfig = ClipConfig()) -> ClipPlan:
     ball's image per frame (small patches) and the ground truth. Pixels come from ``frames()``."""
     if config.frames < 1:
         raise UserError(f"a clip needs at least 1 frame, got {config.frames}")
+    if config.fps is not None and not 1 <= config.fps <= 1000:  # (0 was "random", nan failed)
+        raise UserError(f"a clip's fps must be between 1 and 1000 (or None: random), got "
+                        f"{config.fps}")
+    if config.size is not None and not (
+            len(config.size) == 2 and all(isinstance(n, int) and n >= 64 and n % 2 == 0
+                                          for n in config.size)):
+        raise UserError(f"a clip's size (width, height) must be even integers of at least 64, "
+                        f"got {config.size}")
     rng = np.random.default_rng(seed)
     width, height = config.size or SIZES[int(rng.integers(len(SIZES)))]
     fps = float(config.fps or rng.choice(FPS_CHOICES))
