@@ -151,7 +151,10 @@ def test_bad_image_fps_stops_the_run(inputs: dict[str, Any], index: int) -> None
 
 def test_slow_video_plays_within_the_default_stall_limit(inputs: dict[str, Any]) -> None:
     case = _case(inputs, "slow_video")
-    assert case["done"] and case["error"] is None and case["frames"] == 3, case
+    # 3 frames; 2 on a loaded host (a CI run, sixty-fifth session): Chrome skips the frame
+    # callback of a frame it could not present in time, here the last one before `ended`. What
+    # this test is for is the stall limit: no error, and frames up to the end.
+    assert case["done"] and case["error"] is None and case["frames"] in (2, 3), case
 
 
 def test_stalled_video_ends_the_run(inputs: dict[str, Any]) -> None:
