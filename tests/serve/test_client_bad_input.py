@@ -10,33 +10,26 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("websockets")
 
 from conftest import SMALL
+from one_thread_worker import one_thread_worker
 
 from ttball.client import Client, pack_records
-from ttball.serve import ServeSettings, create_app
-from ttball.serve.app import serve_in_thread
+from ttball.serve import ServeSettings
 
 H, W = SMALL
 
 
 @pytest.fixture(scope="module")
 def server(small_weights: Path):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1,),
                              torch_threads=1, decode_threads=1)
-    try:
-        with serve_in_thread(create_app(settings)) as url, Client(url) as client:
-            client.wait_ready(timeout=90, poll=0.1)
-            yield client
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread_worker(settings) as client:
+        yield client
 
 
 def jpeg(value: int = 0) -> bytes:

@@ -11,9 +11,10 @@ import torch
 
 pytest.importorskip("fastapi")
 
-from ttball.client import Client, parse_infer_response
-from ttball.serve import ServeSettings, create_app
-from ttball.serve.app import serve_in_thread
+from one_thread_worker import one_thread_worker
+
+from ttball.client import parse_infer_response
+from ttball.serve import ServeSettings
 
 H, W = 72, 128
 INFER = "/v2/models/blurball/infer"
@@ -21,16 +22,10 @@ INFER = "/v2/models/blurball/infer"
 
 @pytest.fixture(scope="module")
 def server(small_weights):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # also for the reference runs here; 2 threads crawl on a busy host
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
                              torch_threads=1)
-    try:
-        with serve_in_thread(create_app(settings)) as url, Client(url) as client:
-            client.wait_ready(timeout=90, poll=0.1)
-            yield client
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread_worker(settings) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

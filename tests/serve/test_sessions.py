@@ -13,19 +13,18 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from conftest import draw_clip, with_exif_orientation
+from one_thread_worker import one_thread_worker
 from worker_checks import assert_rows_equal
 
-from ttball.client import Client, ServeError, pack_records
+from ttball.client import ServeError, pack_records
 from ttball.frames import FrameSource
 from ttball.pipeline import track
-from ttball.serve import ServeSettings, create_app
-from ttball.serve.app import serve_in_thread
+from ttball.serve import ServeSettings
 from ttball.serve.settings import ApiError
 from ttball.serve.uploads import Part, decode, header_size, image_size, jpeg_truncated
 
@@ -41,17 +40,11 @@ def clip7(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(small_weights):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # also for the reference runs here; 2 threads crawl on a busy host
     settings = ServeSettings(weights=str(small_weights), device="cpu", warmup_batches=(1, 2),
                              torch_threads=1, max_frame_bytes=300_000, max_body_bytes=1_000_000,
                              max_frame_pixels=1_000_000)
-    try:
-        with serve_in_thread(create_app(settings)) as url, Client(url) as client:
-            client.wait_ready(timeout=90, poll=0.1)
-            yield client
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread_worker(settings) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
