@@ -1,4 +1,7 @@
+import pytest
+
 from ttball.postprocess import Detection
+from ttball.stream import StreamOptions
 from ttball.tracker import OnlineTracker
 
 
@@ -26,3 +29,18 @@ def test_everything_far_means_no_ball_then_recovery() -> None:
 def test_empty_frame() -> None:
     t = OnlineTracker()
     assert t.update([]) is None
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, float("nan")])
+def test_max_jump_must_be_positive(bad: float) -> None:
+    """At 0, below it or NaN every later candidate was dropped: the ball lost after frame one."""
+    with pytest.raises(ValueError, match="max_jump_px must be positive"):
+        OnlineTracker(max_jump_px=bad)
+    with pytest.raises(ValueError, match="max_jump_px must be positive"):
+        StreamOptions(max_jump_px=bad)
+
+
+def test_unbounded_jump_keeps_every_candidate() -> None:
+    t = OnlineTracker(max_jump_px=float("inf"))
+    t.update([Detection(0, 0, 0.9)])
+    assert t.update([Detection(5000, 5000, 0.8)]) == Detection(5000, 5000, 0.8)

@@ -18,6 +18,14 @@ import numpy as np
 DEFAULT_THRESHOLD = 0.5
 
 
+def check_threshold(value: float, name: str = "threshold") -> float:
+    """``value`` if it is a score threshold strictly between 0 and 1, else ``ValueError`` naming
+    ``name`` (a field or a CLI flag): 0 marks every pixel, 1 none, NaN compares false."""
+    if not 0.0 < value < 1.0:  # also NaN
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Detection:
     """One candidate in original-frame pixels; angle in (-90, 90] degrees, y down."""
@@ -123,8 +131,7 @@ def check_heatmap(prob: np.ndarray, geom: FrameGeometry, threshold: float) -> No
     if prob.shape != expected:
         raise ValueError(f"a heatmap must be one (H, W) = {expected} map, as its FrameGeometry "
                          f"says; got shape {prob.shape}")
-    if not 0.0 < threshold < 1.0:  # also NaN
-        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    check_threshold(threshold)
 
 
 def detect_logits(

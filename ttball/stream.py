@@ -22,7 +22,7 @@ import numpy as np
 
 from ttball.frames import DuplicateFilter, Frame, resize
 from ttball.model.config import WeightsConfig
-from ttball.postprocess import Detection, FrameGeometry, detect
+from ttball.postprocess import Detection, FrameGeometry, check_threshold, detect
 from ttball.results import FrameResult
 from ttball.tracker import DEFAULT_MAX_JUMP_PX, OnlineTracker
 
@@ -57,8 +57,9 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if self.step not in (1, 3):
             raise ValueError(f"step must be 1 or 3, got {self.step}")
-        if self.threshold is not None and not (0.0 < self.threshold < 1.0):
-            raise ValueError(f"threshold must be between 0 and 1, got {self.threshold}")
+        if self.threshold is not None:
+            check_threshold(self.threshold)
+        OnlineTracker(self.max_jump_px)  # checks it now, not at the stream's first window
         if self.dedup_ssim is not None and not (0.0 < self.dedup_ssim <= 1.0):
             raise ValueError(f"dedup_ssim (an SSIM threshold) must be in (0, 1], got "
                              f"{self.dedup_ssim}")

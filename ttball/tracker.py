@@ -18,6 +18,9 @@ class OnlineTracker:
     """Feed one frame's candidates at a time, in frame order; get the chosen ball or None."""
 
     def __init__(self, max_jump_px: float = DEFAULT_MAX_JUMP_PX) -> None:
+        if not max_jump_px > 0:  # also NaN; inf keeps every candidate
+            raise ValueError(f"max_jump_px must be positive, got {max_jump_px}: at or below 0 "
+                             "(or NaN) the ball is lost after its first frame")
         self.max_jump_px = max_jump_px
         self.previous: Detection | None = None
 

@@ -51,6 +51,18 @@ def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
     return out
 
 
+def check_threshold_flag(value: float | None) -> None:
+    """``--threshold``, when given, by the library's rule (strictly between 0 and 1)."""
+    if value is None:
+        return
+    from ttball.postprocess import check_threshold
+
+    try:
+        check_threshold(value, "--threshold")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
 def check_targets(*files: Path) -> None:
     """Files a run will write, checked before its work (not found after it): none a folder."""
     for file in files:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ttball.cli import check_targets, prepare_out_dir
+from ttball.cli import check_targets, check_threshold_flag, prepare_out_dir
 from ttball.errors import UserError
 
 if TYPE_CHECKING:
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch < 1:
         raise UserError(f"--batch must be at least 1, got {args.batch}")
-    if args.threshold is not None and not 0 < args.threshold < 1:
-        raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    check_threshold_flag(args.threshold)
     if args.dedup_ssim is not None and not 0 < args.dedup_ssim <= 1:
         raise UserError(f"--dedup-ssim must be in (0, 1], got {args.dedup_ssim}")
     if args.address is not None and not args.ray:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ttball.cli import check_threshold_flag
 from ttball.cli.export import CALIBRATION_METHODS
 from ttball.errors import BackendUnavailable, UserError
 
@@ -128,8 +129,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--batch must be at least 1, got {args.batch}")
     if args.max_frames is not None and args.max_frames < 3:
         raise UserError(f"--max-frames must be at least 3 (a window), got {args.max_frames}")
-    if args.threshold is not None and not 0.0 < args.threshold < 1.0:  # also refuses NaN
-        raise UserError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    check_threshold_flag(args.threshold)
     for flag, value in (("--worst", args.worst), ("--max-flips", args.max_flips),
                         ("--p99-px", args.p99_px), ("--min-compared", args.min_compared)):
         if not value >= 0:  # also refuses NaN

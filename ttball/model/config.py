@@ -7,6 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ttball.postprocess import check_threshold
+
 
 @dataclass(frozen=True)
 class WeightsConfig:
@@ -44,9 +46,7 @@ class WeightsConfig:
                 raise ValueError(f"{key} must be 3 finite numbers (R, G, B), got {values}")
         if not all(v > 0 for v in self.std):
             raise ValueError(f"std must be positive, got {self.std}")
-        if not 0.0 < self.score_threshold < 1.0:  # also NaN
-            raise ValueError(f"score_threshold must be between 0 and 1, got "
-                             f"{self.score_threshold}")
+        check_threshold(self.score_threshold, "score_threshold")
 
     @property
     def input_size(self) -> tuple[int, int]:
