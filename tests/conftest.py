@@ -28,6 +28,15 @@ if not torch.cuda.is_available():
 SMALL = (72, 128)  # (height, width): the network is fully convolutional; 16x fewer FLOPs
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test (and the module fixtures it sets up) starts from one torch RNG state: models
+    built with ``BlurBall()`` drew their weights from whatever earlier tests had left, so a
+    kernel test's error against its reference depended on the order tests ran in (2.0067e-3
+    against a 2e-3 bound after the stream and verify tests)."""
+    torch.manual_seed(0)
+
+
 def draw_clip(
     path: Path, frames: int = 12, size: tuple[int, int] = (320, 180), fps: float = 30.0,
     codec: str = "mp4v",

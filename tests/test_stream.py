@@ -137,3 +137,59 @@ def test_drain_before_three_frames_keeps_their_pixels() -> None:
     [window] = stream.push(frame(2))
     assert window.pixels.shape == (9, 16, 32)
     assert [round(r.x) for r in stream.complete(window, fake_probs(stream, window))] == [0]
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_window_completed_twice_is_refused_and_changes_nothing(step) -> None:
+    """A second complete() of one window took its frames' open count below zero: with step 1
+    their rows left before the other windows holding them had run (candidates lost)."""
+    stream = FrameStream(CFG, StreamOptions(step=step))
+    windows = [w for i in range(4) for w in stream.push(frame(i))]
+    first = windows[0]
+    rows = stream.complete(first, fake_probs(stream, first))
+    with pytest.raises(ValueError, match="not open here: completed already"):
+        stream.complete(first, fake_probs(stream, first))
+    for w in windows[1:] + stream.finish():
+        rows += stream.complete(w, fake_probs(stream, w))
+    rows += stream.drain()
+    assert [r.frame for r in rows] == [0, 1, 2, 3]
+    assert [round(r.x) for r in rows] == [0, 1, 2, 3]
+
+
+def test_a_window_of_another_stream_is_refused() -> None:
+    a, b = FrameStream(CFG, stream_id="a"), FrameStream(CFG, stream_id="b")
+    windows = [w for i in range(3) for w in a.push(frame(i))]
+    with pytest.raises(ValueError, match="stream 'a' is not open here"):
+        b.complete(windows[0], fake_probs(a, windows[0]))
+
+
+def test_finish_twice_hands_out_no_window_again() -> None:
+    """The second finish() handed out the trailing window again: its frames were completed
+    twice (and, with the check above, refused)."""
+    stream = FrameStream(CFG, StreamOptions(step=3))
+    for i in range(4):
+        stream.push(frame(i))
+    assert len(stream.finish()) == 1
+    assert stream.finish() == []
+    assert stream.windows_out == 2
+
+
+@pytest.mark.parametrize("bad", [np.zeros((16, 32), np.uint8), np.zeros((16, 32, 3), np.float32),
+                                 np.zeros((16, 32, 4), np.uint8), np.zeros((0, 32, 3), np.uint8)])
+def test_a_refused_frame_leaves_the_stream_as_it_was(bad) -> None:
+    """A frame that failed (in OpenCV, or as float read as 0..255) was counted in frames_in and
+    the first one fixed the stream's geometry."""
+    stream = FrameStream(CFG)
+    with pytest.raises(ValueError, match=r"frame 0 must be an \(H, W, 3\) uint8 RGB array"):
+        stream.push(Frame(0, 0.0, bad))
+    assert (stream.frames_in, stream.geometry) == (0, None)
+    rows = run(stream, [frame(i) for i in range(3)])
+    assert [r.frame for r in rows] == [0, 1, 2]
+
+
+def test_a_frame_of_another_size_is_not_counted() -> None:
+    stream = FrameStream(CFG)
+    stream.push(frame(0))
+    with pytest.raises(ValueError, match="the stream's frames are 32x16"):
+        stream.push(Frame(1, 0.1, np.zeros((20, 32, 3), np.uint8)))
+    assert stream.frames_in == 1

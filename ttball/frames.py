@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -143,6 +144,17 @@ class FrameSource:
         return index < self.info.frame_count
 
 
+def check_rgb(rgb: Any, name: str = "a frame") -> None:
+    """``ValueError`` unless ``rgb`` is a non-empty ``(H, W, 3) uint8`` array (what
+    :func:`resize` takes): float frames in 0..1 were read as 0..255, other shapes failed inside
+    OpenCV."""
+    if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3
+            and rgb.shape[2] == 3 and rgb.shape[0] > 0 and rgb.shape[1] > 0):
+        what = (f"{rgb.dtype} array of shape {rgb.shape}" if isinstance(rgb, np.ndarray)
+                else type(rgb).__name__)
+        raise ValueError(f"{name} must be an (H, W, 3) uint8 RGB array, got {what}")
+
+
 def resize(rgb: np.ndarray, config: WeightsConfig) -> np.ndarray:
     """``(H, W, 3) uint8`` → ``(3, h, w) uint8`` at the network's size (bilinear, aspect not kept)."""
     small = cv2.resize(rgb, (config.input_width, config.input_height), interpolation=cv2.INTER_LINEAR)
@@ -189,11 +201,7 @@ def preprocess(frames: Sequence[np.ndarray], config: WeightsConfig) -> Tensor:
         raise ValueError(f"preprocess takes a list of {config.frames_in} frames, oldest first; "
                          f"got {got}")
     for k, frame in enumerate(frames):
-        if not (isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3
-                and frame.shape[2] == 3 and frame.shape[0] > 0 and frame.shape[1] > 0):
-            what = (f"{frame.dtype} array of shape {frame.shape}" if isinstance(frame, np.ndarray)
-                    else type(frame).__name__)
-            raise ValueError(f"frame {k} must be an (H, W, 3) uint8 RGB array, got {what}")
+        check_rgb(frame, f"frame {k}")
     stacked = np.concatenate([resize(f, config) for f in frames], axis=0)
     return normalize(torch.from_numpy(stacked)[None], config)
 

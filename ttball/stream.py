@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ttball.frames import DuplicateFilter, Frame, resize
+from ttball.frames import DuplicateFilter, Frame, check_rgb, resize
 from ttball.model.config import WeightsConfig
 from ttball.postprocess import Detection, FrameGeometry, check_threshold, detect
 from ttball.results import FrameResult
@@ -89,7 +89,9 @@ class FrameStream:
 
     # -- frames in, windows out -------------------------------------------------------------
     def push(self, frame: Frame) -> list[Window]:
-        """Add a decoded frame; returns the windows it completed (zero or one)."""
+        """Add a decoded frame; returns the windows it completed (zero or one). A frame that
+        is refused (not ``(H, W, 3) uint8``, another size) leaves the stream as it was."""
+        check_rgb(frame.rgb, f"frame {frame.index}")
         h, w = frame.rgb.shape[:2]
         self._admit(frame.index, w, h)
         duplicate = self._dedup.is_duplicate(frame.rgb) and bool(self._kept)  # always remembers
@@ -98,7 +100,7 @@ class FrameStream:
 
     # -- the two halves of push, shared with streams whose frames arrive already resized -----
     def _admit(self, index: int, width: int, height: int) -> None:
-        """Count a frame of ``width`` × ``height``; the first fixes the stream's geometry."""
+        """Check a frame of ``width`` × ``height``; the first fixes the stream's geometry."""
         if self._finished:
             raise RuntimeError("stream already finished")
         if self.geometry is None:
@@ -109,11 +111,11 @@ class FrameStream:
                 f"frame {index} is {width}x{height}, the stream's frames are "
                 f"{self.geometry.source_width}x{self.geometry.source_height}"
             )
-        self.frames_in += 1
 
     def _keep(self, index: int, time_s: float, pixels: Any) -> list[Window]:
         """Keep a frame's resized ``pixels``, or, with ``None``, record it as a twin of the last
         kept frame (a duplicate); returns the window it completes, if any."""
+        self.frames_in += 1
         if pixels is None:
             self.duplicates += 1
             if self._next_emit == len(self._kept):  # its twin's row has left: it leaves alone
@@ -128,7 +130,10 @@ class FrameStream:
         return []
 
     def finish(self) -> list[Window]:
-        """No more frames: the windows that cover the frames no full window reached."""
+        """No more frames: the windows that cover the frames no full window reached (none
+        when called again)."""
+        if self._finished:
+            return []
         self._finished = True
         n = len(self._kept)
         if n == 0:
@@ -150,15 +155,18 @@ class FrameStream:
     # -- heatmaps in, results out -----------------------------------------------------------
     def complete(self, window: Window, probs: np.ndarray) -> list[FrameResult]:
         """Take a window's probabilities ``(3, h, w)`` float32 back; return finished frames."""
-        assert self.geometry is not None
-        geometry = self.geometry
-        return self._complete(window, lambda p: detect(probs[p], geometry, self.threshold))
+        geometry = self.geometry  # set: _complete refuses a window unless one is open here
+        return self._complete(window, lambda p: detect(probs[p], geometry, self.threshold))  # type: ignore[arg-type]
 
     def _complete(
         self, window: Window, candidates: Callable[[int], list[Detection]]
     ) -> list[FrameResult]:
         """:meth:`complete` with the candidates of window position ``p`` from ``candidates(p)``
         (asked only for the positions whose frame still needs them)."""
+        if not all(0 <= s < len(self._kept) and self._kept[s].open_windows > 0
+                   for s in window.slots):  # checked before anything changes
+            raise ValueError(f"window {window.slots} of stream {window.stream_id!r} is not open "
+                             "here: completed already, or handed out by another stream")
         seen: set[int] = set()
         for position, slot in enumerate(window.slots):
             if slot in seen:
