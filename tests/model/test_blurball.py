@@ -1,10 +1,12 @@
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ttball.model import BlurBall, count_parameters
+from ttball.model import BlurBall, count_parameters, save_checkpoint
+from ttball.model.blurball import check_input_size
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "blurball_state_dict.tsv"
 
@@ -54,3 +56,20 @@ def test_batched_output_matches_single() -> None:
         first = model(x[:1])[0]
     assert both.shape == (2, 3, 72, 128)
     torch.testing.assert_close(both[:1], first, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(36, 64), (72, 132), (0, 64), (-8, 64)])
+def test_an_input_size_the_network_cannot_take_is_named(size: tuple[int, int], tmp_path: Path) -> None:
+    """36x64 failed deep in a fuse layer ("The size of tensor a (36) must match the size of
+    tensor b (40)"); a checkpoint could be saved with such a size and every window failed."""
+    message = f"input size {size[0]}x{size[1]}: height and width must be positive multiples of 8"
+    with pytest.raises(ValueError, match=message):
+        check_input_size(*size)
+    if min(size) > 0:
+        with pytest.raises(ValueError, match=message):
+            BlurBall().eval()(torch.zeros(1, 9, *size))
+        model = BlurBall()
+        model.config = model.config.evolve(input_height=size[0], input_width=size[1])
+        with pytest.raises(ValueError, match=message):
+            save_checkpoint(tmp_path / "w.safetensors", model)
+        assert list(tmp_path.iterdir()) == []

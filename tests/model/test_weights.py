@@ -197,3 +197,17 @@ def test_bad_configuration_metadata_is_a_checkpoint_error(tmp_path: Path, small_
               metadata={"ttball.config": text})
     with pytest.raises(CheckpointError, match="not a ttball weights configuration"):
         load_checkpoint(path)
+
+
+def test_a_checkpoint_whose_input_size_the_network_cannot_take_is_refused(
+        tmp_path: Path, small_model) -> None:
+    """Its config loaded, and every window then failed in the network."""
+    from safetensors.torch import save_file
+
+    path = tmp_path / "w.safetensors"
+    config = small_model.config.evolve(input_height=36, input_width=64)
+    save_file({k: v.contiguous() for k, v in small_model.state_dict().items()}, str(path),
+              metadata={"ttball.config": config.to_json()})
+    with pytest.raises(CheckpointError, match=f"{path}: its configuration's input size 36x64: "
+                                              "height and width must be positive multiples of 8"):
+        load_model(path)

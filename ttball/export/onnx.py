@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ttball.errors import UserError
+from ttball.model.blurball import check_input_size
 from ttball.model.config import WeightsConfig
 from ttball.model.weights import state_dict_sha256
 from ttball.results import atomic_write
@@ -164,8 +165,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
 
 def check_size(height: int, width: int) -> None:
     """One line unless ``height`` x ``width`` is an input the network takes (stride 8)."""
-    if height <= 0 or width <= 0 or height % 8 or width % 8:
-        raise UserError(f"input size {height}x{width}: height and width must be positive multiples of 8")
+    try:
+        check_input_size(height, width)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def export_onnx(

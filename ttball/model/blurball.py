@@ -173,6 +173,8 @@ class BlurBall(nn.Module):
         return nn.ModuleList(paths)
 
     def forward(self, x: Tensor) -> dict[int, Tensor]:
+        if not _traced(x):
+            check_input_size(*x.shape[-2:])  # else a tensor size mismatch deep in a fuse layer
         x = self.relu(self.bn1(self.conv1(x)))
         x = self.relu(self.bn2(self.conv2(x)))
         x = self.layer1(x)
@@ -183,6 +185,19 @@ class BlurBall(nn.Module):
         xs = xs + [self.transition3[-1](xs[-1])]
         xs = self.stage4(xs)
         return {0: self.final_layers[0](xs[0])}
+
+
+def _traced(x: Tensor) -> bool:
+    """Whether ``x`` is being traced into a graph whose shapes are not numbers (torch.fx's
+    proxies; TorchScript's and the ONNX exporter's tensors): the caller checks the size there."""
+    return isinstance(x, torch.fx.Proxy) or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
+def check_input_size(height: int, width: int) -> None:
+    """``ValueError`` unless ``height`` x ``width`` is an input the network takes."""
+    if height <= 0 or width <= 0 or height % 8 or width % 8:
+        raise ValueError(f"input size {height}x{width}: height and width must be positive "
+                         "multiples of 8 (the network's lowest branch runs at stride 8)")
 
 
 def count_parameters(model: nn.Module) -> int:

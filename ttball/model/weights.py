@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ttball.errors import CheckpointError
-from ttball.model.blurball import BlurBall
+from ttball.model.blurball import BlurBall, check_input_size
 from ttball.model.config import RANDOM_INIT, WeightsConfig
 from ttball.results import file_mode
 
@@ -99,6 +99,11 @@ def _read_safetensors(path: Path) -> tuple[dict[str, Any], WeightsConfig | None]
     except (AttributeError, TypeError, ValueError) as exc:  # ValueError: JSON's too
         raise CheckpointError(f"{path}: its {CONFIG_KEY!r} metadata is not a ttball weights "
                               f"configuration ({error_summary(exc)})") from None
+    if config is not None:
+        try:
+            check_input_size(*config.input_size)
+        except ValueError as exc:  # every window would fail in the network
+            raise CheckpointError(f"{path}: its configuration's {exc}") from None
     return state, config
 
 
@@ -185,6 +190,7 @@ def save_checkpoint(
     config = (config or getattr(model, "config", None) or RANDOM_INIT).evolve(
         sha256=state_dict_sha256(state)
     )
+    check_input_size(*config.input_size)  # a file load_model would refuse
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         save_file(state, str(tmp), metadata={CONFIG_KEY: config.to_json()})
