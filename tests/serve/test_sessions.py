@@ -275,6 +275,8 @@ BAD_OPTIONS = [
     pytest.param(b'{"dedup_ssim": Infinity}', 400, "bad_json", id="infinity"),
     pytest.param(b'{"step": 1e999}', 400, "bad_json", id="past-float-range"),
     pytest.param(b"[" * 20_000 + b"]" * 20_000, 400, "bad_json", id="nested-too-deep"),
+    # Python kept the last "step", a proxy or log reader with another parser the first
+    pytest.param(b'{"step": 1, "step": 3}', 400, "bad_json", id="key-twice"),
     pytest.param(b'{"dedup_ssim": -1}', 422, "bad_options", id="dedup-negative"),
     pytest.param(b'{"dedup_ssim": 5}', 422, "bad_options", id="dedup-over-1"),
     pytest.param(b'{"step": true}', 422, "bad_options", id="step-bool"),

@@ -46,13 +46,24 @@ async def read_body(request: Any, limit: int) -> bytes:
 def parse_json(body: bytes | str, what: str, code: str = "bad_json") -> Any:
     """``body`` as JSON, or 400 ``code`` saying why. Strict where Python's parser is lenient:
     ``NaN``, ``Infinity`` and numbers beyond a float's range are refused (no JSON reply could
-    carry them back), and so is nesting too deep to parse."""
+    carry them back), nesting too deep to parse, and a key given twice in one object (Python
+    keeps the last, another client's parser the first: two readings of one request)."""
     try:
-        return json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(body, parse_constant=_no_constant, parse_float=_finite,
+                          object_pairs_hook=_no_repeated_key)
     except RecursionError:
         raise ApiError(400, code, f"{what} is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, ours
         raise ApiError(400, code, f"{what} is not JSON: {exc}") from None
+
+
+def _no_repeated_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        found[key] = value
+    return found
 
 
 def _no_constant(name: str) -> Any:
