@@ -18,12 +18,11 @@ import numpy as np
 DEFAULT_THRESHOLD = 0.5
 
 
-def check_threshold(value: float, name: str = "threshold") -> float:
-    """``value`` if it is a score threshold strictly between 0 and 1, else ``ValueError`` naming
-    ``name`` (a field or a CLI flag): 0 marks every pixel, 1 none, NaN compares false."""
+def check_threshold(value: float, name: str = "threshold") -> None:
+    """``ValueError`` naming ``name`` (a field or a CLI flag) unless ``value`` is a score
+    threshold strictly between 0 and 1: 0 marks every pixel, 1 none, NaN compares false."""
     if not 0.0 < value < 1.0:  # also NaN
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -229,11 +229,11 @@ def _read_fp32(path: str | os.PathLike[str]) -> _Source:
     op_types = sorted({n.op_type for n in proto.graph.node})
     metadata = {p.key: p.value for p in proto.metadata_props}
     precision = metadata.get("precision", "fp32")
-    if "QuantizeLinear" in op_types or precision != "fp32":  # quantised again, it failed or
-        # doubled the error; an FP16 file failed inside the quantiser
-        raise UserError(f"FP32 model {path} is not FP32 (its precision: "
-                        f"{'int8' if 'QuantizeLinear' in op_types else precision}); quantise an FP32 "
-                        "export (ttball export without --fp16 or --int8)")
+    if "QuantizeLinear" in op_types:
+        precision = "int8"
+    if precision != "fp32":  # an INT8 file was quantised again; an FP16 one failed inside ORT
+        raise UserError(f"{path} is not an FP32 export (precision {precision}); quantise an "
+                        "FP32 one (ttball export without --fp16 or --int8)")
     return _Source(
         tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims),
         op_types, metadata,
