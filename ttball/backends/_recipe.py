@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ttball.backends.base import Requirement, register
+from ttball.backends.base import Requirement, refuse_unknown, register
 from ttball.errors import UserError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -95,12 +95,19 @@ class Recipe:
         return recipe, {k: v for k, v in options.items() if k not in names}
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], backend: str) -> Recipe:
-        """The recipe in ``options``; any other option is a :class:`UserError` naming ``backend``."""
+    def from_options(
+        cls, options: dict[str, Any], backend: str, takes: tuple[str, ...] = ()
+    ) -> Recipe:
+        """The recipe in ``options``; any other option is refused as :func:`~ttball.backends.
+        base.create` refuses it (for a backend class built directly), naming ``backend`` and
+        what it ``takes`` besides the recipe's fields."""
         recipe, rest = cls.split(options)
-        if rest:
-            raise UserError(f"unknown options for {backend}: {', '.join(sorted(rest))}")
+        refuse_unknown(backend, rest, RECIPE_OPTIONS + takes)
         return recipe
+
+
+RECIPE_OPTIONS = tuple(f.name for f in fields(Recipe))
+"""The options a :class:`Recipe` is spelt with (``precision``, ``autocast``, ...)."""
 
 
 def prepare_model(model: nn.Module, device: torch.device, recipe: Recipe) -> nn.Module:
@@ -146,18 +153,27 @@ def cudnn_benchmark(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.benchmark = before
 
 
+def pinned(fixed: dict[str, Any]) -> dict[str, Any]:
+    """``fixed`` with a fixed ``recipe``'s fields spelt out (``precision="fp16"``, ...): the
+    options a :func:`preset` takes only with these values."""
+    recipe = fixed.get("recipe")
+    return {**(asdict(recipe) if isinstance(recipe, Recipe) else {}), **fixed}
+
+
 def preset(factory: Callable[..., Any], **fixed: Any) -> Callable[..., Any]:
-    """A registry factory with some options fixed; passing a fixed option differently is an
-    error rather than a silent override."""
+    """A registry factory with some options fixed: one passed with its fixed value is taken
+    (and a recipe's field dropped, the recipe says it), with another value it is an error
+    rather than a silent override."""
+    values = pinned(fixed)
 
     def build(model: nn.Module, device: torch.device, **options: Any) -> Any:
-        clash = {k: v for k, v in options.items() if k in fixed and fixed[k] != v}
+        clash = {k: v for k, v in options.items() if k in values and values[k] != v}
         if clash:
-            raise UserError(
-                f"options {clash} contradict this variant's fixed {fixed}; use the generic "
-                "entry or another variant"
-            )
-        return factory(model, device, **{**fixed, **options})
+            own = {k: values[k] for k in clash}
+            raise UserError(f"options {clash} contradict this variant's fixed {own}; use the "
+                            "generic entry or another variant")
+        given = {k: v for k, v in options.items() if k not in values}
+        return factory(model, device, **fixed, **given)
 
     return build
 
@@ -186,7 +202,9 @@ def register_recipes(
 ) -> None:
     """Register ``<family>-<recipe suffix>`` for each recipe: a family's table of variants.
 
-    The factory is called as ``factory(model, device, recipe=recipe, **fixed, **options)``.
+    The factory is called as ``factory(model, device, recipe=recipe, **fixed, **options)``;
+    the options a variant takes are its fixed ones (:func:`pinned`), with their values, and
+    ``cache_dir`` where ``tags`` has ``disk-cache``.
     """
     for recipe in recipes:
         register(
@@ -194,4 +212,5 @@ def register_recipes(
             description=f"{what}, {recipe.describe(omit)}",
             requires=requirement(recipe, requires),
             tags=recipe.tags() + tags,
+            options=pinned({"recipe": recipe, **fixed}),
         )(preset(factory, recipe=recipe, **fixed))

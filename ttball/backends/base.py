@@ -7,10 +7,21 @@ any device and returns logits ``(B, 3, H, W)`` float32 on its own device.
 Registering::
 
     @register("eager-fp32", description="PyTorch eager, FP32")
-    def _eager_fp32(model, device, **options):
+    def _eager_fp32(model, device):
         return EagerBackend(model, device)
 
+    @register("onnxrt-fp32", description="ONNX Runtime CPU", options=("cache_dir", ...))
+    def _onnxrt_fp32(model, device, **options):
+        return OnnxRuntimeBackend(model, device, **options)
+
 A backend that can't run here is listed with the reason (``requires`` returns a string).
+
+Options: an entry declares the keyword options it uses (``register(..., options=...)``; none by
+default; an entry tagged ``disk-cache`` also takes ``cache_dir``, which :func:`cache_options`
+gives it). :func:`create` refuses any other option with one :class:`~ttball.errors.UserError`,
+``backend NAME takes no option X; it takes: A, B`` (or ``it takes none``), before it checks the
+device or builds anything: a misspelt option is the caller's mistake on every machine, and
+ignoring it would time or ship something other than what was asked for.
 """
 
 from __future__ import annotations
@@ -133,13 +144,21 @@ Requirement = Callable[[torch.device], "str | None"]
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """A registry entry. ``requires(device)`` returns why it can't run there, or None."""
+    """A registry entry. ``requires(device)`` returns why it can't run there, or None;
+    ``options``: the keyword options its factory uses."""
 
     name: str
     factory: Factory
     description: str
     requires: Requirement
     tags: frozenset[str] = field(default_factory=frozenset)
+    options: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def accepts(self) -> frozenset[str]:
+        """What :func:`create` passes on: the declared options, and ``cache_dir`` where the
+        ``disk-cache`` tag says :func:`cache_options` gives it."""
+        return self.options | ({"cache_dir"} if "disk-cache" in self.tags else set())
 
 
 _REGISTRY: dict[str, BackendSpec] = {}
@@ -155,13 +174,16 @@ def register(
     description: str,
     requires: Requirement = _always,
     tags: Iterable[str] = (),
+    options: Iterable[str] = (),
 ) -> Callable[[Factory], Factory]:
-    """Add a backend factory under ``name``; a second registration of a name is an error."""
+    """Add a backend factory under ``name``, called with the ``options`` it declares (any
+    other is refused before it runs); a second registration of a name is an error."""
 
     def wrap(factory: Factory) -> Factory:
         if name in _REGISTRY:
             raise ValueError(f"backend {name!r} is already registered")
-        _REGISTRY[name] = BackendSpec(name, factory, description, requires, frozenset(tags))
+        _REGISTRY[name] = BackendSpec(name, factory, description, requires, frozenset(tags),
+                                      frozenset(options))
         return factory
 
     return wrap
@@ -215,11 +237,25 @@ def unavailable_reason(name: str, device: str | torch.device) -> str | None:
     return spec(name).requires(parse_device(device))
 
 
+def refuse_unknown(backend: str, given: Iterable[str], accepts: Iterable[str]) -> None:
+    """The one error for options ``backend`` does not use (those of ``given`` not in
+    ``accepts``): a :class:`UserError` naming them and what it takes."""
+    known = sorted(accepts)
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    takes = f"it takes: {', '.join(known)}" if known else "it takes none"
+    plural = "s" if len(unknown) > 1 else ""
+    raise UserError(f"backend {backend} takes no option{plural} {', '.join(unknown)}; {takes}")
+
+
 def create(
     name: str, model: torch.nn.Module, device: str | torch.device = "cpu", **options: Any
 ) -> Backend:
-    """Build backend ``name`` around ``model`` on ``device``; explains why if it can't run here."""
+    """Build backend ``name`` around ``model`` on ``device``; explains why if it can't run here.
+    An option the entry does not take is refused first, whatever the device (nothing built)."""
     entry = spec(name)
+    refuse_unknown(name, options, entry.accepts)
     dev = resolve_device(device)
     reason = entry.requires(dev)
     if reason:

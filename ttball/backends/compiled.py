@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends._recipe import (
+    RECIPE_OPTIONS,
     Recipe,
     autocast_context,
     cudnn_benchmark,
@@ -74,7 +75,7 @@ class CompiledBackend(BackendBase):
         if MODES[mode] and device.type != "cuda":
             raise BackendUnavailable(f"torch.compile mode {mode} needs a CUDA device")
         if recipe is None:
-            recipe = Recipe.from_options(options, "compile")
+            recipe = Recipe.from_options(options, "compile", ("mode", "cache_dir"))
         self.recipe, self.mode, self.precision = recipe, mode, recipe.precision
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         self.model = prepare_model(model, device, recipe)
@@ -174,6 +175,7 @@ def _mode_requires(mode: str) -> Requirement | None:
     description="torch.compile with options mode, precision, autocast, fold, channels_last, "
     "cudnn_benchmark, cache_dir",
     tags=("disk-cache", "options"),
+    options=("mode", *RECIPE_OPTIONS),
 )
 def _compile(model: torch.nn.Module, device: torch.device, **options: Any) -> CompiledBackend:
     return CompiledBackend(model, device, **options)

@@ -40,9 +40,7 @@ class EagerBackend(BackendBase):
     ) -> None:
         super().__init__(device)
         if recipe is None:
-            recipe, rest = Recipe.split(options)
-            if rest:
-                raise TypeError(f"EagerBackend got unknown options {sorted(rest)}")
+            recipe = Recipe.from_options(options, "eager")
         self.recipe = recipe
         self.precision = recipe.precision
         self.model = prepare_model(model, device, recipe)

@@ -144,19 +144,23 @@ class OnnxRuntimeBackend(BackendBase):
         return torch.from_numpy(np.asarray(out, np.float32)).to(self.device)
 
 
+SESSION_OPTIONS = ("graph_optimization_level", "intra_op_threads", "inter_op_threads",
+                   "execution_mode", "config")
+"""The options of :class:`SessionSettings` an entry takes (``create`` refuses any other)."""
+CALIBRATION_OPTIONS = ("calibrate", "windows", "method")
+"""What an INT8 export is calibrated on (:func:`~ttball.export.cache.cached_onnx`): options of
+INT8 entries only (the FP32 and FP16 exports are not calibrated)."""
+OPTIONS = (*SESSION_OPTIONS, "cache_dir")
+INT8_OPTIONS = (*OPTIONS, *CALIBRATION_OPTIONS)
+
+
 def _settings(providers: tuple[Any, ...] = ("CPUExecutionProvider",), *,
               base_config: Mapping[str, str] | None = None, **options: Any) -> SessionSettings:
-    known = {"graph_optimization_level", "intra_op_threads", "inter_op_threads",
-             "execution_mode", "config"}
-    unknown = set(options) - known
-    if unknown:
-        raise UserError(f"unknown ONNX Runtime option(s): {', '.join(sorted(unknown))}; "
-                        f"known: {', '.join(sorted(known))}")
     config = {**(base_config or {}), **dict(options.pop("config", None) or {})}
     return replace(SessionSettings(providers=providers), config=config, **options)
 
 
-_EXPORT_OPTIONS = ("cache_dir", "calibrate", "windows", "method")
+_EXPORT_OPTIONS = ("cache_dir", *CALIBRATION_OPTIONS)
 
 
 def _build(model: torch.nn.Module, device: torch.device, precision: str,
@@ -198,33 +202,33 @@ def _provider(name: str) -> Any:
 
 
 @register("onnxrt-fp32", description="ONNX Runtime CPU, FP32, default session",
-          requires=_cpu_only, tags=("onnx", "cpu"))
+          requires=_cpu_only, tags=("onnx", "cpu"), options=OPTIONS)
 def _onnxrt_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", **options)
 
 
 @register("onnxrt-fp32-tuned", description="ONNX Runtime CPU, FP32, NCHWc layout, no spinning",
-          requires=_cpu_only, tags=("onnx", "cpu"))
+          requires=_cpu_only, tags=("onnx", "cpu"), options=OPTIONS)
 def _onnxrt_fp32_tuned(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", base_config=TUNED_CONFIG, **options)
 
 
 @register("onnxrt-int8", description="ONNX Runtime CPU, INT8 QDQ, int8 weights and activations",
-          requires=_cpu_only, tags=("onnx", "cpu", "int8"))
+          requires=_cpu_only, tags=("onnx", "cpu", "int8"), options=INT8_OPTIONS)
 def _onnxrt_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "int8", base_config=TUNED_CONFIG, **options)
 
 
 @register("ort-mobile-fp32", description="ONNX Runtime Mobile's .ort (arm) of the FP32 "
           "export, run as a phone runs it, on this CPU", requires=_cpu_only,
-          tags=("onnx", "cpu", "mobile"))
+          tags=("onnx", "cpu", "mobile"), options=OPTIONS)
 def _ort_mobile_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", base_config=TUNED_CONFIG, ort_platform="arm", **options)
 
 
 @register("ort-mobile-int8", description="ONNX Runtime Mobile's .ort (arm) of the INT8 QDQ "
           "export, run as a phone runs it, on this CPU", requires=_cpu_only,
-          tags=("onnx", "cpu", "mobile", "int8"))
+          tags=("onnx", "cpu", "mobile", "int8"), options=INT8_OPTIONS)
 def _ort_mobile_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "int8", base_config=TUNED_CONFIG, ort_platform="arm", **options)
 
@@ -234,21 +238,23 @@ def _cuda_device_id(device: torch.device) -> dict[str, str]:
 
 
 @register("onnxrt-cuda-fp32", description="ONNX Runtime CUDA execution provider, FP32",
-          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu"))
+          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu"), options=OPTIONS)
 def _onnxrt_cuda_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     providers = (("CUDAExecutionProvider", _cuda_device_id(device)),)
     return _build(model, device, "fp32", providers, **options)
 
 
 @register("onnxrt-cuda-fp16", description="ONNX Runtime CUDA execution provider, FP16 export",
-          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu", "fp16"))
+          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu", "fp16"),
+          options=OPTIONS)
 def _onnxrt_cuda_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     providers = (("CUDAExecutionProvider", _cuda_device_id(device)),)
     return _build(model, device, "fp16", providers, **options)
 
 
 @register("onnxrt-tensorrt-fp16", description="ONNX Runtime TensorRT execution provider, FP16",
-          requires=_provider("TensorrtExecutionProvider"), tags=("onnx", "gpu", "fp16"))
+          requires=_provider("TensorrtExecutionProvider"), tags=("onnx", "gpu", "fp16"),
+          options=OPTIONS)
 def _onnxrt_tensorrt_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     from ttball.export.cache import cache_root
 

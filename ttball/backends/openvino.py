@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ttball.backends.base import BackendBase, register
+from ttball.backends.onnxrt import CALIBRATION_OPTIONS
 from ttball.errors import UserError
 from ttball.export.onnx import INPUT_NAME, OUTPUT_NAME
 
@@ -88,6 +89,11 @@ class OpenVinoBackend(BackendBase):
         return torch.from_numpy(out).to(self.device)
 
 
+OPTIONS = ("threads", "hint", "config", "cache_dir")
+"""What an entry takes; its factory fixes ``precision`` and ``inference_precision``."""
+INT8_OPTIONS = (*OPTIONS, *CALIBRATION_OPTIONS)
+
+
 def _openvino_missing(device: torch.device) -> str | None:
     try:
         import openvino  # noqa: F401
@@ -110,18 +116,18 @@ def _needs_bf16(device: torch.device) -> str | None:
 
 
 @register("openvino-fp32", description="OpenVINO CPU, FP32 (inference precision pinned to f32)",
-          requires=_openvino_missing, tags=("onnx", "cpu"))
+          requires=_openvino_missing, tags=("onnx", "cpu"), options=OPTIONS)
 def _openvino_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="fp32", inference_precision="f32", **options)
 
 
 @register("openvino-bf16", description="OpenVINO CPU, bf16 convolutions (AMX / AVX-512 BF16)",
-          requires=_needs_bf16, tags=("onnx", "cpu", "bf16"))
+          requires=_needs_bf16, tags=("onnx", "cpu", "bf16"), options=OPTIONS)
 def _openvino_bf16(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="fp32", inference_precision="bf16", **options)
 
 
 @register("openvino-int8", description="OpenVINO CPU, INT8 QDQ (the onnxrt-int8 file), integer kernels",
-          requires=_openvino_missing, tags=("onnx", "cpu", "int8"))
+          requires=_openvino_missing, tags=("onnx", "cpu", "int8"), options=INT8_OPTIONS)
 def _openvino_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="int8", inference_precision="f32", **options)

@@ -94,7 +94,7 @@ class TensorRTBackend(BackendBase):
         import tensorrt as trt
 
         if recipe is None:
-            recipe = Recipe.from_options(options, "tensorrt")
+            recipe = Recipe.from_options(options, "tensorrt", ("cache_dir",))
         if recipe.autocast or recipe.channels_last:
             raise UserError("tensorrt chooses its own casts and layouts: use precision/fold only")
         self.trt, self.recipe, self.precision = trt, recipe, recipe.precision

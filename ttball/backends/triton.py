@@ -114,11 +114,9 @@ class TritonBackend(GraphedBackend):
         tune: bool = True, pdl: bool = False, tma: bool = False, rows: bool = False,
         branches: bool = False, direct: bool = False, refine: bool = False,
         project: str = "tail", cache_dir: str | os.PathLike[str] | None = None,
-        records: bool = True, **options: Any,
+        records: bool = True,
     ) -> None:
         super().__init__(device)
-        if options:
-            raise UserError(f"unknown options for triton: {', '.join(sorted(options))}")
         if project not in ("tail", "conv", "off"):
             raise UserError(f"triton option project: 'tail', 'conv' or 'off', got {project!r}")
         reason = triton_missing(device)
@@ -229,6 +227,10 @@ class TritonBackend(GraphedBackend):
         return time_calls(graph.replay, self.device, TimingPlan(2, 5, calls))["median_ms"]
 
 
+OPTIONS = ("graph", "tune", "pdl", "tma", "rows", "branches", "direct", "refine", "project",
+           "cache_dir", "records")
+"""What every ``triton-*`` entry takes: :class:`TritonBackend`'s keywords."""
+
 # (name, description, requirement, fixed options): every variant is TritonBackend with some
 # options fixed; giving one of them differently is an error (``preset``).
 _VARIANTS = (
@@ -268,6 +270,6 @@ _VARIANTS = (
      triton_missing, {"graph": True, "branches": True, "refine": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
-    register(_name, description=_description, requires=_requires, tags=_TAGS)(
+    register(_name, description=_description, requires=_requires, tags=_TAGS, options=OPTIONS)(
         preset(TritonBackend, **_fixed)
     )
