@@ -45,6 +45,23 @@ def test_the_message_lists_what_the_entry_takes(small_model: BlurBall) -> None:
         create("onnxrt-fp32", small_model, "cpu", threads=2, bogus=1)
 
 
+def test_a_variant_offers_what_it_does_not_fix(small_model: BlurBall) -> None:
+    """A preset takes its fixed options only with their own values: they are accepted, and
+    neither the message nor ``bench --list`` offers them (eager-fp16 listed ``autocast,
+    channels_last, ...``, each of which it refuses with another value)."""
+    with pytest.raises(UserError, match=r"^backend eager-fp16 takes no option bogus; it takes none$"):
+        create("eager-fp16", small_model, "cpu", bogus=1)
+    with pytest.raises(UserError, match=r"; it takes: cache_dir$"):
+        create("compile-default-fp16", small_model, "cpu", bogus=1)
+    assert create("eager-fp16", small_model, "cpu", precision="fp16").name == "eager-fp16"
+    rows = {row["name"]: row for row in base.describe("cpu")}
+    assert rows["eager-fp16"]["options"] == [] and rows["compile-default-fp16"]["options"] == [
+        "cache_dir"]
+    direct = spec("triton-fp16-direct")
+    assert "direct" in direct.accepts and "direct" not in rows["triton-fp16-direct"]["options"]
+    assert rows["compile"]["options"] == sorted(spec("compile").accepts)
+
+
 def _explode(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("called before the options were checked")
 

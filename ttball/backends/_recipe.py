@@ -203,8 +203,8 @@ def register_recipes(
     """Register ``<family>-<recipe suffix>`` for each recipe: a family's table of variants.
 
     The factory is called as ``factory(model, device, recipe=recipe, **fixed, **options)``;
-    the options a variant takes are its fixed ones (:func:`pinned`), with their values, and
-    ``cache_dir`` where ``tags`` has ``disk-cache``.
+    a variant takes ``cache_dir`` where ``tags`` has ``disk-cache``, and its fixed options
+    (:func:`pinned`) only with their own values.
     """
     for recipe in recipes:
         register(
@@ -212,5 +212,5 @@ def register_recipes(
             description=f"{what}, {recipe.describe(omit)}",
             requires=requirement(recipe, requires),
             tags=recipe.tags() + tags,
-            options=pinned({"recipe": recipe, **fixed}),
+            pinned=pinned({"recipe": recipe, **fixed}),
         )(preset(factory, recipe=recipe, **fixed))

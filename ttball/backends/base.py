@@ -18,7 +18,9 @@ A backend that can't run here is listed with the reason (``requires`` returns a 
 
 Options: an entry declares the keyword options it uses (``register(..., options=...)``; none by
 default; an entry tagged ``disk-cache`` also takes ``cache_dir``, which :func:`cache_options`
-gives it). :func:`create` refuses any other option with one :class:`~ttball.errors.UserError`,
+gives it); a variant fixes some (``pinned=``: ``eager-fp16``'s precision), taken only with their
+own values and not offered. :func:`create` refuses any other option with one
+:class:`~ttball.errors.UserError`,
 ``backend NAME takes no option X; it takes: A, B`` (or ``it takes none``), before it checks the
 device or builds anything: a misspelt option is the caller's mistake on every machine, and
 ignoring it would time or ship something other than what was asked for.
@@ -145,7 +147,8 @@ Requirement = Callable[[torch.device], "str | None"]
 @dataclass(frozen=True)
 class BackendSpec:
     """A registry entry. ``requires(device)`` returns why it can't run there, or None;
-    ``options``: the keyword options its factory uses."""
+    ``options``: the keyword options its factory uses; ``pinned``: those a variant fixes,
+    taken only with their fixed values (:func:`~ttball.backends._recipe.preset`)."""
 
     name: str
     factory: Factory
@@ -153,12 +156,19 @@ class BackendSpec:
     requires: Requirement
     tags: frozenset[str] = field(default_factory=frozenset)
     options: frozenset[str] = field(default_factory=frozenset)
+    pinned: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def accepts(self) -> frozenset[str]:
-        """What :func:`create` passes on: the declared options, and ``cache_dir`` where the
-        ``disk-cache`` tag says :func:`cache_options` gives it."""
-        return self.options | ({"cache_dir"} if "disk-cache" in self.tags else set())
+        """What :func:`create` passes on: the declared and pinned options, and ``cache_dir``
+        where the ``disk-cache`` tag says :func:`cache_options` gives it."""
+        return self.takes | self.pinned
+
+    @property
+    def takes(self) -> frozenset[str]:
+        """The options a caller can choose (what errors and ``bench --list`` name)."""
+        return (self.options - self.pinned) | (
+            {"cache_dir"} if "disk-cache" in self.tags else set())
 
 
 _REGISTRY: dict[str, BackendSpec] = {}
@@ -175,6 +185,7 @@ def register(
     requires: Requirement = _always,
     tags: Iterable[str] = (),
     options: Iterable[str] = (),
+    pinned: Iterable[str] = (),
 ) -> Callable[[Factory], Factory]:
     """Add a backend factory under ``name``, called with the ``options`` it declares (any
     other is refused before it runs); a second registration of a name is an error."""
@@ -183,7 +194,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"backend {name!r} is already registered")
         _REGISTRY[name] = BackendSpec(name, factory, description, requires, frozenset(tags),
-                                      frozenset(options))
+                                      frozenset(options), frozenset(pinned))
         return factory
 
     return wrap
@@ -237,14 +248,16 @@ def unavailable_reason(name: str, device: str | torch.device) -> str | None:
     return spec(name).requires(parse_device(device))
 
 
-def refuse_unknown(backend: str, given: Iterable[str], accepts: Iterable[str]) -> None:
+def refuse_unknown(backend: str, given: Iterable[str], accepts: Iterable[str],
+                   takes: Iterable[str] | None = None) -> None:
     """The one error for options ``backend`` does not use (those of ``given`` not in
-    ``accepts``): a :class:`UserError` naming them and what it takes."""
-    known = sorted(accepts)
-    unknown = sorted(set(given) - set(known))
+    ``accepts``): a :class:`UserError` naming them and what it ``takes`` (default: all it
+    accepts; a variant's pinned options are accepted but not offered)."""
+    unknown = sorted(set(given) - set(accepts))
     if not unknown:
         return
-    takes = f"it takes: {', '.join(known)}" if known else "it takes none"
+    offered = sorted(accepts if takes is None else takes)
+    takes = f"it takes: {', '.join(offered)}" if offered else "it takes none"
     plural = "s" if len(unknown) > 1 else ""
     raise UserError(f"backend {backend} takes no option{plural} {', '.join(unknown)}; {takes}")
 
@@ -255,7 +268,7 @@ def create(
     """Build backend ``name`` around ``model`` on ``device``; explains why if it can't run here.
     An option the entry does not take is refused first, whatever the device (nothing built)."""
     entry = spec(name)
-    refuse_unknown(name, options, entry.accepts)
+    refuse_unknown(name, options, entry.accepts, entry.takes)
     dev = resolve_device(device)
     reason = entry.requires(dev)
     if reason:
@@ -275,7 +288,8 @@ def cache_options(name: str, cache_dir: str | os.PathLike[str] | None) -> dict[s
 
 
 def describe(device: str | torch.device) -> list[dict[str, Any]]:
-    """Every registered backend with whether it can run on ``device`` and, if not, why."""
+    """Every registered backend with whether it can run on ``device`` and, if not, why, and the
+    options :func:`create` passes it."""
     dev = parse_device(device)
     rows = []
     for name in names():
@@ -283,7 +297,7 @@ def describe(device: str | torch.device) -> list[dict[str, Any]]:
         reason = entry.requires(dev)
         rows.append(
             {"name": name, "description": entry.description, "available": reason is None,
-             "reason": reason or "", "tags": sorted(entry.tags)}
+             "reason": reason or "", "tags": sorted(entry.tags), "options": sorted(entry.takes)}
         )
     return rows
 

@@ -270,6 +270,7 @@ _VARIANTS = (
      triton_missing, {"graph": True, "branches": True, "refine": True}),
 )
 for _name, _description, _requires, _fixed in _VARIANTS:
-    register(_name, description=_description, requires=_requires, tags=_TAGS, options=OPTIONS)(
+    register(_name, description=_description, requires=_requires, tags=_TAGS, options=OPTIONS,
+             pinned=_fixed)(
         preset(TritonBackend, **_fixed)
     )

@@ -156,14 +156,15 @@ def _list(device: str) -> int:
     from ttball.backends import describe, resolve_device
 
     table = Table(title=f"backends on {resolve_device(device)}")
-    for col in ("name", "available", "description / reason"):
+    for col in ("name", "available", "description / reason", "options (create's keywords)"):
         table.add_column(col)
     for row in describe(resolve_device(device)):
         table.add_row(
-            row["name"], "yes" if row["available"] else "no", row["reason"] or row["description"]
+            row["name"], "yes" if row["available"] else "no", row["reason"] or row["description"],
+            ", ".join(row["options"]) or "none",
         )
     console = Console()
-    (console if console.is_terminal else Console(width=160)).print(table)
+    (console if console.is_terminal else Console(width=200)).print(table)
     return 0
 
 
