@@ -14,7 +14,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torc
 git log -1 --format=%H >> $OUT/gpu.txt 2>&1
 cat $OUT/gpu.txt
 if ! grep -q H200 $OUT/gpu.txt; then
-  END_S=440 bash docs/benchmarks/h200-2026-12-05d/call34.sh
+  END_S=${END_S:-440} bash docs/benchmarks/h200-2026-12-05d/call34.sh
   exit
 fi
 C=$(mktemp -d)
