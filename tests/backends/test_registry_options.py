@@ -151,6 +151,21 @@ def test_a_preset_takes_its_fixed_options_only_with_their_values(small_model: Bl
         create(name, small_model, "cpu", precision=other)
 
 
+def test_a_contradicting_fixed_option_is_refused_before_the_device(
+    monkeypatch: pytest.MonkeyPatch, small_model: BlurBall
+) -> None:
+    """``cudagraph-fp16`` with ``precision="fp32"`` said "unavailable on cpu" (the clash was
+    found in its factory, after the requirement): now the same error on every machine."""
+    with pytest.raises(UserError, match="contradict this variant's fixed {'precision': 'fp16'}"):
+        create("cudagraph-fp16", small_model, "cpu", precision="fp32")
+    with pytest.raises(UserError, match="contradict this variant's fixed {'direct': True}"):
+        create("triton-fp16-direct", small_model, "cpu", direct=False)
+    entry = dataclasses.replace(spec("eager-fp16"), factory=_explode, requires=_explode)
+    monkeypatch.setitem(base._REGISTRY, "eager-fp16", entry)
+    with pytest.raises(UserError, match="contradict"):
+        create("eager-fp16", small_model, "cuda:7", precision="bf16")
+
+
 def test_direct_construction_refuses_the_same_way(small_model: BlurBall) -> None:
     """A backend class built without the registry says it as ``create`` does."""
     from ttball.backends.compiled import CompiledBackend

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ttball.backends.base import Requirement, refuse_unknown, register
+from ttball.backends.base import Requirement, refuse_clash, refuse_unknown, register
 from ttball.errors import UserError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -167,11 +167,7 @@ def preset(factory: Callable[..., Any], **fixed: Any) -> Callable[..., Any]:
     values = pinned(fixed)
 
     def build(model: nn.Module, device: torch.device, **options: Any) -> Any:
-        clash = {k: v for k, v in options.items() if k in values and values[k] != v}
-        if clash:
-            own = {k: values[k] for k in clash}
-            raise UserError(f"options {clash} contradict this variant's fixed {own}; use the "
-                            "generic entry or another variant")
+        refuse_clash(options, values)  # (create did; a factory called directly too)
         given = {k: v for k, v in options.items() if k not in values}
         return factory(model, device, **fixed, **given)
 

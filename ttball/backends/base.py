@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -156,18 +156,18 @@ class BackendSpec:
     requires: Requirement
     tags: frozenset[str] = field(default_factory=frozenset)
     options: frozenset[str] = field(default_factory=frozenset)
-    pinned: frozenset[str] = field(default_factory=frozenset)
+    pinned: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def accepts(self) -> frozenset[str]:
         """What :func:`create` passes on: the declared and pinned options, and ``cache_dir``
         where the ``disk-cache`` tag says :func:`cache_options` gives it."""
-        return self.takes | self.pinned
+        return self.takes | set(self.pinned)
 
     @property
     def takes(self) -> frozenset[str]:
         """The options a caller can choose (what errors and ``bench --list`` name)."""
-        return (self.options - self.pinned) | (
+        return (self.options - set(self.pinned)) | (
             {"cache_dir"} if "disk-cache" in self.tags else set())
 
 
@@ -185,7 +185,7 @@ def register(
     requires: Requirement = _always,
     tags: Iterable[str] = (),
     options: Iterable[str] = (),
-    pinned: Iterable[str] = (),
+    pinned: Mapping[str, Any] | None = None,
 ) -> Callable[[Factory], Factory]:
     """Add a backend factory under ``name``, called with the ``options`` it declares (any
     other is refused before it runs); a second registration of a name is an error."""
@@ -194,7 +194,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"backend {name!r} is already registered")
         _REGISTRY[name] = BackendSpec(name, factory, description, requires, frozenset(tags),
-                                      frozenset(options), frozenset(pinned))
+                                      frozenset(options), dict(pinned or {}))
         return factory
 
     return wrap
@@ -262,13 +262,25 @@ def refuse_unknown(backend: str, given: Iterable[str], accepts: Iterable[str],
     raise UserError(f"backend {backend} takes no option{plural} {', '.join(unknown)}; {takes}")
 
 
+def refuse_clash(given: Mapping[str, Any], pinned: Mapping[str, Any]) -> None:
+    """A :class:`UserError` if ``given`` sets an option a variant fixes (``pinned``) to another
+    value: it would be overridden silently."""
+    clash = {k: v for k, v in given.items() if k in pinned and pinned[k] != v}
+    if clash:
+        own = {k: pinned[k] for k in clash}
+        raise UserError(f"options {clash} contradict this variant's fixed {own}; use the "
+                        "generic entry or another variant")
+
+
 def create(
     name: str, model: torch.nn.Module, device: str | torch.device = "cpu", **options: Any
 ) -> Backend:
     """Build backend ``name`` around ``model`` on ``device``; explains why if it can't run here.
-    An option the entry does not take is refused first, whatever the device (nothing built)."""
+    An option the entry does not take, or a fixed one with another value, is refused first,
+    whatever the device (nothing built)."""
     entry = spec(name)
     refuse_unknown(name, options, entry.accepts, entry.takes)
+    refuse_clash(options, entry.pinned)
     dev = resolve_device(device)
     reason = entry.requires(dev)
     if reason:
