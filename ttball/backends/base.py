@@ -18,12 +18,12 @@ A backend that can't run here is listed with the reason (``requires`` returns a 
 
 Options: an entry declares the keyword options it uses (``register(..., options=...)``; none by
 default; an entry tagged ``disk-cache`` also takes ``cache_dir``, which :func:`cache_options`
-gives it); a variant fixes some (``pinned=``: ``eager-fp16``'s precision), taken only with their
-own values and not offered. :func:`create` refuses any other option with one
-:class:`~ttball.errors.UserError`,
-``backend NAME takes no option X; it takes: A, B`` (or ``it takes none``), before it checks the
-device or builds anything: a misspelt option is the caller's mistake on every machine, and
-ignoring it would time or ship something other than what was asked for.
+gives it). A variant fixes some (``pinned=``: ``eager-fp16``'s precision): they are taken only
+with their own values, and not offered. :func:`create` refuses any other option, or a pinned
+one with another value, with one :class:`~ttball.errors.UserError` (``backend NAME takes no
+option X; it takes: A, B``, or ``it takes none``) before it checks the device or builds
+anything: a misspelt option is the caller's mistake on every machine, and ignoring it would
+time or ship something other than what was asked for.
 """
 
 from __future__ import annotations
@@ -257,9 +257,9 @@ def refuse_unknown(backend: str, given: Iterable[str], accepts: Iterable[str],
     if not unknown:
         return
     offered = sorted(accepts if takes is None else takes)
-    takes = f"it takes: {', '.join(offered)}" if offered else "it takes none"
+    what = f"it takes: {', '.join(offered)}" if offered else "it takes none"
     plural = "s" if len(unknown) > 1 else ""
-    raise UserError(f"backend {backend} takes no option{plural} {', '.join(unknown)}; {takes}")
+    raise UserError(f"backend {backend} takes no option{plural} {', '.join(unknown)}; {what}")
 
 
 def refuse_clash(given: Mapping[str, Any], pinned: Mapping[str, Any]) -> None:
