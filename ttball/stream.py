@@ -24,7 +24,7 @@ from ttball.frames import DuplicateFilter, Frame, check_rgb, resize
 from ttball.model.config import WeightsConfig
 from ttball.postprocess import Detection, FrameGeometry, check_threshold, detect
 from ttball.results import FrameResult
-from ttball.tracker import DEFAULT_MAX_JUMP_PX, OnlineTracker
+from ttball.tracker import DEFAULT_MAX_JUMP_PX, OnlineTracker, check_max_jump
 
 
 @dataclass
@@ -59,7 +59,7 @@ class StreamOptions:
             raise ValueError(f"step must be 1 or 3, got {self.step}")
         if self.threshold is not None:
             check_threshold(self.threshold)
-        OnlineTracker(self.max_jump_px)  # checks it now, not at the stream's first window
+        check_max_jump(self.max_jump_px)  # now, not when the stream starts
         if self.dedup_ssim is not None and not (0.0 < self.dedup_ssim <= 1.0):
             raise ValueError(f"dedup_ssim (an SSIM threshold) must be in (0, 1], got "
                              f"{self.dedup_ssim}")

@@ -14,13 +14,19 @@ from ttball.postprocess import Detection
 DEFAULT_MAX_JUMP_PX = 300.0
 
 
+def check_max_jump(max_jump_px: float) -> None:
+    """``ValueError`` unless the gate is positive (``inf`` keeps every candidate): at or below
+    0, or NaN, every candidate after the first frame was dropped."""
+    if not max_jump_px > 0:  # also NaN
+        raise ValueError(f"max_jump_px must be positive, got {max_jump_px}: at or below 0 "
+                         "(or NaN) the ball is lost after its first frame")
+
+
 class OnlineTracker:
     """Feed one frame's candidates at a time, in frame order; get the chosen ball or None."""
 
     def __init__(self, max_jump_px: float = DEFAULT_MAX_JUMP_PX) -> None:
-        if not max_jump_px > 0:  # also NaN; inf keeps every candidate
-            raise ValueError(f"max_jump_px must be positive, got {max_jump_px}: at or below 0 "
-                             "(or NaN) the ball is lost after its first frame")
+        check_max_jump(max_jump_px)
         self.max_jump_px = max_jump_px
         self.previous: Detection | None = None
 
