@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ttball.backends.base import Requirement, refuse_clash, refuse_unknown, register
+from ttball.backends.base import Requirement, refuse_unknown, register
 from ttball.errors import UserError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -154,22 +154,19 @@ def cudnn_benchmark(enabled: bool) -> Iterator[None]:
 
 
 def pinned(fixed: dict[str, Any]) -> dict[str, Any]:
-    """``fixed`` with a fixed ``recipe``'s fields spelt out (``precision="fp16"``, ...): the
-    options a :func:`preset` takes only with these values."""
+    """``fixed`` with a fixed ``recipe``'s fields spelt out (``precision="fp16"``, ...): a
+    :func:`preset` variant's ``pinned=``, the options ``create`` takes only with these values."""
     recipe = fixed.get("recipe")
     return {**(asdict(recipe) if isinstance(recipe, Recipe) else {}), **fixed}
 
 
 def preset(factory: Callable[..., Any], **fixed: Any) -> Callable[..., Any]:
-    """A registry factory with some options fixed: one passed with its fixed value is taken
-    (and a recipe's field dropped, the recipe says it), with another value it is an error
-    rather than a silent override."""
-    values = pinned(fixed)
+    """A registry factory with some options fixed. Registered with ``pinned=`` (:func:`pinned`):
+    :func:`~ttball.backends.base.create` refuses a pinned option given another value and drops
+    one given its own, so no option reaches ``factory`` twice."""
 
     def build(model: nn.Module, device: torch.device, **options: Any) -> Any:
-        refuse_clash(options, values)  # (create did; a factory called directly too)
-        given = {k: v for k, v in options.items() if k not in values}
-        return factory(model, device, **fixed, **given)
+        return factory(model, device, **fixed, **options)
 
     return build
 

@@ -160,7 +160,7 @@ class BackendSpec:
 
     @property
     def accepts(self) -> frozenset[str]:
-        """What :func:`create` passes on: the declared and pinned options, and ``cache_dir``
+        """What :func:`create` takes: the declared and pinned options, and ``cache_dir``
         where the ``disk-cache`` tag says :func:`cache_options` gives it."""
         return self.takes | set(self.pinned)
 
@@ -281,6 +281,7 @@ def create(
     entry = spec(name)
     refuse_unknown(name, options, entry.accepts, entry.takes)
     refuse_clash(options, entry.pinned)
+    options = {k: v for k, v in options.items() if k not in entry.pinned}  # the variant's own
     dev = resolve_device(device)
     reason = entry.requires(dev)
     if reason:
