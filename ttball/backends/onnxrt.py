@@ -202,33 +202,33 @@ def _provider(name: str) -> Any:
 
 
 @register("onnxrt-fp32", description="ONNX Runtime CPU, FP32, default session",
-          requires=_cpu_only, tags=("onnx", "cpu"), options=OPTIONS)
+          requires=_cpu_only, tags=("onnx", "disk-cache", "cpu"), options=OPTIONS)
 def _onnxrt_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", **options)
 
 
 @register("onnxrt-fp32-tuned", description="ONNX Runtime CPU, FP32, NCHWc layout, no spinning",
-          requires=_cpu_only, tags=("onnx", "cpu"), options=OPTIONS)
+          requires=_cpu_only, tags=("onnx", "disk-cache", "cpu"), options=OPTIONS)
 def _onnxrt_fp32_tuned(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", base_config=TUNED_CONFIG, **options)
 
 
 @register("onnxrt-int8", description="ONNX Runtime CPU, INT8 QDQ, int8 weights and activations",
-          requires=_cpu_only, tags=("onnx", "cpu", "int8"), options=INT8_OPTIONS)
+          requires=_cpu_only, tags=("onnx", "disk-cache", "cpu", "int8"), options=INT8_OPTIONS)
 def _onnxrt_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "int8", base_config=TUNED_CONFIG, **options)
 
 
 @register("ort-mobile-fp32", description="ONNX Runtime Mobile's .ort (arm) of the FP32 "
           "export, run as a phone runs it, on this CPU", requires=_cpu_only,
-          tags=("onnx", "cpu", "mobile"), options=OPTIONS)
+          tags=("onnx", "disk-cache", "cpu", "mobile"), options=OPTIONS)
 def _ort_mobile_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "fp32", base_config=TUNED_CONFIG, ort_platform="arm", **options)
 
 
 @register("ort-mobile-int8", description="ONNX Runtime Mobile's .ort (arm) of the INT8 QDQ "
           "export, run as a phone runs it, on this CPU", requires=_cpu_only,
-          tags=("onnx", "cpu", "mobile", "int8"), options=INT8_OPTIONS)
+          tags=("onnx", "disk-cache", "cpu", "mobile", "int8"), options=INT8_OPTIONS)
 def _ort_mobile_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     return _build(model, device, "int8", base_config=TUNED_CONFIG, ort_platform="arm", **options)
 
@@ -238,14 +238,14 @@ def _cuda_device_id(device: torch.device) -> dict[str, str]:
 
 
 @register("onnxrt-cuda-fp32", description="ONNX Runtime CUDA execution provider, FP32",
-          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu"), options=OPTIONS)
+          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "disk-cache", "gpu"), options=OPTIONS)
 def _onnxrt_cuda_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     providers = (("CUDAExecutionProvider", _cuda_device_id(device)),)
     return _build(model, device, "fp32", providers, **options)
 
 
 @register("onnxrt-cuda-fp16", description="ONNX Runtime CUDA execution provider, FP16 export",
-          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "gpu", "fp16"),
+          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "disk-cache", "gpu", "fp16"),
           options=OPTIONS)
 def _onnxrt_cuda_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     providers = (("CUDAExecutionProvider", _cuda_device_id(device)),)
@@ -253,7 +253,7 @@ def _onnxrt_cuda_fp16(model: torch.nn.Module, device: torch.device, **options: A
 
 
 @register("onnxrt-tensorrt-fp16", description="ONNX Runtime TensorRT execution provider, FP16",
-          requires=_provider("TensorrtExecutionProvider"), tags=("onnx", "gpu", "fp16"),
+          requires=_provider("TensorrtExecutionProvider"), tags=("onnx", "disk-cache", "gpu", "fp16"),
           options=OPTIONS)
 def _onnxrt_tensorrt_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     from ttball.export.cache import cache_root

@@ -116,18 +116,18 @@ def _needs_bf16(device: torch.device) -> str | None:
 
 
 @register("openvino-fp32", description="OpenVINO CPU, FP32 (inference precision pinned to f32)",
-          requires=_openvino_missing, tags=("onnx", "cpu"), options=OPTIONS)
+          requires=_openvino_missing, tags=("onnx", "disk-cache", "cpu"), options=OPTIONS)
 def _openvino_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="fp32", inference_precision="f32", **options)
 
 
 @register("openvino-bf16", description="OpenVINO CPU, bf16 convolutions (AMX / AVX-512 BF16)",
-          requires=_needs_bf16, tags=("onnx", "cpu", "bf16"), options=OPTIONS)
+          requires=_needs_bf16, tags=("onnx", "disk-cache", "cpu", "bf16"), options=OPTIONS)
 def _openvino_bf16(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="fp32", inference_precision="bf16", **options)
 
 
 @register("openvino-int8", description="OpenVINO CPU, INT8 QDQ (the onnxrt-int8 file), integer kernels",
-          requires=_openvino_missing, tags=("onnx", "cpu", "int8"), options=INT8_OPTIONS)
+          requires=_openvino_missing, tags=("onnx", "disk-cache", "cpu", "int8"), options=INT8_OPTIONS)
 def _openvino_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="int8", inference_precision="f32", **options)
