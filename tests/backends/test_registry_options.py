@@ -178,6 +178,23 @@ def test_direct_construction_refuses_the_same_way(small_model: BlurBall) -> None
         CompiledBackend(small_model, cpu, bogus=1)
 
 
+def test_direct_construction_refuses_a_recipe_with_fields(small_model: BlurBall) -> None:
+    """``recipe=`` and a recipe field together: one of the two would be ignored (the fields
+    were, and an FP16 recipe with ``precision="fp32"`` ran FP16)."""
+    from ttball.backends._recipe import Recipe
+    from ttball.backends.compiled import CompiledBackend
+    from ttball.backends.eager import EagerBackend
+
+    cpu, fp16 = torch.device("cpu"), Recipe("fp16")
+    with pytest.raises(UserError, match="eager got recipe= and precision: give the recipe"):
+        EagerBackend(small_model, cpu, recipe=fp16, precision="fp32")
+    with pytest.raises(UserError, match="compile got recipe= and channels_last, fold"):
+        CompiledBackend(small_model, cpu, recipe=fp16, fold=True, channels_last=True)
+    with pytest.raises(UserError, match=_refusal("eager", "bogus")):
+        EagerBackend(small_model, cpu, recipe=fp16, bogus=1)
+    assert EagerBackend(small_model, cpu, recipe=Recipe("bf16")).precision == "bf16"
+
+
 def _keywords(fn: Callable[..., Any], *leave: str) -> set[str]:
     """The keyword parameters of ``fn`` but ``leave``, ``self``, ``model``, ``device``."""
     params = inspect.signature(fn).parameters.values()
@@ -202,3 +219,23 @@ def test_declared_options_are_what_the_constructors_take() -> None:
         cached_onnx, "height", "width", "precision", "cache_dir")
     assert spec("compile").accepts == {"mode", "cache_dir", *RECIPE_OPTIONS}
     assert spec("triton-fp16-pdl").accepts == set(triton.OPTIONS)
+
+
+@pytest.mark.parametrize("name", names())
+def test_an_entry_taking_cache_dir_is_handed_one(name: str, tmp_path: Path) -> None:
+    """``bench --cache-dir``, ``serve``/``track --compile-cache`` and ``auto`` hand
+    ``cache_dir`` through :func:`cache_options`, by the ``disk-cache`` tag: an entry that takes
+    it must carry the tag (the ONNX Runtime and OpenVINO entries took it untagged, so they
+    exported into the default cache whatever the command was given)."""
+    takes = "cache_dir" in spec(name).takes
+    assert takes == ("disk-cache" in spec(name).tags)
+    assert cache_options(name, tmp_path) == ({"cache_dir": str(tmp_path)} if takes else {})
+
+
+def test_onnx_runtime_exports_into_the_cache_it_is_handed(small_model: BlurBall,
+                                                          tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    name = "onnxrt-fp32"
+    backend = create(name, small_model, "cpu", **cache_options(name, tmp_path))
+    backend(torch.rand(1, 9, 48, 64))
+    assert list(tmp_path.rglob("*.onnx")), "the export went elsewhere"

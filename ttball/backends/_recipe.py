@@ -96,11 +96,20 @@ class Recipe:
 
     @classmethod
     def from_options(
-        cls, options: dict[str, Any], backend: str, takes: tuple[str, ...] = ()
+        cls, options: dict[str, Any], backend: str, takes: tuple[str, ...] = (),
+        recipe: Recipe | None = None,
     ) -> Recipe:
-        """The recipe in ``options``; any other option is refused as :func:`~ttball.backends.
-        base.create` refuses it (for a backend class built directly), naming ``backend`` and
-        what it ``takes`` besides the recipe's fields."""
+        """``recipe``, else the recipe in ``options`` (for a backend class built directly);
+        any other option is refused as :func:`~ttball.backends.base.create` refuses it, naming
+        ``backend`` and what it ``takes`` besides the recipe's fields. A ``recipe`` given with
+        fields of its own is refused: one of the two would be ignored."""
+        if recipe is not None:
+            both = sorted(set(options) & set(RECIPE_OPTIONS))
+            if both:
+                raise UserError(f"backend {backend} got recipe= and {', '.join(both)}: give "
+                                "the recipe or its fields, not both")
+            refuse_unknown(backend, options, takes, takes)
+            return recipe
         recipe, rest = cls.split(options)
         refuse_unknown(backend, rest, RECIPE_OPTIONS + takes)
         return recipe

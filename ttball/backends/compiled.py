@@ -74,8 +74,7 @@ class CompiledBackend(BackendBase):
             raise UserError(f"unknown torch.compile mode {mode!r}; use {', '.join(MODES)}")
         if MODES[mode] and device.type != "cuda":
             raise BackendUnavailable(f"torch.compile mode {mode} needs a CUDA device")
-        if recipe is None:
-            recipe = Recipe.from_options(options, "compile", ("mode", "cache_dir"))
+        recipe = Recipe.from_options(options, "compile", ("mode", "cache_dir"), recipe=recipe)
         self.recipe, self.mode, self.precision = recipe, mode, recipe.precision
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         self.model = prepare_model(model, device, recipe)

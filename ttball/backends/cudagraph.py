@@ -170,8 +170,7 @@ class CudaGraphBackend(GraphedBackend):
         super().__init__(device)
         if device.type != "cuda":
             raise BackendUnavailable("CUDA graphs need a CUDA device")
-        if recipe is None:
-            recipe = Recipe.from_options(options, "cudagraph")
+        recipe = Recipe.from_options(options, "cudagraph", recipe=recipe)
         self.recipe, self.precision = recipe, recipe.precision
         self.model = prepare_model(model, device, recipe)
         self._graphs = GraphCache(self._forward, device, _CAPTURE_WARMUP, share_pool=True)

@@ -39,8 +39,7 @@ class EagerBackend(BackendBase):
         **options: Any,
     ) -> None:
         super().__init__(device)
-        if recipe is None:
-            recipe = Recipe.from_options(options, "eager")
+        recipe = Recipe.from_options(options, "eager", recipe=recipe)
         self.recipe = recipe
         self.precision = recipe.precision
         self.model = prepare_model(model, device, recipe)

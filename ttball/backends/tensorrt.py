@@ -93,8 +93,7 @@ class TensorRTBackend(BackendBase):
             raise BackendUnavailable(reason)
         import tensorrt as trt
 
-        if recipe is None:
-            recipe = Recipe.from_options(options, "tensorrt", ("cache_dir",))
+        recipe = Recipe.from_options(options, "tensorrt", ("cache_dir",), recipe=recipe)
         if recipe.autocast or recipe.channels_last:
             raise UserError("tensorrt chooses its own casts and layouts: use precision/fold only")
         self.trt, self.recipe, self.precision = trt, recipe, recipe.precision
