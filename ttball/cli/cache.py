@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"with clear: {', '.join(PARTS)} or all")
     p.add_argument("--dir", type=Path, metavar="DIR",
                    help="the folder (default $TTBALL_CACHE_DIR, else ~/.cache/ttball); a serve "
-                   "--compile-cache folder holds tuning, inductor, triton and megacache")
+                   "--compile-cache folder holds tuning, inductor, triton, megacache and onnx")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
