@@ -208,9 +208,13 @@ def test_websocket_to_unknown_session_is_closed_with_reason(server) -> None:
 
 
 def test_metrics_report_stages_and_batches(server, pngs) -> None:
+    """Each counter named below is fed here (the error counter by a refused frame), whatever
+    ran before on this module's server."""
     session = server.open_session()
     for png in pngs[:3]:
         session.send(png)
+    with pytest.raises(ServeError, match="not_an_image"):
+        session.send(b"GIF89a not really")
     session.delete()
     text = server.metrics()
     for name in ("ttball_stage_seconds_bucket{le=\"0.01\",stage=\"decode\"}",
