@@ -9,6 +9,7 @@
 
 import { BrowserEngine, Network, REQUEST_TIMEOUT_MS, ServerEngine } from './engines.js';
 import { HeightChart, Overlay } from './draw.js';
+import { openMp4 } from './mp4frames.js';
 import { modelConfig } from './onnxmeta.js';
 import { STALL_MS, imageFiles, imageFrames, videoFrames } from './sources.js';
 
@@ -325,7 +326,15 @@ function startFiles(files) {
     return;
   }
   const file = files[0];
-  run(({ stallMs }) => {
+  run(async ({ stallMs }) => {
+    // An MP4/MOV this browser's WebCodecs decode: every frame, at the track's frame rate.
+    const mp4 = await openMp4(file);
+    if (!mp4.fallback) {
+      log(`${file.name}: every frame read with WebCodecs (${mp4.codec}, ${mp4.width}×${mp4.height}, `
+        + `${mp4.count} frames, ${mp4.fps.toFixed(3)} fps)`);
+      return { fps: mp4.fps, frames: (stop) => mp4.frames({ stop, stallMs }) };
+    }
+    log(`${file.name}: played in a <video> (${mp4.fallback}): a frame the browser cannot show in time is skipped`);
     const video = freshVideo();
     video.src = URL.createObjectURL(file);
     return { fps: 30, frames: (stop) => videoFrames(video, { live: false, stop, name: file.name, stallMs }) };

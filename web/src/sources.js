@@ -17,19 +17,19 @@ const MAX_CANVAS_AREA = 16384 * 16384;
 export const STALL_MS = 10000;
 
 /** Throws, naming `what`, when a width×height frame is past what a canvas can hold. */
-function checkCanvasSize(width, height, what) {
+export function checkCanvasSize(width, height, what) {
   if (width > MAX_CANVAS_SIDE || height > MAX_CANVAS_SIDE || width * height > MAX_CANVAS_AREA) {
     throw new Error(`${what} is ${width}×${height}: too large for the browser's canvas `
       + `(at most ${MAX_CANVAS_SIDE} a side and 16384×16384 pixels); scale it down first`);
   }
 }
 
-function canvas2d(width, height) {
+export function canvas2d(width, height) {
   const canvas = new OffscreenCanvas(width, height);
   return canvas.getContext('2d', { willReadFrequently: true, colorSpace: 'srgb' });
 }
 
-function jpegEncoder(image) {
+export function jpegEncoder(image) {
   return async () => {
     const ctx = canvas2d(image.width, image.height);
     ctx.putImageData(image, 0, 0);
