@@ -4,7 +4,9 @@ B-frames, with an edit list that leaves frames out, with the moov first or last,
 main thread jammed or the CPU loaded (a ``<video>`` skips the frames it could not present in
 time there); the run's fps is the track's. A truncated or corrupt MP4 ends with an error naming
 the file and a stop ends the run at once; a file that is no MP4, or whose codec this browser's
-VideoDecoder refuses, still plays in a ``<video>``, and the log says which reader ran.
+VideoDecoder refuses, still plays in a ``<video>``, and the log says which reader ran. A display
+matrix that turns by 90, 180 or 270° turns the frames as OpenCV turns them (``ttball track``);
+another one is left out, and the log says so.
 
 Clips are written here by PyAV (libx264, libvpx-vp9) and OpenCV. Runs in the harnesses of
 ``test_web.py`` (a page's rows, with its network inputs) and ``test_web_audit.py`` (fake
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import math
 import shutil
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -45,6 +49,26 @@ JAM = "setInterval(() => { const t = performance.now(); while (performance.now()
 MODEL_SIZE = (8, 16)  # (height, width) of the stand-in model's input
 # The clips whose rows are compared with PyAV's frames, and how many frames each shows.
 ROW_CLIPS = {"bframes": FRAMES, "faststart": FRAMES, "vp9": FRAMES, "edited": FRAMES - EDIT_SKIP}
+# Display matrices (a, b, c, d) written into a clip's tkhd (or its mvhd), and the clockwise turn
+# OpenCV gives each (its CAP_PROP_ORIENTATION_META; ffmpeg's av_display_rotation_get is minus it).
+# [0 1; -1 0] is what PyAV's set_display_rotation(-90) writes, and a phone's portrait video.
+TURNS = {"turn90": ((0, 1, -1, 0), 90), "turn180": ((-1, 0, 0, -1), 180),
+         "turn270": ((0, -1, 1, 0), 270), "movie90": ((0, 1, -1, 0), 90)}
+SKEW = math.cos(math.pi / 4)
+SKEWED = (SKEW, SKEW, -SKEW, SKEW)  # a turn by 45°: neither the page nor OpenCV applies it
+# The largest difference (0-255) between the page's network input and OpenCV's frame at the same
+# size, over all frames, let through. Measured (Chromium 156, OpenCV 5.1): 1 with the right turn
+# or none; 237 or more with frames as stored or turned the wrong way (the ball elsewhere).
+TURN_TOLERANCE = 8
+# Keeps each in-browser window's frames and network input (base64 float32, as browser_check.js
+# gives them) and hands them to the driver of test_web_audit.py as its probe.
+NETWORK_PROBE = """
+window.ttballDebug = { windows: [] };
+const b64 = (f) => btoa(String.fromCharCode(...new Uint8Array(f.buffer, f.byteOffset, f.byteLength)));
+Object.defineProperty(window, 'ttballProbe', {
+  get: () => window.ttballDebug.windows.map((w) => ({ frames: w.frames, input: b64(w.input) })),
+});
+"""
 
 
 def _frame(i: int, size: tuple[int, int] = SIZE) -> np.ndarray:
@@ -146,6 +170,22 @@ def _too_wide(path: Path, to: Path, width: int) -> str:
     return str(to)
 
 
+def _with_matrix(path: Path, to: Path, abcd: tuple[float, float, float, float],
+                box: bytes = b"tkhd") -> Path:
+    """``path`` whose track's (``tkhd``) or movie's (``mvhd``) display matrix is [a b 0; c d 0;
+    0 0 1], a, b, c, d given as numbers (stored in 16.16 fixed point)."""
+    data = bytearray(path.read_bytes())
+    at = data.index(box) + 4
+    assert data[at] == 0  # version 0: 32-bit times
+    # version, flags, times, ...: tkhd's 4 + 20 + 8 (reserved) + 8 (layer, group, volume,
+    # reserved); mvhd's 4 + 16 + 4 (rate) + 2 (volume) + 10 (reserved).
+    at += 40 if box == b"tkhd" else 36
+    a, b, c, d = (round(v * 65536) for v in abcd)
+    data[at:at + 36] = struct.pack(">9i", a, b, 0, c, d, 0, 0, 0, 1 << 30)
+    to.write_bytes(bytes(data))
+    return to
+
+
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("web-mp4")
@@ -185,18 +225,22 @@ def page_rows(clips: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     return runs
 
 
-def _frame_means(run: dict[str, Any]) -> dict[int, float]:
-    """Each frame's mean level (0–255) in the page's network input (its 16×8 resize)."""
+def _network_frames(windows: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+    """Each frame as the page fed it to the network (its 16×8 resize): {frame: RGB (8, 16, 3),
+    float levels 0–255}, from the debug windows' inputs."""
     h, w = MODEL_SIZE
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
-    means = {}
-    for window in run["debug"]["windows"]:
+    frames = {}
+    for window in windows:
         data = np.frombuffer(base64.b64decode(window["input"]), np.float32)
-        planes = data.reshape(3, 3, h, w)
-        for frame, rgb in zip(window["frames"], planes):
-            pixels = rgb * std[:, None, None] + mean[:, None, None]
-            means[frame] = float(pixels.mean() * 255)
-    return means
+        for frame, rgb in zip(window["frames"], data.reshape(3, 3, h, w)):
+            frames[frame] = (rgb.transpose(1, 2, 0) * std + mean) * 255
+    return frames
+
+
+def _frame_means(run: dict[str, Any]) -> dict[int, float]:
+    """Each frame's mean level (0–255) in the page's network input."""
+    return {i: float(rgb.mean()) for i, rgb in _network_frames(run["debug"]["windows"]).items()}
 
 
 @pytest.mark.parametrize("name", list(ROW_CLIPS))
@@ -217,6 +261,79 @@ def test_every_frame_arrives_with_its_time(page_rows: dict[str, Any], clips: dic
     for i, (_, rgb) in enumerate(reference):
         expected = float(cv2.resize(rgb, (w, h), interpolation=cv2.INTER_LINEAR).mean())
         assert abs(means[i] - expected) < 4, (i, means[i], expected)
+
+
+# -- display matrices, against OpenCV -----------------------------------------------------------
+def _opencv_frames(path: Path, turned: bool = True) -> list[np.ndarray]:
+    """RGB frames as OpenCV reads them: turned by the display matrix (its default, which
+    ``ttball track`` keeps) or as stored."""
+    cap = cv2.VideoCapture(str(path))
+    assert cap.get(cv2.CAP_PROP_ORIENTATION_AUTO) == 1  # its default, kept by ttball.frames
+    cap.set(cv2.CAP_PROP_ORIENTATION_AUTO, 1 if turned else 0)
+    frames = []
+    while (read := cap.read())[0]:
+        frames.append(read[1][:, :, ::-1])
+    cap.release()
+    return frames
+
+
+@pytest.fixture(scope="module")
+def turned(clips: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The B-frame clip with display matrices written in ({name}.mp4), each through the page in
+    the browser (WASM, the stand-in model) in one Chromium: {"clips": {name: path}, "cases":
+    {name: result, its probe the network inputs}}."""
+    tmp = tmp_path_factory.mktemp("web-mp4-turned")
+    media = tmp / "media"
+    media.mkdir()
+    turned = {name: _with_matrix(clips["bframes"], media / f"{name}.mp4", abcd,
+                                 b"mvhd" if name.startswith("movie") else b"tkhd")
+              for name, (abcd, _) in TURNS.items()}
+    turned["skewed"] = _with_matrix(clips["bframes"], media / "skewed.mp4", SKEWED)
+    model = str(_slice_model(tmp / "slice.onnx"))
+    result = drive(tmp, [{"name": name, "model": model, "files": [str(path)], "init": NETWORK_PROBE,
+                          "waitMs": 30000} for name, path in turned.items()])
+    return {"clips": turned, **result}
+
+
+def _largest_difference(seen: dict[int, np.ndarray], frames: list[np.ndarray]) -> float:
+    """The largest difference (0–255) between the page's network inputs and ``frames`` at the
+    network's size (cv2.resize, as ttball.frames.resize), over all frames."""
+    h, w = MODEL_SIZE
+    assert sorted(seen) == list(range(len(frames)))
+    return max(float(np.abs(seen[i] - cv2.resize(rgb, (w, h), interpolation=cv2.INTER_LINEAR)).max())
+               for i, rgb in enumerate(frames))
+
+
+@pytest.mark.parametrize("name", list(TURNS))
+def test_mp4_frames_are_turned_as_opencv_turns_them(turned: dict[str, Any], name: str) -> None:
+    clip, case = turned["clips"][name], _case(turned, name)
+    assert case["done"] and case["error"] is None and case["frames"] == FRAMES, case
+    turn = TURNS[name][1]
+    reference = _opencv_frames(clip)
+    assert cv2.VideoCapture(str(clip)).get(cv2.CAP_PROP_ORIENTATION_META) == turn
+    stored = _opencv_frames(clip, turned=False)
+    height, width = reference[0].shape[:2]
+    assert (width, height) == (SIZE[::-1] if turn % 180 else SIZE)
+    seen = _network_frames(case["probe"])
+    assert _largest_difference(seen, reference) < TURN_TOLERANCE
+    # Frames as stored, or turned the other way, fail it (the ball is elsewhere).
+    assert _largest_difference(seen, stored) > TURN_TOLERANCE
+    assert _largest_difference(seen, [np.rot90(f, 2) for f in reference]) > TURN_TOLERANCE
+    said = (f"{name}.mp4: {WEBCODECS} (avc1.64000a, turned {turn}° clockwise by its display "
+            f"matrix, {width}×{height}, {FRAMES} frames, {FPS:.3f} fps)")
+    assert [t for t in _lines(case) if WEBCODECS in t] == [said], case
+
+
+def test_mp4_display_matrix_that_is_no_quarter_turn_is_left_out(turned: dict[str, Any]) -> None:
+    clip, case = turned["clips"]["skewed"], _case(turned, "skewed")
+    assert case["done"] and case["error"] is None and case["frames"] == FRAMES, case
+    said = (f"skewed.mp4: {WEBCODECS} (avc1.64000a, display matrix [0.7071 0.7071 -0.7071 "
+            f"0.7071] not applied: no turn by a multiple of 90°, 64×48, {FRAMES} frames, "
+            f"{FPS:.3f} fps)")
+    assert [t for t in _lines(case) if "matrix" in t] == [said], case
+    # OpenCV leaves a 45° turn out too: the frames as stored.
+    assert cv2.VideoCapture(str(clip)).get(cv2.CAP_PROP_ORIENTATION_META) == 45
+    assert _largest_difference(_network_frames(case["probe"]), _opencv_frames(clip)) < TURN_TOLERANCE
 
 
 # -- counts, logs and errors, through a fake worker -------------------------------------------

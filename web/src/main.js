@@ -330,7 +330,8 @@ function startFiles(files) {
     // An MP4/MOV this browser's WebCodecs decode: every frame, at the track's frame rate.
     const mp4 = await openMp4(file);
     if (!mp4.fallback) {
-      log(`${file.name}: every frame read with WebCodecs (${mp4.codec}, ${mp4.width}×${mp4.height}, `
+      const codec = mp4.note ? `${mp4.codec}, ${mp4.note}` : mp4.codec;
+      log(`${file.name}: every frame read with WebCodecs (${codec}, ${mp4.width}×${mp4.height}, `
         + `${mp4.count} frames, ${mp4.fps.toFixed(3)} fps)`);
       return { fps: mp4.fps, frames: (stop) => mp4.frames({ stop, stallMs }) };
     }

@@ -8,9 +8,14 @@
 // times, whatever order the decoder gives them in), time = the frame's timestamp in seconds less
 // the start of the track's edit list, as ffmpeg (OpenCV, PyAV) reads them; index 0, 1, 2, …
 // The frame rate is the track's: sample count / the samples' total duration (`stts`).
+// Frames are turned as the display matrix says (the track's `tkhd` matrix times the movie's
+// `mvhd` one, as ffmpeg composes them) when it turns by 0, 90, 180 or 270° (any uniform scale
+// left out): the frames handed out have the displayed size, as OpenCV (CAP_PROP_ORIENTATION_AUTO,
+// hence `ttball track`) and a <video> give them. A matrix that flips, skews or turns by another
+// angle is not applied (the reader's `note` says so, for the log line).
 // Not handled, so read through <video> instead: fragmented MP4 (samples in `moof`s), a track
-// with several sample descriptions, a codec this browser's VideoDecoder refuses. Ignored: a
-// rotation in the track header, edits after the first media edit.
+// with several sample descriptions, a codec this browser's VideoDecoder refuses. Ignored: edits
+// after the first media edit.
 
 /*! mp4box.js (npm mp4box), bundled into app.js by this module:
  * Copyright (c) 2012. Telecom ParisTech/TSI/MM/GPAC Cyril Concolato
@@ -133,6 +138,48 @@ function samplePlan(trak, movieTimescale) {
   return { samples, shown, fps: ticks > 0 ? (samples.length * timescale) / ticks : 30 };
 }
 
+/** The 2×2 part (a, b, c, d) of an ISO BMFF matrix [a b u; c d v; x y w] (a, b, c, d in 16.16
+ *  fixed point); identity when there is none. A point (x, y) goes to (a x + c y, b x + d y),
+ *  as a canvas transform takes its (a, b, c, d). */
+function linearPart(matrix) {
+  return matrix ? [matrix[0], matrix[1], matrix[3], matrix[4]].map((v) => v / 65536) : [1, 0, 0, 1];
+}
+
+/**
+ * How the frames are shown, from the track's and the movie's display matrices: {turn, note}.
+ * turn: clockwise degrees (0, 90, 180, 270) the frames are turned by, with the matrices' product
+ * (track, then movie: ffmpeg's order) a rotation by it at any uniform scale ([0 1; -1 0], a
+ * phone's portrait video, is 90: OpenCV's CAP_PROP_ORIENTATION_META, ffmpeg's
+ * av_display_rotation_get -90); 0 for any other matrix. note: what the log line says ('' for
+ * the identity).
+ */
+function displayTurn(trackMatrix, movieMatrix) {
+  const [ta, tb, tc, td] = linearPart(trackMatrix);
+  const [ma, mb, mc, md] = linearPart(movieMatrix);
+  const [a, b, c, d] = [ta * ma + tb * mc, ta * mb + tb * md, tc * ma + td * mc, tc * mb + td * md];
+  if (a === d && b === -c && (a === 0) !== (b === 0)) {
+    const turn = a > 0 ? 0 : b > 0 ? 90 : a < 0 ? 180 : 270;
+    return { turn, note: turn ? `turned ${turn}° clockwise by its display matrix` : '' };
+  }
+  const shown = [a, b, c, d].map((v) => +v.toFixed(4)).join(' ');
+  return { turn: 0, note: `display matrix [${shown}] not applied: no turn by a multiple of 90°` };
+}
+
+/** The size [width, height] of a width×height frame turned clockwise by `turn` degrees. */
+function turnedSize(turn, width, height) {
+  return turn % 180 ? [height, width] : [width, height];
+}
+
+/** The canvas transform that draws a width×height frame turned clockwise by `turn` degrees
+ *  (0, 90, 180, 270) onto a canvas of the turned size: [a, b, c, d, e, f]. */
+function turnTransform(turn, width, height) {
+  const [a, b, c, d] = { 0: [1, 0, 0, 1], 90: [0, 1, -1, 0], 180: [-1, 0, 0, -1], 270: [0, -1, 1, 0] }[turn];
+  // Shifted so that the turned frame's corners land on [0, w] × [0, h].
+  const e = Math.max(0, -a * width) + Math.max(0, -c * height);
+  const f = Math.max(0, -b * width) + Math.max(0, -d * height);
+  return [a, b, c, d, e, f];
+}
+
 /** The decoder configuration record of a sample entry: the body of its avcC, hvcC, vpcC or
  *  av1C box, as stored in the file (null when it has none). */
 async function description(file, entry, name) {
@@ -159,7 +206,8 @@ export async function openMp4(file, name = file.name) {
   if (entries.length !== 1) return { fallback: `${entries.length} sample descriptions in its video track` };
   if (!trak.samples.length) throw new Error(`${name}: its video track has no frames`);
   const { width, height } = entries[0];
-  checkCanvasSize(width, height, name);
+  const display = displayTurn(trak.tkhd.matrix, iso.moov.mvhd.matrix);
+  checkCanvasSize(...turnedSize(display.turn, width, height), name);
   const config = { codec: track.codec, codedWidth: width, codedHeight: height };
   const record = await description(file, entries[0], name);
   if (record) config.description = record;
@@ -170,7 +218,7 @@ export async function openMp4(file, name = file.name) {
     return { fallback: `codec ${track.codec}: ${err.message || err}` };
   }
   if (!support.supported) return { fallback: `this browser's VideoDecoder cannot decode ${track.codec}` };
-  return new Mp4Video(file, name, config, samplePlan(trak, iso.moov.mvhd.timescale));
+  return new Mp4Video(file, name, config, samplePlan(trak, iso.moov.mvhd.timescale), display);
 }
 
 /** Encoded samples of a file in decode order, read PIECE_BYTES at a time; those up to the first
@@ -322,29 +370,35 @@ class FrameDecoder {
   }
 }
 
+/** An MP4's video track: `width`×`height` its frames' displayed size (turned), `codec` the codec
+ *  string, `note` what was done with the display matrix (for the log line), `count` frames, `fps`. */
 class Mp4Video {
-  constructor(file, name, config, plan) {
+  constructor(file, name, config, plan, display) {
     this.file = file;
     this.name = name;
     this.config = config;
     this.plan = plan;
+    this.turn = display.turn;
     this.codec = config.codec;
-    this.width = config.codedWidth;
-    this.height = config.codedHeight;
+    this.note = display.note; // what was done with the display matrix ('' for none)
+    [this.width, this.height] = turnedSize(this.turn, config.codedWidth, config.codedHeight);
     this.count = plan.shown.length;
     this.fps = plan.fps;
     this.ctx = null;
   }
 
-  /** A VideoFrame's visible pixels as ImageData (its display aspect not applied, as OpenCV). */
+  /** A VideoFrame's visible pixels, turned by the display matrix, as ImageData (its display
+   *  aspect not applied, as OpenCV). */
   pixels(frame) {
     const { width, height } = frame.visibleRect;
-    checkCanvasSize(width, height, this.name);
-    if (!this.ctx || this.ctx.canvas.width !== width || this.ctx.canvas.height !== height) {
-      this.ctx = canvas2d(width, height);
+    const [w, h] = turnedSize(this.turn, width, height);
+    checkCanvasSize(w, h, this.name);
+    if (!this.ctx || this.ctx.canvas.width !== w || this.ctx.canvas.height !== h) {
+      this.ctx = canvas2d(w, h);
     }
+    this.ctx.setTransform(...turnTransform(this.turn, width, height));
     this.ctx.drawImage(frame, 0, 0, width, height);
-    return this.ctx.getImageData(0, 0, width, height);
+    return this.ctx.getImageData(0, 0, w, h);
   }
 
   /**
