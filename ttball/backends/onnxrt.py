@@ -238,7 +238,8 @@ def _cuda_device_id(device: torch.device) -> dict[str, str]:
 
 
 @register("onnxrt-cuda-fp32", description="ONNX Runtime CUDA execution provider, FP32",
-          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "disk-cache", "gpu"), options=OPTIONS)
+          requires=_provider("CUDAExecutionProvider"), tags=("onnx", "disk-cache", "gpu"),
+          options=OPTIONS)
 def _onnxrt_cuda_fp32(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     providers = (("CUDAExecutionProvider", _cuda_device_id(device)),)
     return _build(model, device, "fp32", providers, **options)
@@ -253,7 +254,8 @@ def _onnxrt_cuda_fp16(model: torch.nn.Module, device: torch.device, **options: A
 
 
 @register("onnxrt-tensorrt-fp16", description="ONNX Runtime TensorRT execution provider, FP16",
-          requires=_provider("TensorrtExecutionProvider"), tags=("onnx", "disk-cache", "gpu", "fp16"),
+          requires=_provider("TensorrtExecutionProvider"),
+          tags=("onnx", "disk-cache", "gpu", "fp16"),
           options=OPTIONS)
 def _onnxrt_tensorrt_fp16(model: torch.nn.Module, device: torch.device, **options: Any) -> OnnxRuntimeBackend:
     from ttball.export.cache import cache_root

@@ -128,6 +128,7 @@ def _openvino_bf16(model: torch.nn.Module, device: torch.device, **options: Any)
 
 
 @register("openvino-int8", description="OpenVINO CPU, INT8 QDQ (the onnxrt-int8 file), integer kernels",
-          requires=_openvino_missing, tags=("onnx", "disk-cache", "cpu", "int8"), options=INT8_OPTIONS)
+          requires=_openvino_missing, tags=("onnx", "disk-cache", "cpu", "int8"),
+          options=INT8_OPTIONS)
 def _openvino_int8(model: torch.nn.Module, device: torch.device, **options: Any) -> OpenVinoBackend:
     return OpenVinoBackend(model, device, precision="int8", inference_precision="f32", **options)
