@@ -15,7 +15,6 @@ workers, the page's log); same requirements (node, chromium, ``make web``).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import math
 import shutil
@@ -29,7 +28,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from test_web import _built_site, _chromium, _drive, _static_server
+from test_web import _built_site, _chromium, _drive, _static_server, _unb64
 from test_web_audit import _case, _webm, drive
 
 pytestmark = pytest.mark.browser
@@ -101,15 +100,6 @@ def _pyav_frames(path: Path) -> list[tuple[float, np.ndarray]]:
 
     with av.open(str(path)) as container:
         return [(float(f.time), f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
-
-
-def _opencv_count(path: Path) -> int:
-    cap = cv2.VideoCapture(str(path))
-    count = 0
-    while cap.read()[0]:
-        count += 1
-    cap.release()
-    return count
 
 
 def _slice_model(path: Path) -> Path:
@@ -232,7 +222,7 @@ def _network_frames(windows: list[dict[str, Any]]) -> dict[int, np.ndarray]:
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
     frames = {}
     for window in windows:
-        data = np.frombuffer(base64.b64decode(window["input"]), np.float32)
+        data = _unb64(window["input"], np.float32)
         for frame, rgb in zip(window["frames"], data.reshape(3, 3, h, w)):
             frames[frame] = (rgb.transpose(1, 2, 0) * std + mean) * 255
     return frames
@@ -249,7 +239,7 @@ def test_every_frame_arrives_with_its_time(page_rows: dict[str, Any], clips: dic
     run = page_rows[name]
     reference = _pyav_frames(clips[name])
     count = ROW_CLIPS[name]
-    assert len(reference) == count == _opencv_count(clips[name])
+    assert len(reference) == count == len(_opencv_frames(clips[name]))
     rows = run["results"]
     assert [r["frame"] for r in rows] == list(range(count)), rows
     times = [r["time_s"] for r in rows]
